@@ -1,0 +1,171 @@
+#include "net/net_internal.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len)
+{
+	struct ddss_net *net = arg;
+
+	if (tag >= DDSS_MSG_TAG_MAX || !net->msg[tag].fn) {
+		DDSS_WARN("dropping a message with unknown tag %u from rank %u", tag, from);
+		return;
+	}
+	net->msg[tag].fn(net->msg[tag].arg, from, buf, len);
+}
+
+static void on_notify(void *arg, uint32_t from, uint32_t value)
+{
+	struct ddss_net *net = arg;
+
+	if (net->notify_fn)
+		net->notify_fn(net->notify_arg, from, value);
+}
+
+static void on_peer(void *arg, uint32_t rank, enum ddss_tp_peer_state state)
+{
+	struct ddss_net *net = arg;
+
+	DDSS_INFO("rank %u is %s", rank, state == DDSS_TP_PEER_UP ? "up" : "down");
+	pthread_mutex_lock(&net->mu);
+	net->peer_state[rank] = state;
+	pthread_cond_broadcast(&net->cv);
+	pthread_mutex_unlock(&net->mu);
+}
+
+int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
+{
+	struct ddss_net *net = calloc(1, sizeof(*net));
+	struct ddss_tp_handlers h = { on_msg, on_notify, on_peer, net };
+	struct ddss_tp_config cfg;
+	pthread_condattr_t ca;
+	int r;
+
+	if (!net)
+		return -ENOMEM;
+	if (env) {
+		net->env = *env;
+		net->env.nodes = malloc(env->size * sizeof(*env->nodes));
+		if (!net->env.nodes) {
+			free(net);
+			return -ENOMEM;
+		}
+		memcpy(net->env.nodes, env->nodes, env->size * sizeof(*env->nodes));
+	} else if ((r = ddss_net_env_load(&net->env))) {
+		free(net);
+		return r;
+	}
+	ddss_log_set_rank(net->env.rank);
+	net->peer_state = calloc(net->env.size + 1, sizeof(*net->peer_state));
+	if (!net->peer_state) {
+		r = -ENOMEM;
+		goto err_env;
+	}
+	pthread_mutex_init(&net->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&net->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	net->msg[DDSS_MSG_BARRIER] = (struct net_msg_slot){ ddss_net_barrier_on_msg, net };
+	ddss_net_env_to_config(&net->env, &h, &cfg);
+	r = ddss_tp_open(net->env.transport, &cfg, &net->tp);
+	if (r)
+		goto err_sync;
+	*net_p = net;
+	return 0;
+
+err_sync:
+	pthread_mutex_destroy(&net->mu);
+	pthread_cond_destroy(&net->cv);
+	free(net->peer_state);
+err_env:
+	ddss_net_env_free(&net->env);
+	free(net);
+	return r;
+}
+
+int ddss_net_on_msg(struct ddss_net *net, uint16_t tag, ddss_net_msg_fn fn, void *arg)
+{
+	if (tag == 0 || tag >= DDSS_MSG_TAG_MAX || !fn || net->msg[tag].fn)
+		return -EINVAL;
+	net->msg[tag] = (struct net_msg_slot){ fn, arg };
+	return 0;
+}
+
+void ddss_net_on_notify(struct ddss_net *net, ddss_net_notify_fn fn, void *arg)
+{
+	net->notify_fn = fn;
+	net->notify_arg = arg;
+}
+
+int ddss_net_start(struct ddss_net *net, void *pool, size_t pool_len)
+{
+	int r = ddss_tp_mem_register(net->tp, pool, pool_len, true, &net->pool_mr);
+
+	if (r) {
+		DDSS_ERR("cannot register the pool: %s", strerror(-r));
+		return r;
+	}
+	r = ddss_tp_start(net->tp);
+	if (r) {
+		DDSS_ERR("cannot start serving: %s", strerror(-r));
+		ddss_tp_mem_deregister(net->tp, net->pool_mr);
+		net->pool_mr = NULL;
+	}
+	return r;
+}
+
+void ddss_net_close(struct ddss_net *net)
+{
+	if (!net)
+		return;
+	ddss_tp_close(net->tp);
+	pthread_mutex_destroy(&net->mu);
+	pthread_cond_destroy(&net->cv);
+	free(net->peer_state);
+	ddss_net_env_free(&net->env);
+	free(net);
+}
+
+struct ddss_tp *ddss_net_tp(struct ddss_net *net) { return net->tp; }
+uint32_t ddss_net_rank(const struct ddss_net *net) { return net->env.rank; }
+uint32_t ddss_net_size(const struct ddss_net *net) { return net->env.size; }
+const char *ddss_net_transport_name(const struct ddss_net *net) { return net->tp->ops->name; }
+
+int ddss_net_send(struct ddss_net *net, uint32_t peer, uint16_t tag, const void *buf, size_t len)
+{
+	return ddss_tp_msg_send(net->tp, peer, tag, buf, len);
+}
+
+int ddss_net_cond_wait(struct ddss_net *net, int64_t deadline_ns)
+{
+	struct timespec ts;
+
+	if (deadline_ns == INT64_MAX)
+		return pthread_cond_wait(&net->cv, &net->mu) == 0;
+	ts.tv_sec = deadline_ns / 1000000000;
+	ts.tv_nsec = deadline_ns % 1000000000;
+	return pthread_cond_timedwait(&net->cv, &net->mu, &ts) == 0;
+}
+
+int ddss_net_wait_peer(struct ddss_net *net, uint32_t rank, enum ddss_tp_peer_state state,
+		       int timeout_ms)
+{
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : ddss_now_ns() + (int64_t)timeout_ms * 1000000;
+	int r = 0;
+
+	if (rank < 1 || rank > net->env.size)
+		return -EINVAL;
+	pthread_mutex_lock(&net->mu);
+	while (net->peer_state[rank] != state) {
+		if (!ddss_net_cond_wait(net, deadline) && ddss_now_ns() >= deadline) {
+			r = net->peer_state[rank] == state ? 0 : -ETIMEDOUT;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&net->mu);
+	return r;
+}

@@ -1,0 +1,59 @@
+/*
+ * The net layer: a transport opened from the group configuration, plus what every user of
+ * it needs on top of the provider: control messages dispatched by tag, membership (peer
+ * state changes one can wait for) and a group barrier.
+ *
+ * Life cycle: ddss_net_open -> set handlers -> ddss_net_start(pool) -> ... -> ddss_net_close.
+ */
+#ifndef DDSS_NET_NET_H
+#define DDSS_NET_NET_H
+
+#include "net/nodes.h"
+#include "net/transport.h"
+
+/* Control message tags; each subsystem owns one. */
+enum ddss_msg_tag {
+	DDSS_MSG_BARRIER = 1,
+	DDSS_MSG_USER_FIRST = 32, /* tests and tools */
+	DDSS_MSG_TAG_MAX = 64,
+};
+
+struct ddss_net;
+
+/* Runs on the progress thread: must not block or wait for completions (may post). */
+typedef void (*ddss_net_msg_fn)(void *arg, uint32_t from, const void *buf, size_t len);
+typedef void (*ddss_net_notify_fn)(void *arg, uint32_t from, uint32_t value);
+
+/** Open the transport described by @env (NULL: read the environment). Not serving yet. */
+int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p);
+/** Handle messages with @tag (before start). -EINVAL for a bad or taken tag. */
+int ddss_net_on_msg(struct ddss_net *net, uint16_t tag, ddss_net_msg_fn fn, void *arg);
+/** Handle notifications (before start). */
+void ddss_net_on_notify(struct ddss_net *net, ddss_net_notify_fn fn, void *arg);
+/** Register @pool (8-byte aligned) as this rank's shared memory and start serving peers. */
+int ddss_net_start(struct ddss_net *net, void *pool, size_t pool_len);
+/** Stop serving, disconnect, free. Peers notice this rank leave. */
+void ddss_net_close(struct ddss_net *net);
+
+struct ddss_tp *ddss_net_tp(struct ddss_net *net);
+uint32_t ddss_net_rank(const struct ddss_net *net);
+uint32_t ddss_net_size(const struct ddss_net *net);
+const char *ddss_net_transport_name(const struct ddss_net *net);
+
+/** Send a control message to @peer's handler for @tag (len <= DDSS_TP_MSG_MAX). */
+int ddss_net_send(struct ddss_net *net, uint32_t peer, uint16_t tag, const void *buf, size_t len);
+
+/**
+ * Wait until @rank is in @state (as seen by this rank), at most @timeout_ms (-1: forever).
+ * Returns 0 or -ETIMEDOUT.
+ */
+int ddss_net_wait_peer(struct ddss_net *net, uint32_t rank, enum ddss_tp_peer_state state,
+		       int timeout_ms);
+
+/**
+ * Block until every rank has entered the barrier. Collective. Returns 0, -ETIMEDOUT after
+ * @timeout_ms (-1: the connect timeout), or -EHOSTDOWN when a rank it needs went down.
+ */
+int ddss_net_barrier(struct ddss_net *net, int timeout_ms);
+
+#endif /* DDSS_NET_NET_H */

@@ -1,0 +1,38 @@
+/* State of the net layer shared by net.c and barrier.c. */
+#ifndef DDSS_NET_NET_INTERNAL_H
+#define DDSS_NET_NET_INTERNAL_H
+
+#include "net/net.h"
+
+#include <pthread.h>
+
+struct net_msg_slot {
+	ddss_net_msg_fn fn;
+	void *arg;
+};
+
+struct ddss_net {
+	struct ddss_tp *tp;
+	struct ddss_net_env env;
+	struct ddss_tp_mr *pool_mr;
+	struct net_msg_slot msg[DDSS_MSG_TAG_MAX];
+	ddss_net_notify_fn notify_fn;
+	void *notify_arg;
+
+	pthread_mutex_t mu; /* peer states and barrier state */
+	pthread_cond_t cv;  /* broadcast on any change of them */
+	enum ddss_tp_peer_state *peer_state; /* [1..size] */
+	/* Barrier: epochs count from 1. The coordinator (rank 1) counts arrivals per epoch
+	 * parity: no rank can be two barriers ahead of another. */
+	uint32_t barrier_epoch;    /* last epoch this rank entered */
+	uint32_t barrier_released; /* highest epoch released */
+	uint32_t barrier_arrived[2];
+};
+
+/* barrier.c */
+void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t len);
+
+/* Wait on net->cv (mu held) until @deadline_ns (INT64_MAX: forever). false on timeout. */
+int ddss_net_cond_wait(struct ddss_net *net, int64_t deadline_ns);
+
+#endif /* DDSS_NET_NET_INTERNAL_H */

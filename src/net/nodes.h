@@ -1,0 +1,46 @@
+/*
+ * Who the ranks of a group are and where they listen, from the environment:
+ *
+ *   DDSS_RANK                this process's rank, 1..N (required)
+ *   DDSS_NODES               "host:port,host:port,..." (entry r is rank r; IPv6 as [addr]:port;
+ *                            commas, spaces or newlines separate entries)
+ *   DDSS_NODES_FILE          the same list in a file, one entry per line, '#' comments
+ *   DDSS_SIZE                optional; must equal the number of entries
+ *   DDSS_LISTEN_FD           an inherited listening socket to serve on (set by ddssrun)
+ *   DDSS_GROUP               group id in hex (ddssrun sets a random one); peers must match
+ *   DDSS_TRANSPORT           tcp | verbs | auto (default auto: verbs if a device is usable)
+ *   DDSS_DEVICE              verbs device name (default: automatic)
+ *   DDSS_COMPLETION          event (default) | poll
+ *   DDSS_OP_TIMEOUT_MS       an operation outstanding this long fails its peer (30000; 0 = never)
+ *   DDSS_CONNECT_TIMEOUT_MS  how long to retry a peer that has not started yet (30000)
+ */
+#ifndef DDSS_NET_NODES_H
+#define DDSS_NET_NODES_H
+
+#include "net/transport.h"
+
+struct ddss_net_env {
+	uint32_t rank;
+	uint32_t size;
+	struct ddss_tp_node *nodes; /* size entries, malloc'd */
+	int listen_fd;
+	uint64_t group;
+	char transport[16];
+	char device[64];
+	enum ddss_tp_completion completion;
+	int op_timeout_ms;
+	int connect_timeout_ms;
+};
+
+/** Parse a node list; *nodes_p is malloc'd. -EINVAL (logged) on a malformed entry. */
+int ddss_nodes_parse(const char *text, struct ddss_tp_node **nodes_p, uint32_t *count_p);
+
+/** Fill @env from the environment (see above). Free with ddss_net_env_free. */
+int ddss_net_env_load(struct ddss_net_env *env);
+void ddss_net_env_free(struct ddss_net_env *env);
+
+/** A transport configuration pointing into @env (which must outlive its use). */
+void ddss_net_env_to_config(const struct ddss_net_env *env, const struct ddss_tp_handlers *h,
+			    struct ddss_tp_config *cfg);
+
+#endif /* DDSS_NET_NODES_H */

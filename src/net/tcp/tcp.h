@@ -1,0 +1,159 @@
+/*
+ * The tcp provider: the software path for machines without RDMA.
+ *
+ * Each rank has, per peer, one ordered *channel* (an outgoing TCP connection) that carries
+ * its requests to that peer and brings back the replies; the peer's *progress thread*
+ * serves the requests on its pool (epoll over all incoming connections), so the initiator
+ * sees verbs-like one-sided semantics. Replies are read by whichever application thread
+ * is waiting (one at a time, the "rx owner"), which avoids a thread hop on the latency
+ * path. An *acceptor thread* runs the handshake of incoming connections, so a handshake
+ * never waits for the progress thread (two ranks may connect to each other from handlers).
+ *
+ * Files: tcp_provider.c (ops table, lifecycle, peers, local operations), tcp_chan.c
+ * (initiator channels: connect, send, replies, waits), tcp_serve.c (acceptor and progress
+ * threads: handshake, serving requests), tcp_wire.c (frame encoding and validation).
+ */
+#ifndef DDSS_NET_TCP_TCP_H
+#define DDSS_NET_TCP_TCP_H
+
+#include "net/transport.h"
+#include "net/tcp/tcp_wire.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/uio.h>
+
+#define TCP_RXBUF_LEN 16384u
+/* A blocked reply reader wakes this often to check deadlines. */
+#define TCP_RX_SLICE_MS 100
+/* How long the acceptor waits for a connecting peer's hello. */
+#define TCP_HANDSHAKE_TIMEOUT_MS 5000
+
+enum tcp_ev_type { TCP_EV_STOP = 1, TCP_EV_CHAN, TCP_EV_SERVED };
+
+struct tcp_tp;
+
+/* Bytes waiting to go out on a channel because the socket was full. */
+struct tcp_out {
+	struct tcp_out *next;
+	struct iovec iov[2];
+	int iovcnt;
+	unsigned char *owned; /* private copy (messages), freed with the item */
+};
+
+/* This rank's ordered channel to one peer (initiator side). */
+struct tcp_chan {
+	enum tcp_ev_type ev_type; /* first: epoll data points here */
+	struct tcp_tp *tp;
+	uint32_t peer;
+	bool ever_up;             /* under connect_mu */
+	uint64_t peer_pool_len;   /* learned in the handshake */
+
+	pthread_mutex_t connect_mu; /* serialises connect / teardown */
+	/*
+	 * fd may be used by a sender holding send_mu or by the rx owner; it is replaced only
+	 * by a thread holding connect_mu, send_mu and rx ownership at once.
+	 */
+	int fd;
+	int error; /* atomic; sticky failure of the current connection (0 = healthy) */
+
+	pthread_mutex_t send_mu; /* next_seq, the out queue, EPOLLOUT arming */
+	uint64_t next_seq;
+	struct tcp_out *out_head, *out_tail;
+	bool out_armed;
+
+	pthread_mutex_t q_mu; /* FIFO of requests awaiting a reply, in seq order */
+	struct ddss_tp_req *q_head, *q_tail;
+
+	pthread_mutex_t cv_mu; /* rx ownership hand-off */
+	pthread_cond_t cv;
+	bool rx_busy;
+	int rx_waiters;
+
+	/* Reply parsing state: touched only by the rx owner. */
+	unsigned char rxbuf[TCP_RXBUF_LEN];
+	size_t rx_start, rx_end;
+	struct ddss_tp_req *rx_cur; /* read reply whose payload is arriving */
+	size_t rx_cur_got;
+};
+
+/* An incoming connection this rank serves (owned by the progress thread). */
+struct tcp_served {
+	enum tcp_ev_type ev_type; /* first: epoll data points here */
+	struct tcp_served *next;
+	int fd;
+	uint32_t peer;
+	unsigned char rxbuf[TCP_RXBUF_LEN];
+	size_t rx_start, rx_end;
+	bool have_hdr;          /* cur holds a request whose payload may still be arriving */
+	struct tcp_wire_hdr cur;
+	int cur_err;            /* answer cur with this error instead of serving it */
+	size_t payload_got;
+	unsigned char msgbuf[DDSS_TP_MSG_MAX];
+	/* A reply that did not fit in the socket; reading pauses until it is sent. */
+	unsigned char out_hdr[TCP_WIRE_HDR_LEN];
+	struct iovec out_iov[2];
+	int out_iovcnt;
+	bool out_blocked;
+};
+
+struct tcp_peer {
+	int state;         /* atomic enum ddss_tp_peer_state */
+	uint64_t pool_len; /* atomic; learned in either direction's handshake */
+	struct tcp_chan chan;
+};
+
+struct tcp_tp {
+	struct ddss_tp base; /* first: container_of */
+	unsigned char *pool;
+	uint64_t pool_len;
+	bool pool_registered;
+	bool started;
+	int listen_fd;
+	int epfd;
+	int stop_fd; /* eventfd that stops the progress thread */
+	enum tcp_ev_type stop_ev;
+	pthread_t progress_thread, acceptor_thread;
+	pthread_mutex_t served_mu;
+	struct tcp_served *served; /* list, for teardown */
+	struct tcp_peer *peers;    /* [1..size] */
+};
+
+static inline struct tcp_tp *tcp_tp_of(struct ddss_tp *tp)
+{
+	return (struct tcp_tp *)tp;
+}
+
+/* tcp_provider.c */
+void tcp_peer_set_state(struct tcp_tp *t, uint32_t rank, enum ddss_tp_peer_state state);
+void tcp_peer_set_pool_len(struct tcp_tp *t, uint32_t rank, uint64_t pool_len);
+/** TCP_NODELAY and keep-alive on a connected socket. */
+void tcp_set_sock_opts(int fd);
+/** Bound blocking receives on @fd to @ms milliseconds (at least 1 ms). */
+void tcp_set_rcvtimeo(int fd, int64_t ms);
+/** Receive exactly @len bytes, blocking; -ETIMEDOUT when SO_RCVTIMEO expires first. */
+int tcp_recv_full(int fd, void *buf, size_t len);
+
+/* tcp_chan.c */
+void tcp_chan_init(struct tcp_chan *ch, struct tcp_tp *t, uint32_t peer);
+void tcp_chan_destroy(struct tcp_chan *ch);
+/** Connect and handshake if needed (reconnects after a failure). Blocks. */
+int tcp_chan_ensure(struct tcp_chan *ch);
+/** Post a request that expects a reply; fills req's wire header. */
+int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp_wire_hdr *h,
+		  const void *payload, size_t payload_len);
+/** Send a one-way frame (notify, msg); the payload is copied if it cannot go out now. */
+int tcp_chan_send_oneway(struct tcp_chan *ch, const struct tcp_wire_hdr *h, const void *payload,
+			 size_t payload_len);
+int tcp_chan_test(struct tcp_chan *ch, struct ddss_tp_req *req);
+int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms);
+/** Progress thread: the socket has room again, send what is queued. */
+void tcp_chan_flush(struct tcp_chan *ch);
+/** Fail the connection with @err and complete everything outstanding. */
+void tcp_chan_shutdown(struct tcp_chan *ch, int err);
+
+/* tcp_serve.c */
+int tcp_serve_start(struct tcp_tp *t);
+void tcp_serve_stop(struct tcp_tp *t);
+
+#endif /* DDSS_NET_TCP_TCP_H */

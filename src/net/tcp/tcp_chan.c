@@ -1,0 +1,769 @@
+/*
+ * Initiator channels of the tcp provider: one ordered connection per peer.
+ *
+ * Locks, always taken in this order: connect_mu, rx ownership (cv_mu + rx_busy), send_mu,
+ * q_mu. A failure is first recorded (ch->error, set by a thread holding send_mu or rx
+ * ownership, which also shuts the socket down so blocked readers wake up); outstanding
+ * requests are then completed by the rx owner ("reap"), because only the rx owner may be
+ * writing into a request's buffer. The flusher never touches request memory once the error
+ * is set, so a completed request's buffer is never read again.
+ */
+#include "net/tcp/tcp.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static bool req_done(const struct ddss_tp_req *req)
+{
+	return __atomic_load_n(&req->done, __ATOMIC_ACQUIRE);
+}
+
+static void req_complete(struct ddss_tp_req *req, int status, uint64_t result)
+{
+	req->status = status;
+	req->result = result;
+	/* After this store the owner may free req: touch nothing of it afterwards. */
+	__atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
+}
+
+static int chan_error(const struct tcp_chan *ch)
+{
+	return __atomic_load_n(&ch->error, __ATOMIC_ACQUIRE);
+}
+
+void tcp_chan_init(struct tcp_chan *ch, struct tcp_tp *t, uint32_t peer)
+{
+	memset(ch, 0, sizeof(*ch));
+	ch->ev_type = TCP_EV_CHAN;
+	ch->tp = t;
+	ch->peer = peer;
+	ch->fd = -1;
+	ch->next_seq = 1;
+	pthread_mutex_init(&ch->connect_mu, NULL);
+	pthread_mutex_init(&ch->send_mu, NULL);
+	pthread_mutex_init(&ch->q_mu, NULL);
+	pthread_mutex_init(&ch->cv_mu, NULL);
+	pthread_cond_init(&ch->cv, NULL);
+}
+
+void tcp_chan_destroy(struct tcp_chan *ch)
+{
+	pthread_mutex_destroy(&ch->connect_mu);
+	pthread_mutex_destroy(&ch->send_mu);
+	pthread_mutex_destroy(&ch->q_mu);
+	pthread_mutex_destroy(&ch->cv_mu);
+	pthread_cond_destroy(&ch->cv);
+}
+
+/* Call with send_mu held or as rx owner. The first failure wins. */
+static void chan_fail(struct tcp_chan *ch, int err)
+{
+	int expected = 0;
+
+	if (!__atomic_compare_exchange_n(&ch->error, &expected, err, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		return;
+	if (err != -ECANCELED)
+		DDSS_INFO("channel to rank %u failed: %s", ch->peer, strerror(-err));
+	if (ch->fd >= 0)
+		shutdown(ch->fd, SHUT_RDWR);
+	tcp_peer_set_state(ch->tp, ch->peer, DDSS_TP_PEER_DOWN);
+}
+
+static void rx_acquire(struct tcp_chan *ch)
+{
+	pthread_mutex_lock(&ch->cv_mu);
+	while (ch->rx_busy) {
+		ch->rx_waiters++;
+		pthread_cond_wait(&ch->cv, &ch->cv_mu);
+		ch->rx_waiters--;
+	}
+	ch->rx_busy = true;
+	pthread_mutex_unlock(&ch->cv_mu);
+}
+
+static void rx_release(struct tcp_chan *ch)
+{
+	pthread_mutex_lock(&ch->cv_mu);
+	ch->rx_busy = false;
+	if (ch->rx_waiters)
+		pthread_cond_broadcast(&ch->cv);
+	pthread_mutex_unlock(&ch->cv_mu);
+}
+
+/* Rx owner: a waiter other than us may be sleeping on the request we just completed. */
+static void wake_waiters(struct tcp_chan *ch)
+{
+	pthread_mutex_lock(&ch->cv_mu);
+	if (ch->rx_waiters)
+		pthread_cond_broadcast(&ch->cv);
+	pthread_mutex_unlock(&ch->cv_mu);
+}
+
+/* Rx owner, after a failure: complete every outstanding request with the error. */
+static void reap_as_owner(struct tcp_chan *ch)
+{
+	int err = chan_error(ch);
+	struct ddss_tp_req *list, *req;
+
+	if (!err)
+		return;
+	pthread_mutex_lock(&ch->q_mu);
+	list = ch->q_head;
+	ch->q_head = ch->q_tail = NULL;
+	pthread_mutex_unlock(&ch->q_mu);
+	if (ch->rx_cur) {
+		req_complete(ch->rx_cur, err, 0);
+		ch->rx_cur = NULL;
+	}
+	while (list) {
+		req = list;
+		list = req->next;
+		req_complete(req, err, 0);
+	}
+	ch->rx_start = ch->rx_end = 0;
+	wake_waiters(ch);
+}
+
+static void out_disarm(struct tcp_chan *ch)
+{
+	if (ch->out_armed) {
+		epoll_ctl(ch->tp->epfd, EPOLL_CTL_DEL, ch->fd, NULL);
+		ch->out_armed = false;
+	}
+}
+
+/* send_mu held: forget queued output (the error is set, so it would never be sent). */
+static void out_drop(struct tcp_chan *ch)
+{
+	struct tcp_out *o;
+
+	while ((o = ch->out_head)) {
+		ch->out_head = o->next;
+		free(o->owned);
+		free(o);
+	}
+	ch->out_tail = NULL;
+	out_disarm(ch);
+}
+
+/* connect_mu held, after a failure or at shutdown: close the socket, back to "not connected". */
+static void chan_teardown(struct tcp_chan *ch)
+{
+	rx_acquire(ch);
+	reap_as_owner(ch);
+	pthread_mutex_lock(&ch->send_mu);
+	out_drop(ch);
+	if (ch->fd >= 0)
+		close(ch->fd);
+	__atomic_store_n(&ch->fd, -1, __ATOMIC_RELEASE);
+	__atomic_store_n(&ch->error, 0, __ATOMIC_RELEASE);
+	ch->next_seq = 1;
+	pthread_mutex_unlock(&ch->send_mu);
+	ch->rx_start = ch->rx_end = 0;
+	rx_release(ch);
+}
+
+static int connect_once(const struct ddss_tp_node *node, int *fd_p)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct addrinfo *res, *ai;
+	char port[8];
+	int err = -ECONNREFUSED;
+
+	snprintf(port, sizeof(port), "%u", node->port);
+	if (getaddrinfo(node->host, port, &hints, &res) != 0)
+		return -EHOSTUNREACH;
+	for (ai = res; ai; ai = ai->ai_next) {
+		int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+
+		if (fd < 0) {
+			err = -errno;
+			continue;
+		}
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+			freeaddrinfo(res);
+			*fd_p = fd;
+			return 0;
+		}
+		err = -errno;
+		close(fd);
+	}
+	freeaddrinfo(res);
+	return err;
+}
+
+static int handshake(struct tcp_chan *ch, int fd, int64_t deadline)
+{
+	struct tcp_tp *t = ch->tp;
+	const struct ddss_tp_config *cfg = &t->base.cfg;
+	unsigned char buf[TCP_WIRE_HDR_LEN + TCP_WIRE_HELLO_LEN];
+	struct tcp_wire_hdr h = { .kind = TCP_K_HELLO, .len = TCP_WIRE_HELLO_LEN };
+	struct tcp_wire_hello me = {
+		.magic = TCP_WIRE_MAGIC, .version = TCP_WIRE_VERSION, .from_rank = cfg->rank,
+		.to_rank = ch->peer, .size = cfg->size, .group = cfg->group, .pool_len = t->pool_len,
+	};
+	struct tcp_wire_hello them;
+	int r;
+
+	tcp_wire_encode_hdr(&h, buf);
+	tcp_wire_encode_hello(&me, buf + TCP_WIRE_HDR_LEN);
+	if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf))
+		return -ECONNRESET;
+	tcp_set_rcvtimeo(fd, (deadline - ddss_now_ns()) / 1000000);
+	r = tcp_recv_full(fd, buf, sizeof(buf));
+	if (r)
+		return r;
+	if (tcp_wire_decode_hdr(buf, &h) || h.kind != TCP_K_HELLO_ACK || h.len != TCP_WIRE_HELLO_LEN)
+		return -EPROTO;
+	if (h.status) {
+		/* Only trust errno values the target is known to send. */
+		r = h.status == -EACCES || h.status == -EPROTO || h.status == -EINVAL ? h.status
+										     : -ECONNREFUSED;
+		DDSS_WARN("rank %u refused our handshake: %s", ch->peer, strerror(-r));
+		return r;
+	}
+	r = tcp_wire_decode_hello(buf + TCP_WIRE_HDR_LEN, &them);
+	if (r)
+		return r;
+	if (them.from_rank != ch->peer || them.to_rank != cfg->rank || them.size != cfg->size ||
+	    them.group != cfg->group) {
+		DDSS_WARN("rank %u answered as rank %u of %u (group %llx)", ch->peer, them.from_rank,
+			  them.size, (unsigned long long)them.group);
+		return -EPROTO;
+	}
+	ch->peer_pool_len = them.pool_len;
+	return 0;
+}
+
+/*
+ * connect_mu held. A peer never seen up is retried until the connect timeout (it may not
+ * have started yet); one that was up and went down gets a single attempt, so operations
+ * on a dead rank fail fast.
+ */
+static int chan_connect(struct tcp_chan *ch)
+{
+	const struct ddss_tp_config *cfg = &ch->tp->base.cfg;
+	int64_t deadline = ddss_now_ns() + (int64_t)cfg->connect_timeout_ms * 1000000;
+	long backoff_ms = 5;
+	int fd = -1, r;
+
+	for (;;) {
+		r = connect_once(&ch->tp->base.nodes[ch->peer - 1], &fd);
+		if (r == 0)
+			break;
+		if (ch->ever_up)
+			return -EHOSTDOWN;
+		if (ddss_now_ns() >= deadline)
+			return r == -ECONNREFUSED ? -ETIMEDOUT : r;
+		/* Back-off between attempts while the peer starts (not a synchronisation). */
+		struct timespec ts = { 0, backoff_ms * 1000000 };
+		nanosleep(&ts, NULL);
+		if (backoff_ms < 100)
+			backoff_ms *= 2;
+	}
+	tcp_set_sock_opts(fd);
+	r = handshake(ch, fd, ch->ever_up ? ddss_now_ns() + 5000000000LL : deadline);
+	if (r) {
+		close(fd);
+		return r;
+	}
+	tcp_set_rcvtimeo(fd, TCP_RX_SLICE_MS);
+
+	/* Install the socket; nobody may use the channel while fd changes. */
+	rx_acquire(ch);
+	pthread_mutex_lock(&ch->send_mu);
+	__atomic_store_n(&ch->fd, fd, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&ch->send_mu);
+	rx_release(ch);
+	ch->ever_up = true;
+	tcp_peer_set_pool_len(ch->tp, ch->peer, ch->peer_pool_len);
+	tcp_peer_set_state(ch->tp, ch->peer, DDSS_TP_PEER_UP);
+	return 0;
+}
+
+int tcp_chan_ensure(struct tcp_chan *ch)
+{
+	int r = 0;
+
+	if (__atomic_load_n(&ch->fd, __ATOMIC_ACQUIRE) >= 0 && !chan_error(ch))
+		return 0;
+	pthread_mutex_lock(&ch->connect_mu);
+	if (chan_error(ch))
+		chan_teardown(ch);
+	if (ch->fd < 0)
+		r = chan_connect(ch);
+	pthread_mutex_unlock(&ch->connect_mu);
+	return r;
+}
+
+void tcp_chan_shutdown(struct tcp_chan *ch, int err)
+{
+	pthread_mutex_lock(&ch->connect_mu);
+	pthread_mutex_lock(&ch->send_mu);
+	if (ch->fd >= 0)
+		chan_fail(ch, err);
+	pthread_mutex_unlock(&ch->send_mu);
+	chan_teardown(ch);
+	pthread_mutex_unlock(&ch->connect_mu);
+}
+
+/* send_mu held: register interest in "socket writable" with the progress thread. */
+static int out_arm(struct tcp_chan *ch)
+{
+	struct epoll_event ev = { .events = EPOLLOUT, .data.ptr = ch };
+
+	if (ch->out_armed)
+		return 0;
+	if (epoll_ctl(ch->tp->epfd, EPOLL_CTL_ADD, ch->fd, &ev) && errno != EEXIST)
+		return -errno;
+	ch->out_armed = true;
+	return 0;
+}
+
+/* Skip @n bytes of @iov in place; returns the index of the first unsent vector. */
+static int iov_advance(struct iovec *iov, int iovcnt, size_t n)
+{
+	int i = 0;
+
+	while (i < iovcnt && n >= iov[i].iov_len) {
+		n -= iov[i].iov_len;
+		i++;
+	}
+	if (i < iovcnt) {
+		iov[i].iov_base = (char *)iov[i].iov_base + n;
+		iov[i].iov_len -= n;
+	}
+	return i;
+}
+
+/*
+ * send_mu held. Send now if nothing is queued ahead, else (or for what did not fit) queue:
+ * a request's buffers are referenced (they live until it completes), a one-way frame is
+ * copied. On failure the channel is failed and -ECONNRESET returned.
+ */
+static int chan_send(struct tcp_chan *ch, struct iovec *iov, int iovcnt, bool copy)
+{
+	struct msghdr mh = { 0 };
+	struct tcp_out *o;
+	int first = 0, r;
+
+	if (!ch->out_head) {
+		ssize_t n;
+
+		mh.msg_iov = iov;
+		mh.msg_iovlen = (size_t)iovcnt;
+		do {
+			n = sendmsg(ch->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		} while (n < 0 && errno == EINTR);
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+			chan_fail(ch, -ECONNRESET);
+			return -ECONNRESET;
+		}
+		first = iov_advance(iov, iovcnt, n < 0 ? 0 : (size_t)n);
+		if (first == iovcnt)
+			return 0;
+	}
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		goto fail;
+	for (int i = first; i < iovcnt; i++)
+		o->iov[o->iovcnt++] = iov[i];
+	if (copy) {
+		size_t total = 0, at = 0;
+
+		for (int i = 0; i < o->iovcnt; i++)
+			total += o->iov[i].iov_len;
+		o->owned = malloc(total);
+		if (!o->owned) {
+			free(o);
+			goto fail;
+		}
+		for (int i = 0; i < o->iovcnt; i++) {
+			memcpy(o->owned + at, o->iov[i].iov_base, o->iov[i].iov_len);
+			at += o->iov[i].iov_len;
+		}
+		o->iov[0] = (struct iovec){ o->owned, total };
+		o->iovcnt = 1;
+	}
+	if (ch->out_tail)
+		ch->out_tail->next = o;
+	else
+		ch->out_head = o;
+	ch->out_tail = o;
+	r = out_arm(ch);
+	if (r) {
+		DDSS_ERR("cannot watch channel to rank %u: %s", ch->peer, strerror(-r));
+		chan_fail(ch, -ECONNRESET);
+		return -ECONNRESET;
+	}
+	return 0;
+fail:
+	/* Part of a frame may be on the wire already: the stream is unusable. */
+	chan_fail(ch, -ENOMEM);
+	return -ENOMEM;
+}
+
+void tcp_chan_flush(struct tcp_chan *ch)
+{
+	pthread_mutex_lock(&ch->send_mu);
+	if (chan_error(ch) || ch->fd < 0) {
+		out_drop(ch);
+		pthread_mutex_unlock(&ch->send_mu);
+		return;
+	}
+	while (ch->out_head) {
+		struct tcp_out *o = ch->out_head;
+		struct msghdr mh = { .msg_iov = o->iov, .msg_iovlen = (size_t)o->iovcnt };
+		ssize_t n = sendmsg(ch->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		int first;
+
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				break;
+			chan_fail(ch, -ECONNRESET);
+			out_drop(ch);
+			break;
+		}
+		first = iov_advance(o->iov, o->iovcnt, (size_t)n);
+		if (first < o->iovcnt) {
+			memmove(o->iov, o->iov + first, sizeof(o->iov[0]) * (size_t)(o->iovcnt - first));
+			o->iovcnt -= first;
+			break;
+		}
+		ch->out_head = o->next;
+		if (!ch->out_head)
+			ch->out_tail = NULL;
+		free(o->owned);
+		free(o);
+	}
+	if (!ch->out_head)
+		out_disarm(ch);
+	pthread_mutex_unlock(&ch->send_mu);
+}
+
+int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp_wire_hdr *h,
+		  const void *payload, size_t payload_len)
+{
+	struct tcp_wire_hdr hdr = *h;
+	struct iovec iov[2];
+	int timeout_ms = ch->tp->base.cfg.op_timeout_ms;
+
+	req->done = 0;
+	req->status = 0;
+	req->result = 0;
+	req->next = NULL;
+	req->deadline_ns = timeout_ms > 0 ? ddss_now_ns() + (int64_t)timeout_ms * 1000000 : INT64_MAX;
+
+	pthread_mutex_lock(&ch->send_mu);
+	if (ch->fd < 0 || chan_error(ch)) {
+		pthread_mutex_unlock(&ch->send_mu);
+		return -ECONNRESET;
+	}
+	hdr.seq = req->seq = ch->next_seq++;
+	tcp_wire_encode_hdr(&hdr, req->hdr);
+	/* Queue before sending: another thread may read the reply before send() returns. */
+	pthread_mutex_lock(&ch->q_mu);
+	if (ch->q_tail)
+		ch->q_tail->next = req;
+	else
+		ch->q_head = req;
+	ch->q_tail = req;
+	pthread_mutex_unlock(&ch->q_mu);
+	iov[0] = (struct iovec){ req->hdr, TCP_WIRE_HDR_LEN };
+	iov[1] = (struct iovec){ (void *)payload, payload_len };
+	/* A send failure fails the channel; the queued request completes with that error. */
+	chan_send(ch, iov, payload_len ? 2 : 1, false);
+	pthread_mutex_unlock(&ch->send_mu);
+	return 0;
+}
+
+int tcp_chan_send_oneway(struct tcp_chan *ch, const struct tcp_wire_hdr *h, const void *payload,
+			 size_t payload_len)
+{
+	unsigned char hdr[TCP_WIRE_HDR_LEN];
+	struct iovec iov[2] = { { hdr, sizeof(hdr) }, { (void *)payload, payload_len } };
+	int r;
+
+	tcp_wire_encode_hdr(h, hdr);
+	pthread_mutex_lock(&ch->send_mu);
+	if (ch->fd < 0 || chan_error(ch))
+		r = -ECONNRESET;
+	else
+		r = chan_send(ch, iov, payload_len ? 2 : 1, true);
+	pthread_mutex_unlock(&ch->send_mu);
+	return r;
+}
+
+/* Rx owner: consume buffered bytes. 0 = progress made, -EAGAIN = need more, -EPROTO. */
+static int rx_parse(struct tcp_chan *ch, struct ddss_tp_req *until)
+{
+	struct tcp_wire_hdr h;
+	struct ddss_tp_req *req;
+	size_t avail = ch->rx_end - ch->rx_start;
+	size_t expect;
+
+	if (ch->rx_cur) {
+		size_t n = ch->rx_cur->len - ch->rx_cur_got;
+
+		if (n > avail)
+			n = avail;
+		if (n == 0)
+			return -EAGAIN;
+		memcpy((char *)ch->rx_cur->local + ch->rx_cur_got, ch->rxbuf + ch->rx_start, n);
+		ch->rx_start += n;
+		ch->rx_cur_got += n;
+		if (ch->rx_cur_got == ch->rx_cur->len) {
+			req = ch->rx_cur;
+			ch->rx_cur = NULL;
+			req_complete(req, 0, 0);
+			if (req != until)
+				wake_waiters(ch);
+		}
+		return 0;
+	}
+	if (avail < TCP_WIRE_HDR_LEN)
+		return -EAGAIN;
+	if (tcp_wire_decode_hdr(ch->rxbuf + ch->rx_start, &h) || h.kind != TCP_K_REPLY)
+		return -EPROTO;
+	pthread_mutex_lock(&ch->q_mu);
+	req = ch->q_head;
+	if (req && req->seq == h.seq) {
+		expect = req->op == DDSS_TP_OP_READ && h.status == 0 ? req->len : 0;
+		if (h.len == expect && h.status <= 0 && h.status > -4096) {
+			ch->q_head = req->next;
+			if (!ch->q_head)
+				ch->q_tail = NULL;
+		} else {
+			req = NULL;
+		}
+	} else {
+		req = NULL;
+	}
+	pthread_mutex_unlock(&ch->q_mu);
+	if (!req) {
+		DDSS_WARN("unexpected reply from rank %u (seq %llu)", ch->peer,
+			  (unsigned long long)h.seq);
+		return -EPROTO;
+	}
+	ch->rx_start += TCP_WIRE_HDR_LEN;
+	if (h.len) {
+		ch->rx_cur = req;
+		ch->rx_cur_got = 0;
+		return 0;
+	}
+	req_complete(req, h.status, h.a);
+	if (req != until)
+		wake_waiters(ch);
+	return 0;
+}
+
+/*
+ * Rx owner: receive more bytes. Large read payloads go straight into the caller's buffer.
+ * @block: wait (spinning in poll mode, else in the kernel) until @deadline.
+ * Returns 0, -EAGAIN (non-blocking, nothing there), -ETIMEDOUT, or a failure (-ECONNRESET).
+ */
+static int rx_fill(struct tcp_chan *ch, int64_t deadline, bool block)
+{
+	bool spin = ch->tp->base.cfg.completion == DDSS_TP_COMPLETION_POLL;
+	void *dst;
+	size_t room;
+	ssize_t n;
+
+	if (ch->rx_cur && ch->rx_start == ch->rx_end &&
+	    ch->rx_cur->len - ch->rx_cur_got >= TCP_RXBUF_LEN / 4) {
+		dst = (char *)ch->rx_cur->local + ch->rx_cur_got;
+		room = ch->rx_cur->len - ch->rx_cur_got;
+	} else {
+		if (ch->rx_start == ch->rx_end) {
+			ch->rx_start = ch->rx_end = 0;
+		} else if (ch->rx_start > 0) {
+			memmove(ch->rxbuf, ch->rxbuf + ch->rx_start, ch->rx_end - ch->rx_start);
+			ch->rx_end -= ch->rx_start;
+			ch->rx_start = 0;
+		}
+		dst = ch->rxbuf + ch->rx_end;
+		room = TCP_RXBUF_LEN - ch->rx_end;
+	}
+	for (;;) {
+		int flags = MSG_DONTWAIT;
+
+		if (block && !spin) {
+			int64_t left_ms = (deadline - ddss_now_ns()) / 1000000;
+
+			if (deadline != INT64_MAX && left_ms < TCP_RX_SLICE_MS) {
+				struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+
+				if (left_ms < 0 || poll(&pfd, 1, (int)left_ms) == 0)
+					return -ETIMEDOUT;
+			} else {
+				flags = 0; /* blocking; SO_RCVTIMEO bounds it to one slice */
+			}
+		}
+		n = recv(ch->fd, dst, room, flags);
+		if (n > 0)
+			break;
+		if (n == 0) {
+			chan_fail(ch, -ECONNRESET);
+			return -ECONNRESET;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			chan_fail(ch, -ECONNRESET);
+			return -ECONNRESET;
+		}
+		if (!block)
+			return -EAGAIN;
+		if (ddss_now_ns() >= deadline)
+			return -ETIMEDOUT;
+		if (chan_error(ch))
+			return chan_error(ch);
+	}
+	if (dst == ch->rxbuf + ch->rx_end) {
+		ch->rx_end += (size_t)n;
+	} else {
+		ch->rx_cur_got += (size_t)n;
+		if (ch->rx_cur_got == ch->rx_cur->len) {
+			struct ddss_tp_req *req = ch->rx_cur;
+
+			ch->rx_cur = NULL;
+			req_complete(req, 0, 0);
+			wake_waiters(ch);
+		}
+	}
+	return 0;
+}
+
+/*
+ * Rx owner: read and complete replies until @until is done (0), the deadline passes
+ * (-ETIMEDOUT), nothing is available without blocking (-EAGAIN), or the channel fails
+ * (its error; the caller reaps).
+ */
+static int rx_progress(struct tcp_chan *ch, struct ddss_tp_req *until, int64_t deadline, bool block)
+{
+	int r;
+
+	while (!req_done(until)) {
+		if (chan_error(ch))
+			return chan_error(ch);
+		r = rx_parse(ch, until);
+		if (r == 0)
+			continue;
+		if (r != -EAGAIN) {
+			chan_fail(ch, r);
+			return r;
+		}
+		r = rx_fill(ch, deadline, block);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+/* The operation timeout passed with @req still pending: the peer is considered dead. */
+static void expire(struct tcp_chan *ch, struct ddss_tp_req *req)
+{
+	DDSS_WARN("operation to rank %u timed out after %d ms", ch->peer,
+		  ch->tp->base.cfg.op_timeout_ms);
+	pthread_mutex_lock(&ch->send_mu);
+	if (!req_done(req))
+		chan_fail(ch, -ETIMEDOUT);
+	pthread_mutex_unlock(&ch->send_mu);
+	rx_acquire(ch);
+	reap_as_owner(ch);
+	rx_release(ch);
+}
+
+int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms)
+{
+	int64_t now = ddss_now_ns();
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : now + (int64_t)timeout_ms * 1000000;
+	int r = 0;
+
+	if (req->deadline_ns < deadline)
+		deadline = req->deadline_ns;
+	pthread_mutex_lock(&ch->cv_mu);
+	while (!req_done(req)) {
+		if (!ch->rx_busy) {
+			ch->rx_busy = true;
+			pthread_mutex_unlock(&ch->cv_mu);
+			r = rx_progress(ch, req, deadline, true);
+			if (chan_error(ch))
+				reap_as_owner(ch);
+			rx_release(ch);
+			if (r == -ETIMEDOUT && !req_done(req))
+				goto timed_out;
+			pthread_mutex_lock(&ch->cv_mu);
+			continue;
+		}
+		ch->rx_waiters++;
+		if (deadline == INT64_MAX) {
+			pthread_cond_wait(&ch->cv, &ch->cv_mu);
+		} else {
+			struct timespec ts;
+			int64_t left = deadline - ddss_now_ns();
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			if (left < 0)
+				left = 0;
+			ts.tv_sec += left / 1000000000;
+			ts.tv_nsec += left % 1000000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			r = pthread_cond_timedwait(&ch->cv, &ch->cv_mu, &ts);
+		}
+		ch->rx_waiters--;
+		if (r == ETIMEDOUT && !req_done(req)) {
+			pthread_mutex_unlock(&ch->cv_mu);
+			goto timed_out;
+		}
+	}
+	pthread_mutex_unlock(&ch->cv_mu);
+	return 0;
+
+timed_out:
+	if (ddss_now_ns() >= req->deadline_ns) {
+		expire(ch, req);
+		return 0;
+	}
+	return -ETIMEDOUT;
+}
+
+int tcp_chan_test(struct tcp_chan *ch, struct ddss_tp_req *req)
+{
+	pthread_mutex_lock(&ch->cv_mu);
+	if (req_done(req)) {
+		pthread_mutex_unlock(&ch->cv_mu);
+		return 0;
+	}
+	if (ch->rx_busy) {
+		/* Someone else is reading replies; ours will be completed by them. */
+		pthread_mutex_unlock(&ch->cv_mu);
+		return -EAGAIN;
+	}
+	ch->rx_busy = true;
+	pthread_mutex_unlock(&ch->cv_mu);
+	rx_progress(ch, req, INT64_MAX, false);
+	if (chan_error(ch))
+		reap_as_owner(ch);
+	rx_release(ch);
+	if (req_done(req))
+		return 0;
+	if (ddss_now_ns() >= req->deadline_ns) {
+		expire(ch, req);
+		return 0;
+	}
+	return -EAGAIN;
+}

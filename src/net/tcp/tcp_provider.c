@@ -1,0 +1,398 @@
+/*
+ * The tcp provider's ops table: lifecycle, memory, peers, and argument checking before
+ * requests go to a channel. Operations on this rank's own pool run inline as CPU
+ * operations: the progress thread serves remote atomics with CPU atomics too, so the two
+ * are atomic with respect to each other (unlike verbs, where the NIC's atomics are not).
+ */
+#include "net/tcp/tcp.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* The pool handle is the provider itself; local buffers need no registration here. */
+struct ddss_tp_mr {
+	int unused;
+};
+static struct ddss_tp_mr tcp_local_mr;
+
+void tcp_set_sock_opts(int fd)
+{
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+}
+
+void tcp_set_rcvtimeo(int fd, int64_t ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	if (ms <= 0)
+		tv = (struct timeval){ 0, 1000 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+int tcp_recv_full(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = recv(fd, (char *)buf + got, len - got, 0);
+
+		if (n > 0)
+			got += (size_t)n;
+		else if (n == 0)
+			return -ECONNRESET;
+		else if (errno != EINTR)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+	}
+	return 0;
+}
+
+void tcp_peer_set_state(struct tcp_tp *t, uint32_t rank, enum ddss_tp_peer_state state)
+{
+	const struct ddss_tp_handlers *hd = &t->base.cfg.handlers;
+	int old = __atomic_exchange_n(&t->peers[rank].state, (int)state, __ATOMIC_ACQ_REL);
+
+	if (old != (int)state && hd->on_peer)
+		hd->on_peer(hd->arg, rank, state);
+}
+
+void tcp_peer_set_pool_len(struct tcp_tp *t, uint32_t rank, uint64_t pool_len)
+{
+	__atomic_store_n(&t->peers[rank].pool_len, pool_len, __ATOMIC_RELEASE);
+}
+
+static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p);
+
+static void tcp_close(struct ddss_tp *tp)
+{
+	struct tcp_tp *t = tcp_tp_of(tp);
+
+	if (t->started)
+		tcp_serve_stop(t);
+	for (uint32_t r = 1; r <= tp->cfg.size; r++)
+		tcp_chan_shutdown(&t->peers[r].chan, -ECANCELED);
+	for (uint32_t r = 1; r <= tp->cfg.size; r++)
+		tcp_chan_destroy(&t->peers[r].chan);
+	close(t->epfd);
+	pthread_mutex_destroy(&t->served_mu);
+	free(t->peers);
+	ddss_tp_fini_common(tp);
+	free(t);
+}
+
+static int tcp_start(struct ddss_tp *tp)
+{
+	struct tcp_tp *t = tcp_tp_of(tp);
+	int r;
+
+	if (t->started)
+		return -EALREADY;
+	if (!t->pool_registered) {
+		DDSS_ERR("start: register the pool first");
+		return -EINVAL;
+	}
+	r = tcp_serve_start(t);
+	if (r == 0)
+		t->started = true;
+	return r;
+}
+
+static int tcp_mem_register(struct ddss_tp *tp, void *addr, size_t len, bool expose,
+			    struct ddss_tp_mr **mr_p)
+{
+	struct tcp_tp *t = tcp_tp_of(tp);
+
+	if (!addr || !len || !mr_p)
+		return -EINVAL;
+	if (!expose) {
+		*mr_p = &tcp_local_mr;
+		return 0;
+	}
+	/* Atomics need 8-byte-aligned words, so the pool must start aligned. */
+	if (t->pool_registered || t->started || (uintptr_t)addr % 8)
+		return -EINVAL;
+	t->pool = addr;
+	t->pool_len = len;
+	t->pool_registered = true;
+	*mr_p = (struct ddss_tp_mr *)t;
+	return 0;
+}
+
+static int tcp_mem_deregister(struct ddss_tp *tp, struct ddss_tp_mr *mr)
+{
+	struct tcp_tp *t = tcp_tp_of(tp);
+
+	if (mr == &tcp_local_mr)
+		return 0;
+	if (mr != (struct ddss_tp_mr *)t || t->started)
+		return -EINVAL;
+	t->pool_registered = false;
+	t->pool = NULL;
+	t->pool_len = 0;
+	return 0;
+}
+
+static bool valid_rank(const struct ddss_tp *tp, uint32_t rank)
+{
+	return rank >= 1 && rank <= tp->cfg.size;
+}
+
+static int tcp_peer_connect(struct ddss_tp *tp, uint32_t rank)
+{
+	if (!valid_rank(tp, rank))
+		return -EINVAL;
+	return tcp_chan_ensure(&tcp_tp_of(tp)->peers[rank].chan);
+}
+
+static int tcp_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
+{
+	if (!valid_rank(tp, rank))
+		return -EINVAL;
+	tcp_chan_shutdown(&tcp_tp_of(tp)->peers[rank].chan, -ECONNRESET);
+	return 0;
+}
+
+static int tcp_peer_info(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_peer_info *info_p)
+{
+	struct tcp_tp *t = tcp_tp_of(tp);
+
+	if (!valid_rank(tp, rank) || !info_p)
+		return -EINVAL;
+	if (rank == tp->cfg.rank) {
+		info_p->state = DDSS_TP_PEER_UP;
+		info_p->pool_len = t->pool_len;
+		return 0;
+	}
+	info_p->state = __atomic_load_n(&t->peers[rank].state, __ATOMIC_ACQUIRE);
+	info_p->pool_len = __atomic_load_n(&t->peers[rank].pool_len, __ATOMIC_ACQUIRE);
+	return 0;
+}
+
+static void complete_now(struct ddss_tp_req *req, int status, uint64_t result)
+{
+	req->status = status;
+	req->result = result;
+	req->deadline_ns = INT64_MAX;
+	__atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
+}
+
+/* An operation on our own pool, done inline (see the top of this file). */
+static int local_op(struct tcp_tp *t, struct ddss_tp_req *req)
+{
+	unsigned char *at = t->pool + req->remote_off;
+	uint64_t old = 0;
+
+	switch (req->op) {
+	case DDSS_TP_OP_READ:
+		memcpy(req->local, at, req->len);
+		break;
+	case DDSS_TP_OP_WRITE:
+		memcpy(at, req->local, req->len);
+		break;
+	case DDSS_TP_OP_CAS:
+		old = req->operand[0];
+		__atomic_compare_exchange_n((uint64_t *)at, &old, req->operand[1], false,
+					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		break;
+	case DDSS_TP_OP_FADD:
+		old = __atomic_fetch_add((uint64_t *)at, req->operand[0], __ATOMIC_SEQ_CST);
+		break;
+	}
+	complete_now(req, 0, old);
+	return 0;
+}
+
+/*
+ * Common path of every one-sided post: check arguments and range (against the pool
+ * length the peer announced), then run locally or send on the peer's channel.
+ */
+static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t off, void *local,
+		size_t len, uint64_t a, uint64_t b, struct ddss_tp_req *req)
+{
+	struct tcp_tp *t = tcp_tp_of(tp);
+	struct tcp_chan *ch;
+	struct tcp_wire_hdr h = { .off = off };
+	uint64_t pool_len;
+	int r;
+
+	if (!req || !valid_rank(tp, peer) || (len && !local) || len == 0 || len > UINT32_MAX)
+		return -EINVAL;
+	if ((op == DDSS_TP_OP_CAS || op == DDSS_TP_OP_FADD) && off % 8)
+		return -EINVAL;
+	req->op = op;
+	req->peer = peer;
+	req->remote_off = off;
+	req->local = local;
+	req->len = len;
+	req->operand[0] = a;
+	req->operand[1] = b;
+	if (peer == tp->cfg.rank) {
+		if (!tcp_wire_in_range(off, len, t->pool_len))
+			return -ERANGE;
+		return local_op(t, req);
+	}
+	ch = &t->peers[peer].chan;
+	r = tcp_chan_ensure(ch);
+	if (r)
+		return r;
+	pool_len = __atomic_load_n(&t->peers[peer].pool_len, __ATOMIC_ACQUIRE);
+	if (!tcp_wire_in_range(off, len, pool_len))
+		return -ERANGE;
+	switch (op) {
+	case DDSS_TP_OP_READ:
+		h.kind = TCP_K_READ;
+		h.a = len;
+		return tcp_chan_post(ch, req, &h, NULL, 0);
+	case DDSS_TP_OP_WRITE:
+		h.kind = TCP_K_WRITE;
+		h.len = (uint32_t)len;
+		return tcp_chan_post(ch, req, &h, local, len);
+	case DDSS_TP_OP_CAS:
+		h.kind = TCP_K_CAS;
+		h.a = a;
+		h.b = b;
+		return tcp_chan_post(ch, req, &h, NULL, 0);
+	case DDSS_TP_OP_FADD:
+		h.kind = TCP_K_FADD;
+		h.a = a;
+		return tcp_chan_post(ch, req, &h, NULL, 0);
+	}
+	return -EINVAL;
+}
+
+static int tcp_post_read(struct ddss_tp *tp, uint32_t peer, uint64_t off, void *local, size_t len,
+			 struct ddss_tp_req *req)
+{
+	return post(tp, peer, DDSS_TP_OP_READ, off, local, len, 0, 0, req);
+}
+
+static int tcp_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const void *local,
+			  size_t len, struct ddss_tp_req *req)
+{
+	return post(tp, peer, DDSS_TP_OP_WRITE, off, (void *)local, len, 0, 0, req);
+}
+
+static int tcp_post_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
+			uint64_t swap, struct ddss_tp_req *req)
+{
+	return post(tp, peer, DDSS_TP_OP_CAS, off, &req->result, 8, compare, swap, req);
+}
+
+static int tcp_post_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add,
+			 struct ddss_tp_req *req)
+{
+	return post(tp, peer, DDSS_TP_OP_FADD, off, &req->result, 8, add, 0, req);
+}
+
+static int send_oneway(struct ddss_tp *tp, uint32_t peer, const struct tcp_wire_hdr *h,
+		       const void *buf, size_t len)
+{
+	struct tcp_chan *ch;
+	int r;
+
+	if (!valid_rank(tp, peer))
+		return -EINVAL;
+	ch = &tcp_tp_of(tp)->peers[peer].chan;
+	r = tcp_chan_ensure(ch);
+	return r ? r : tcp_chan_send_oneway(ch, h, buf, len);
+}
+
+static int tcp_notify(struct ddss_tp *tp, uint32_t peer, uint32_t value)
+{
+	struct tcp_wire_hdr h = { .kind = TCP_K_NOTIFY, .a = value };
+
+	return send_oneway(tp, peer, &h, NULL, 0);
+}
+
+static int tcp_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const void *buf, size_t len)
+{
+	struct tcp_wire_hdr h = { .kind = TCP_K_MSG, .tag = tag, .len = (uint32_t)len };
+
+	if (len > DDSS_TP_MSG_MAX || (len && !buf))
+		return -EINVAL;
+	return send_oneway(tp, peer, &h, buf, len);
+}
+
+static int tcp_test(struct ddss_tp *tp, struct ddss_tp_req *req)
+{
+	if (!req || !valid_rank(tp, req->peer))
+		return -EINVAL;
+	if (__atomic_load_n(&req->done, __ATOMIC_ACQUIRE))
+		return 0;
+	return tcp_chan_test(&tcp_tp_of(tp)->peers[req->peer].chan, req);
+}
+
+static int tcp_wait(struct ddss_tp *tp, struct ddss_tp_req *req, int timeout_ms)
+{
+	if (!req || !valid_rank(tp, req->peer))
+		return -EINVAL;
+	if (__atomic_load_n(&req->done, __ATOMIC_ACQUIRE))
+		return 0;
+	return tcp_chan_wait(&tcp_tp_of(tp)->peers[req->peer].chan, req, timeout_ms);
+}
+
+const struct ddss_tp_ops ddss_tcp_ops = {
+	.name = "tcp",
+	.open = tcp_open,
+	.start = tcp_start,
+	.close = tcp_close,
+	.mem_register = tcp_mem_register,
+	.mem_deregister = tcp_mem_deregister,
+	.peer_connect = tcp_peer_connect,
+	.peer_disconnect = tcp_peer_disconnect,
+	.peer_info = tcp_peer_info,
+	.post_read = tcp_post_read,
+	.post_write = tcp_post_write,
+	.post_cas = tcp_post_cas,
+	.post_fadd = tcp_post_fadd,
+	.notify = tcp_notify,
+	.msg_send = tcp_msg_send,
+	.test = tcp_test,
+	.wait = tcp_wait,
+};
+
+static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
+{
+	struct tcp_tp *t = calloc(1, sizeof(*t));
+	int r;
+
+	if (!t)
+		return -ENOMEM;
+	r = ddss_tp_init_common(&t->base, &ddss_tcp_ops, cfg);
+	if (r)
+		goto err_free;
+	t->listen_fd = -1;
+	t->stop_fd = -1;
+	t->peers = calloc(cfg->size + 1, sizeof(*t->peers));
+	if (!t->peers) {
+		r = -ENOMEM;
+		goto err_common;
+	}
+	t->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (t->epfd < 0) {
+		r = -errno;
+		goto err_peers;
+	}
+	pthread_mutex_init(&t->served_mu, NULL);
+	for (uint32_t rank = 1; rank <= cfg->size; rank++)
+		tcp_chan_init(&t->peers[rank].chan, t, rank);
+	*tp_p = &t->base;
+	return 0;
+
+err_peers:
+	free(t->peers);
+err_common:
+	ddss_tp_fini_common(&t->base);
+err_free:
+	free(t);
+	return r;
+}

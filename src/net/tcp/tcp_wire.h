@@ -1,0 +1,74 @@
+/*
+ * The tcp provider's wire format: a fixed 48-byte little-endian header, then `len` bytes
+ * of payload. Decoders validate everything a peer controls; a frame that fails validation
+ * is a protocol error and closes the connection.
+ */
+#ifndef DDSS_NET_TCP_WIRE_H
+#define DDSS_NET_TCP_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TCP_WIRE_HDR_LEN 48u
+#define TCP_WIRE_MAGIC 0x53534444u /* "DDSS" */
+#define TCP_WIRE_VERSION 1u
+#define TCP_WIRE_HELLO_LEN 40u
+
+enum tcp_wire_kind {
+	TCP_K_READ = 1,  /* off, a = length; reply carries the bytes */
+	TCP_K_WRITE,     /* off, payload = bytes; reply empty */
+	TCP_K_CAS,       /* off, a = compare, b = swap; reply a = old */
+	TCP_K_FADD,      /* off, a = add; reply a = old */
+	TCP_K_NOTIFY,    /* a = value; no reply */
+	TCP_K_MSG,       /* tag, payload = message; no reply */
+	TCP_K_REPLY,     /* seq, status, a = result, payload = read bytes */
+	TCP_K_HELLO,     /* payload = struct tcp_wire_hello (initiator -> target) */
+	TCP_K_HELLO_ACK, /* status, payload = struct tcp_wire_hello (target -> initiator) */
+	TCP_K_MAX_
+};
+
+struct tcp_wire_hdr {
+	uint8_t kind;
+	uint16_t tag;
+	uint32_t len;   /* payload bytes that follow */
+	int32_t status; /* replies: 0 or -errno */
+	uint64_t seq;
+	uint64_t off;
+	uint64_t a;
+	uint64_t b;
+};
+
+/* What each side tells the other when a connection opens. */
+struct tcp_wire_hello {
+	uint32_t magic;
+	uint32_t version;
+	uint32_t from_rank; /* sender's rank */
+	uint32_t to_rank;   /* the rank the sender believes it talks to */
+	uint32_t size;      /* group size the sender was configured with */
+	uint64_t group;     /* group id (DDSS_GROUP); both sides must agree */
+	uint64_t pool_len;  /* sender's exposed pool length */
+};
+
+void tcp_wire_encode_hdr(const struct tcp_wire_hdr *h, unsigned char out[TCP_WIRE_HDR_LEN]);
+/** Decode and check the kind; returns 0 or -EPROTO. */
+int tcp_wire_decode_hdr(const unsigned char in[TCP_WIRE_HDR_LEN], struct tcp_wire_hdr *h);
+
+void tcp_wire_encode_hello(const struct tcp_wire_hello *hello,
+			   unsigned char out[TCP_WIRE_HELLO_LEN]);
+/** Decode; checks magic and version: 0, -EPROTO (not DDSS) or -EPROTONOSUPPORT. */
+int tcp_wire_decode_hello(const unsigned char in[TCP_WIRE_HELLO_LEN], struct tcp_wire_hello *hello);
+
+/**
+ * Check a request header received from a peer against our pool of @pool_len bytes.
+ * Returns 0 if it can be served, -ERANGE/-EINVAL if it must be answered with that error
+ * (payload still to be drained), or -EPROTO if the stream cannot be trusted any more.
+ */
+int tcp_wire_check_request(const struct tcp_wire_hdr *h, uint64_t pool_len);
+
+/** True when [off, off+len) lies inside a region of @pool_len bytes (overflow-safe). */
+static inline int tcp_wire_in_range(uint64_t off, uint64_t len, uint64_t pool_len)
+{
+	return off <= pool_len && len <= pool_len - off;
+}
+
+#endif /* DDSS_NET_TCP_WIRE_H */

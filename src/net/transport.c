@@ -1,0 +1,197 @@
+/*
+ * Provider registry, the -EOPNOTSUPP stubs that fill a provider's gaps, the parts of a
+ * transport every provider shares, and blocking helpers built on post + wait.
+ */
+#include "net/transport.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef DDSS_HAVE_VERBS
+#include "net/verbs/verbs.h"
+#endif
+
+extern const struct ddss_tp_ops ddss_tcp_ops;
+
+int64_t ddss_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Stubs: one per signature, so callers never test for NULL. */
+static int stub_start(struct ddss_tp *tp) { return -EOPNOTSUPP; }
+static int stub_mem_register(struct ddss_tp *tp, void *a, size_t l, bool e, struct ddss_tp_mr **m)
+{ return -EOPNOTSUPP; }
+static int stub_mem_deregister(struct ddss_tp *tp, struct ddss_tp_mr *m) { return -EOPNOTSUPP; }
+static int stub_rank(struct ddss_tp *tp, uint32_t r) { return -EOPNOTSUPP; }
+static int stub_peer_info(struct ddss_tp *tp, uint32_t r, struct ddss_tp_peer_info *i)
+{ return -EOPNOTSUPP; }
+static int stub_read(struct ddss_tp *tp, uint32_t p, uint64_t o, void *l, size_t n,
+		     struct ddss_tp_req *q) { return -EOPNOTSUPP; }
+static int stub_write(struct ddss_tp *tp, uint32_t p, uint64_t o, const void *l, size_t n,
+		      struct ddss_tp_req *q) { return -EOPNOTSUPP; }
+static int stub_cas(struct ddss_tp *tp, uint32_t p, uint64_t o, uint64_t c, uint64_t s,
+		    struct ddss_tp_req *q) { return -EOPNOTSUPP; }
+static int stub_fadd(struct ddss_tp *tp, uint32_t p, uint64_t o, uint64_t a, struct ddss_tp_req *q)
+{ return -EOPNOTSUPP; }
+static int stub_notify(struct ddss_tp *tp, uint32_t p, uint32_t v) { return -EOPNOTSUPP; }
+static int stub_msg(struct ddss_tp *tp, uint32_t p, uint16_t t, const void *b, size_t l)
+{ return -EOPNOTSUPP; }
+static int stub_test(struct ddss_tp *tp, struct ddss_tp_req *q) { return -EOPNOTSUPP; }
+static int stub_wait(struct ddss_tp *tp, struct ddss_tp_req *q, int t) { return -EOPNOTSUPP; }
+
+#define FILL(field, stub) do { if (!o->field) o->field = stub; } while (0)
+static void fill_stubs(struct ddss_tp_ops *o)
+{
+	FILL(start, stub_start);
+	FILL(mem_register, stub_mem_register);
+	FILL(mem_deregister, stub_mem_deregister);
+	FILL(peer_connect, stub_rank);
+	FILL(peer_disconnect, stub_rank);
+	FILL(peer_info, stub_peer_info);
+	FILL(post_read, stub_read);
+	FILL(post_write, stub_write);
+	FILL(post_cas, stub_cas);
+	FILL(post_fadd, stub_fadd);
+	FILL(notify, stub_notify);
+	FILL(msg_send, stub_msg);
+	FILL(test, stub_test);
+	FILL(wait, stub_wait);
+}
+#undef FILL
+
+/* Each provider's table with its gaps filled, built once. */
+static struct ddss_tp_ops filled_tcp;
+#ifdef DDSS_HAVE_VERBS
+static struct ddss_tp_ops filled_verbs;
+#endif
+static pthread_once_t fill_once = PTHREAD_ONCE_INIT;
+
+static void fill_tables(void)
+{
+	filled_tcp = ddss_tcp_ops;
+	fill_stubs(&filled_tcp);
+#ifdef DDSS_HAVE_VERBS
+	filled_verbs = ddss_verbs_ops;
+	fill_stubs(&filled_verbs);
+#endif
+}
+
+const struct ddss_tp_ops *ddss_tp_find(const char *name)
+{
+	pthread_once(&fill_once, fill_tables);
+	if (!name)
+		return NULL;
+	if (!strcmp(name, "tcp"))
+		return &filled_tcp;
+#ifdef DDSS_HAVE_VERBS
+	if (!strcmp(name, "verbs"))
+		return &filled_verbs;
+#endif
+	return NULL;
+}
+
+static const char *auto_provider(void)
+{
+#ifdef DDSS_HAVE_VERBS
+	if (ddss_verbs_usable())
+		return "verbs";
+#endif
+	return "tcp";
+}
+
+int ddss_tp_open(const char *provider, const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
+{
+	const struct ddss_tp_ops *ops;
+	const char *name = provider;
+	int r;
+
+	if (!name || !*name)
+		name = getenv("DDSS_TRANSPORT");
+	if (!name || !*name || !strcmp(name, "auto"))
+		name = auto_provider();
+	ops = ddss_tp_find(name);
+	if (!ops) {
+		DDSS_ERR("transport '%s' is not available in this build", name);
+		return -ENOENT;
+	}
+	r = ops->open(cfg, tp_p);
+	if (r)
+		return r;
+	/* The provider's open set its own table; use the filled copy from now on. */
+	(*tp_p)->ops = ops;
+	return 0;
+}
+
+int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,
+			const struct ddss_tp_config *cfg)
+{
+	if (!cfg || cfg->size == 0 || cfg->rank < 1 || cfg->rank > cfg->size || !cfg->nodes)
+		return -EINVAL;
+	tp->ops = ops;
+	tp->cfg = *cfg;
+	tp->nodes = calloc(cfg->size, sizeof(*tp->nodes));
+	if (!tp->nodes)
+		return -ENOMEM;
+	memcpy(tp->nodes, cfg->nodes, cfg->size * sizeof(*tp->nodes));
+	tp->cfg.nodes = tp->nodes;
+	if (tp->cfg.connect_timeout_ms <= 0)
+		tp->cfg.connect_timeout_ms = 30000;
+	return 0;
+}
+
+void ddss_tp_fini_common(struct ddss_tp *tp)
+{
+	free(tp->nodes);
+	tp->nodes = NULL;
+}
+
+static int finish(struct ddss_tp *tp, struct ddss_tp_req *req, int r)
+{
+	if (r)
+		return r;
+	r = ddss_tp_wait(tp, req, DDSS_TP_TIMEOUT_DEFAULT);
+	return r ? r : req->status;
+}
+
+int ddss_tp_read(struct ddss_tp *tp, uint32_t peer, uint64_t off, void *local, size_t len)
+{
+	struct ddss_tp_req req;
+
+	return finish(tp, &req, ddss_tp_post_read(tp, peer, off, local, len, &req));
+}
+
+int ddss_tp_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const void *local, size_t len)
+{
+	struct ddss_tp_req req;
+
+	return finish(tp, &req, ddss_tp_post_write(tp, peer, off, local, len, &req));
+}
+
+int ddss_tp_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare, uint64_t swap,
+		uint64_t *old_p)
+{
+	struct ddss_tp_req req;
+	int r = finish(tp, &req, ddss_tp_post_cas(tp, peer, off, compare, swap, &req));
+
+	if (!r && old_p)
+		*old_p = req.result;
+	return r;
+}
+
+int ddss_tp_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add, uint64_t *old_p)
+{
+	struct ddss_tp_req req;
+	int r = finish(tp, &req, ddss_tp_post_fadd(tp, peer, off, add, &req));
+
+	if (!r && old_p)
+		*old_p = req.result;
+	return r;
+}

@@ -1,0 +1,289 @@
+/*
+ * The transport: one table of operations that every provider (tcp/, verbs/) fills.
+ *
+ * Model. A group has `size` ranks numbered 1..size. Each rank exposes exactly one
+ * registered region, its pool, to its peers; remote memory is named by (peer rank, byte
+ * offset in that peer's pool). Everything above this layer (alloc, lock, coherence) speaks
+ * only this table, so it never knows which provider runs underneath.
+ *
+ * Semantics every provider keeps (the tcp provider emulates verbs RC):
+ *  - read/write copy bytes between any local buffer and any range of the peer's pool;
+ *    the local buffer belongs to the operation until it completes.
+ *  - cas/fadd are 64-bit, on 8-byte-aligned offsets, atomic with respect to every other
+ *    cas/fadd on the same pool (from any rank, this one included); the old value is
+ *    returned in host byte order.
+ *  - Operations from one rank to one peer are executed by the peer in the order posted
+ *    (one ordered channel per peer, like an RC QP): a notify posted after a write is seen
+ *    after the write's bytes have landed.
+ *  - A rank reaches its own pool through the same operations (verbs: loopback QP; tcp:
+ *    inline CPU operations), never by CPU atomics on words that remote atomics touch.
+ *  - A peer that dies or disconnects turns into -ECONNRESET / -EHOSTDOWN / -ETIMEDOUT on
+ *    the operations that need it, never a hang.
+ *
+ * Requests. Posting an operation takes a caller-owned struct ddss_tp_req that must stay
+ * valid, untouched, until the operation completes (test() returns 0, or wait() returns
+ * anything but -ETIMEDOUT, or close()). Completion status: req->status (0 or -errno); for
+ * atomics the old value in req->result.
+ *
+ * Threads. Every operation may be called from any thread concurrently unless its contract
+ * says otherwise. Handlers (on_msg, on_notify, on_peer) run on the provider's progress
+ * thread: they must not block and must not wait for completions (they may post).
+ */
+#ifndef DDSS_NET_TRANSPORT_H
+#define DDSS_NET_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ddss_tp;
+struct ddss_tp_mr;
+
+/* Largest control message payload (a verbs receive buffer holds header + this). */
+#define DDSS_TP_MSG_MAX 4000u
+/* Timeout value for wait(): use the transport's operation timeout. */
+#define DDSS_TP_TIMEOUT_DEFAULT (-1)
+
+enum ddss_tp_completion {
+	DDSS_TP_COMPLETION_EVENT = 0, /* block in the kernel until a completion arrives */
+	DDSS_TP_COMPLETION_POLL = 1,  /* spin on the completion source without sleeping */
+};
+
+enum ddss_tp_op {
+	DDSS_TP_OP_READ = 1,
+	DDSS_TP_OP_WRITE,
+	DDSS_TP_OP_CAS,
+	DDSS_TP_OP_FADD,
+};
+
+enum ddss_tp_peer_state {
+	DDSS_TP_PEER_UNKNOWN = 0, /* never connected */
+	DDSS_TP_PEER_UP,          /* handshake done: pool info known, operations served */
+	DDSS_TP_PEER_DOWN,        /* was up, then its connection closed or failed */
+};
+
+/* One node of the group: where its rank listens. */
+struct ddss_tp_node {
+	char host[64];
+	uint16_t port;
+};
+
+/* What a rank learned about a peer in the handshake. */
+struct ddss_tp_peer_info {
+	enum ddss_tp_peer_state state;
+	uint64_t pool_len;
+};
+
+/* Handlers; all run on the progress thread, must not block. */
+struct ddss_tp_handlers {
+	/* A control message from @from; @buf is valid only during the call. */
+	void (*on_msg)(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len);
+	/* A notification from @from, delivered in the order the sender posted them. */
+	void (*on_notify)(void *arg, uint32_t from, uint32_t value);
+	/* @rank changed state (UP after a handshake, DOWN when its connection is lost). */
+	void (*on_peer)(void *arg, uint32_t rank, enum ddss_tp_peer_state state);
+	void *arg;
+};
+
+struct ddss_tp_config {
+	uint32_t rank;                     /* this rank, 1..size */
+	uint32_t size;                     /* ranks in the group */
+	uint64_t group;                    /* group id; peers with another id are refused */
+	const struct ddss_tp_node *nodes;  /* nodes[r - 1] is rank r's listening address */
+	int listen_fd;                     /* inherited listening socket (tcp), or -1 */
+	enum ddss_tp_completion completion;
+	int op_timeout_ms;                 /* an operation outstanding this long fails its peer */
+	int connect_timeout_ms;            /* how long a first connect retries a peer not up yet */
+	const char *device;                /* verbs: device name, NULL = automatic */
+	struct ddss_tp_handlers handlers;
+};
+
+/* Caller-owned completion handle; fields below the line are the provider's. */
+struct ddss_tp_req {
+	int status;      /* 0 or -errno, valid once complete */
+	uint64_t result; /* cas/fadd: old value at the target */
+	/* ---- provider private ---- */
+	int done;                  /* set (release) when complete */
+	enum ddss_tp_op op;
+	uint32_t peer;
+	uint64_t remote_off;
+	void *local;
+	size_t len;
+	uint64_t operand[2];
+	uint64_t seq;
+	int64_t deadline_ns;
+	struct ddss_tp_req *next;
+	size_t sent;               /* bytes of header + payload already written */
+	unsigned char hdr[48];     /* encoded wire header (provider-sized) */
+};
+
+/*
+ * The operations table. Grouped by purpose; a provider fills what it supports and
+ * ddss_tp_open() points every NULL at a stub that returns -EOPNOTSUPP.
+ */
+struct ddss_tp_ops {
+	const char *name;
+
+	/* -- lifecycle -- */
+	/** Create this rank's transport from @cfg (copied); peers cannot reach it yet. */
+	int (*open)(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p);
+	/** Start serving peers; call once, after the pool is registered. */
+	int (*start)(struct ddss_tp *tp);
+	/** Disconnect every peer, fail outstanding requests with -ECANCELED, free all. */
+	void (*close)(struct ddss_tp *tp);
+
+	/* -- memory -- */
+	/**
+	 * Register [addr, addr+len). With @expose set it becomes the pool peers operate on
+	 * (exactly one, before start()); otherwise a local buffer for the provider's own use.
+	 */
+	int (*mem_register)(struct ddss_tp *tp, void *addr, size_t len, bool expose,
+			    struct ddss_tp_mr **mr_p);
+	/** Undo mem_register; the pool may only be deregistered after close has begun. */
+	int (*mem_deregister)(struct ddss_tp *tp, struct ddss_tp_mr *mr);
+
+	/* -- peers -- */
+	/** Connect and handshake with @rank now (otherwise done lazily on first use). Blocks. */
+	int (*peer_connect)(struct ddss_tp *tp, uint32_t rank);
+	/** Close the channel to @rank; outstanding requests fail with -ECONNRESET. */
+	int (*peer_disconnect)(struct ddss_tp *tp, uint32_t rank);
+	/** What is known about @rank. Never blocks. */
+	int (*peer_info)(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_peer_info *info_p);
+
+	/* -- one-sided data -- */
+	/** Post a read of @len bytes at @remote_off of @peer's pool into @local. */
+	int (*post_read)(struct ddss_tp *tp, uint32_t peer, uint64_t remote_off, void *local,
+			 size_t len, struct ddss_tp_req *req);
+	/** Post a write of @len bytes from @local to @remote_off of @peer's pool. */
+	int (*post_write)(struct ddss_tp *tp, uint32_t peer, uint64_t remote_off,
+			  const void *local, size_t len, struct ddss_tp_req *req);
+
+	/* -- atomics (64-bit, 8-byte-aligned offsets; old value in req->result) -- */
+	/** Post: if *word == @compare then *word = @swap. */
+	int (*post_cas)(struct ddss_tp *tp, uint32_t peer, uint64_t remote_off, uint64_t compare,
+			uint64_t swap, struct ddss_tp_req *req);
+	/** Post: *word += @add (wrapping). */
+	int (*post_fadd)(struct ddss_tp *tp, uint32_t peer, uint64_t remote_off, uint64_t add,
+			 struct ddss_tp_req *req);
+
+	/* -- one-way notification and two-sided control messages -- */
+	/**
+	 * Send @value to @peer's on_notify, ordered after this rank's earlier operations to
+	 * @peer. Returns once queued; no delivery confirmation. May connect (blocks then).
+	 */
+	int (*notify)(struct ddss_tp *tp, uint32_t peer, uint32_t value);
+	/**
+	 * Send a control message (@len <= DDSS_TP_MSG_MAX) to @peer's on_msg, ordered like
+	 * notify. Returns once queued (the buffer may be reused); no delivery confirmation.
+	 */
+	int (*msg_send)(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const void *buf,
+			size_t len);
+
+	/* -- completion -- */
+	/** Make progress without blocking: 0 if @req is complete, -EAGAIN if not yet. */
+	int (*test)(struct ddss_tp *tp, struct ddss_tp_req *req);
+	/**
+	 * Wait until @req completes, using the configured completion mode (spin or block).
+	 * Returns 0 when complete (see req->status), -ETIMEDOUT if @timeout_ms (or, with
+	 * DDSS_TP_TIMEOUT_DEFAULT, the operation timeout) passes first; the request then stays
+	 * pending unless the operation timeout expired, which fails the whole peer channel.
+	 */
+	int (*wait)(struct ddss_tp *tp, struct ddss_tp_req *req, int timeout_ms);
+};
+
+/* The generic part every provider's transport struct embeds first. */
+struct ddss_tp {
+	const struct ddss_tp_ops *ops;
+	struct ddss_tp_config cfg;
+	struct ddss_tp_node *nodes; /* owned copy of cfg.nodes */
+};
+
+/** Provider by name ("tcp", "verbs"), or NULL if not built. */
+const struct ddss_tp_ops *ddss_tp_find(const char *name);
+
+/**
+ * Open a transport with the named provider (NULL: DDSS_TRANSPORT, else verbs when a
+ * device is usable, else tcp). Missing ops are answered with -EOPNOTSUPP.
+ */
+int ddss_tp_open(const char *provider, const struct ddss_tp_config *cfg, struct ddss_tp **tp_p);
+
+/** Validate and copy @cfg into @tp (used by providers' open). */
+int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,
+			const struct ddss_tp_config *cfg);
+/** Free what ddss_tp_init_common allocated. */
+void ddss_tp_fini_common(struct ddss_tp *tp);
+
+/** Monotonic clock in nanoseconds. */
+int64_t ddss_now_ns(void);
+
+/* Thin wrappers, so callers read naturally and never see the table. */
+static inline int ddss_tp_start(struct ddss_tp *tp) { return tp->ops->start(tp); }
+static inline void ddss_tp_close(struct ddss_tp *tp) { tp->ops->close(tp); }
+static inline int ddss_tp_mem_register(struct ddss_tp *tp, void *addr, size_t len, bool expose,
+				       struct ddss_tp_mr **mr_p)
+{
+	return tp->ops->mem_register(tp, addr, len, expose, mr_p);
+}
+static inline int ddss_tp_mem_deregister(struct ddss_tp *tp, struct ddss_tp_mr *mr)
+{
+	return tp->ops->mem_deregister(tp, mr);
+}
+static inline int ddss_tp_peer_connect(struct ddss_tp *tp, uint32_t rank)
+{
+	return tp->ops->peer_connect(tp, rank);
+}
+static inline int ddss_tp_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
+{
+	return tp->ops->peer_disconnect(tp, rank);
+}
+static inline int ddss_tp_peer_info(struct ddss_tp *tp, uint32_t rank,
+				    struct ddss_tp_peer_info *info_p)
+{
+	return tp->ops->peer_info(tp, rank, info_p);
+}
+static inline int ddss_tp_post_read(struct ddss_tp *tp, uint32_t peer, uint64_t off, void *local,
+				    size_t len, struct ddss_tp_req *req)
+{
+	return tp->ops->post_read(tp, peer, off, local, len, req);
+}
+static inline int ddss_tp_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off,
+				     const void *local, size_t len, struct ddss_tp_req *req)
+{
+	return tp->ops->post_write(tp, peer, off, local, len, req);
+}
+static inline int ddss_tp_post_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
+				   uint64_t swap, struct ddss_tp_req *req)
+{
+	return tp->ops->post_cas(tp, peer, off, compare, swap, req);
+}
+static inline int ddss_tp_post_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add,
+				    struct ddss_tp_req *req)
+{
+	return tp->ops->post_fadd(tp, peer, off, add, req);
+}
+static inline int ddss_tp_notify(struct ddss_tp *tp, uint32_t peer, uint32_t value)
+{
+	return tp->ops->notify(tp, peer, value);
+}
+static inline int ddss_tp_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const void *buf,
+				   size_t len)
+{
+	return tp->ops->msg_send(tp, peer, tag, buf, len);
+}
+static inline int ddss_tp_test(struct ddss_tp *tp, struct ddss_tp_req *req)
+{
+	return tp->ops->test(tp, req);
+}
+static inline int ddss_tp_wait(struct ddss_tp *tp, struct ddss_tp_req *req, int timeout_ms)
+{
+	return tp->ops->wait(tp, req, timeout_ms);
+}
+
+/* Blocking helpers: post, wait, and return the request's status. */
+int ddss_tp_read(struct ddss_tp *tp, uint32_t peer, uint64_t off, void *local, size_t len);
+int ddss_tp_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const void *local, size_t len);
+int ddss_tp_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare, uint64_t swap,
+		uint64_t *old_p);
+int ddss_tp_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add, uint64_t *old_p);
+
+#endif /* DDSS_NET_TRANSPORT_H */

@@ -1,0 +1,58 @@
+#include "common/test_util.h"
+
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint8_t pattern_byte(uint64_t seed, size_t i)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + (i >> 3) * 0xBF58476D1CE4E5B9ull;
+
+	x ^= x >> 31;
+	x *= 0x94D049BB133111EBull;
+	x ^= x >> 29;
+	return (uint8_t)(x >> ((i & 7) * 8));
+}
+
+void test_fill(void *buf, size_t len, uint64_t seed)
+{
+	uint8_t *p = buf;
+
+	for (size_t i = 0; i < len; i++)
+		p[i] = pattern_byte(seed, i);
+}
+
+size_t test_check(const void *buf, size_t len, uint64_t seed)
+{
+	const uint8_t *p = buf;
+
+	for (size_t i = 0; i < len; i++)
+		if (p[i] != pattern_byte(seed, i))
+			return i;
+	return SIZE_MAX;
+}
+
+unsigned test_run_all(void)
+{
+	unsigned failed;
+
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	failed = CU_get_number_of_failures() + CU_get_number_of_suites_failed();
+	printf("\n%u assertions failed\n", failed);
+	fflush(stdout);
+	return failed;
+}
+
+void *test_alloc_pool(size_t len)
+{
+	void *p = aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
+
+	if (!p) {
+		fprintf(stderr, "cannot allocate %zu bytes\n", len);
+		abort();
+	}
+	memset(p, 0, len);
+	return p;
+}

@@ -1,0 +1,542 @@
+/*
+ * Transport conformance suite: written once, run by ctest against every provider, under
+ * ddssrun with several ranks. Every rank runs the same tests in the same order; tests that
+ * need the whole group synchronise with the net barrier. A barrier that fails ends the
+ * rank at once (ddssrun then stops the others), so a broken peer never costs a long hang.
+ *
+ * Pool layout of every rank: a control area of 64-bit words for the atomics tests, then
+ * one data slot per rank, written only by that rank.
+ */
+#include "common/test_util.h"
+#include "net/net.h"
+
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CTRL_LEN (64u * 1024)
+#define SLOT_LEN (5u << 20)
+#define MAX_IO (4u << 20)
+
+/* Words of the control area. */
+#define W_CAS 0
+#define W_CAS_WINNERS 8
+#define W_FADD 64
+#define W_FADD_WIDE 72
+#define W_CASINC 128
+#define W_THREADS 192
+#define W_CAS64 1024 /* one word per rank */
+
+#define FADD_COUNT 100000
+#define FADD_WINDOW 64
+#define CASINC_COUNT 2000
+#define THREADS 4
+#define THREAD_OPS 3000
+#define NOTIFY_COUNT 5000
+#define INFLIGHT 256
+#define TAG_PING DDSS_MSG_USER_FIRST
+#define WAIT_MS 60000
+
+static struct ddss_net *net;
+static struct ddss_tp *tp;
+static uint32_t me, nranks;
+static unsigned char *pool;
+static uint64_t pool_len;
+
+static uint64_t slot_off(uint32_t writer)
+{
+	return CTRL_LEN + (uint64_t)(writer - 1) * SLOT_LEN;
+}
+
+/* The rank k places after r, cyclically. */
+static uint32_t rank_after(uint32_t r, uint32_t k)
+{
+	return (r - 1 + k) % nranks + 1;
+}
+
+static void barrier(void)
+{
+	int r = ddss_net_barrier(net, WAIT_MS);
+
+	if (r) {
+		fprintf(stderr, "rank %u: barrier failed: %s\n", me, strerror(-r));
+		exit(1);
+	}
+}
+
+/* ---- notifications and messages: handlers run on the progress thread ---- */
+
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
+static uint32_t *notify_next;  /* [from]: next expected sequence value */
+static unsigned notify_disorder;
+static unsigned notify_after_write_ok, notify_after_write_bad;
+static unsigned pongs, msg_bad;
+
+#define NOTIFY_WRITE_FLAG 0x80000000u
+#define AFTER_WRITE_LEN 4096u
+
+static void on_notify(void *arg, uint32_t from, uint32_t value)
+{
+	pthread_mutex_lock(&ev_mu);
+	if (value & NOTIFY_WRITE_FLAG) {
+		/* The sender wrote its slot just before notifying: the bytes must be here. */
+		uint32_t k = value & ~NOTIFY_WRITE_FLAG;
+
+		if (test_check(pool + slot_off(from), AFTER_WRITE_LEN, 1000 + k) == SIZE_MAX)
+			notify_after_write_ok++;
+		else
+			notify_after_write_bad++;
+	} else {
+		if (value != notify_next[from])
+			notify_disorder++;
+		notify_next[from] = value + 1;
+	}
+	pthread_cond_broadcast(&ev_cv);
+	pthread_mutex_unlock(&ev_mu);
+}
+
+struct ping {
+	uint32_t pong; /* 0 = ping, 1 = pong */
+	uint32_t seq;
+};
+
+static void on_ping(void *arg, uint32_t from, const void *buf, size_t len)
+{
+	struct ping p;
+	bool ok = len >= sizeof(p);
+
+	if (ok) {
+		memcpy(&p, buf, sizeof(p));
+		ok = test_check((const char *)buf + sizeof(p), len - sizeof(p), p.seq) == SIZE_MAX;
+	}
+	if (ok && p.pong == 0) {
+		unsigned char reply[DDSS_TP_MSG_MAX];
+
+		memcpy(reply, buf, len);
+		((struct ping *)reply)->pong = 1;
+		ok = ddss_net_send(net, from, TAG_PING, reply, len) == 0;
+	}
+	pthread_mutex_lock(&ev_mu);
+	if (!ok)
+		msg_bad++;
+	else if (p.pong)
+		pongs++;
+	pthread_cond_broadcast(&ev_cv);
+	pthread_mutex_unlock(&ev_mu);
+}
+
+/* Wait (bounded) until *counter reaches @want; true if it did. */
+static bool wait_count(unsigned *counter, unsigned want)
+{
+	struct timespec ts;
+	bool ok = true;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += WAIT_MS / 1000;
+	pthread_mutex_lock(&ev_mu);
+	while (*counter < want && ok)
+		ok = pthread_cond_timedwait(&ev_cv, &ev_mu, &ts) == 0 || *counter >= want;
+	pthread_mutex_unlock(&ev_mu);
+	return *counter >= want;
+}
+
+/* ---- tests ---- */
+
+static void test_read_write_sizes(void)
+{
+	static const size_t sizes[] = { 1, 2, 3, 7, 8, 9, 63, 64, 100, 4095, 4096, 4097, 65535,
+					65536, 65537, 1u << 20, MAX_IO - 1, MAX_IO };
+	unsigned char *buf = malloc(MAX_IO), *back = malloc(MAX_IO);
+	uint32_t target = rank_after(me, 1);
+	uint32_t writer = rank_after(me, 1), writer_target = rank_after(writer, 1);
+
+	CU_ASSERT_FATAL(buf && back);
+	for (unsigned i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t len = sizes[i];
+		uint64_t skew = i % 8; /* unaligned starts too */
+
+		test_fill(buf, len, me * 100 + i);
+		CU_ASSERT_EQUAL(ddss_tp_write(tp, target, slot_off(me) + skew, buf, len), 0);
+		barrier();
+		/* Read what another rank wrote into a third rank's pool. */
+		memset(back, 0, len);
+		CU_ASSERT_EQUAL(ddss_tp_read(tp, writer_target, slot_off(writer) + skew, back, len), 0);
+		CU_ASSERT_EQUAL(test_check(back, len, writer * 100 + i), SIZE_MAX);
+		barrier();
+	}
+	free(buf);
+	free(back);
+}
+
+static void test_unaligned_with_guards(void)
+{
+	static const size_t lens[] = { 1, 3, 5, 13, 31, 33 };
+	uint32_t peer = rank_after(me, 1);
+	unsigned char zone[128], zero[128] = { 0 }, data[64];
+
+	for (uint64_t off = 1; off < 16; off++) {
+		for (unsigned i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+			size_t len = lens[i];
+			uint64_t base = slot_off(me);
+
+			CU_ASSERT_EQUAL(ddss_tp_write(tp, peer, base, zero, sizeof(zero)), 0);
+			test_fill(data, len, off * 7 + i);
+			CU_ASSERT_EQUAL(ddss_tp_write(tp, peer, base + 32 + off, data, len), 0);
+			CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, base, zone, sizeof(zone)), 0);
+			/* The bytes around the written range are untouched. */
+			CU_ASSERT_EQUAL(memcmp(zone, zero, 32 + off), 0);
+			CU_ASSERT_EQUAL(test_check(zone + 32 + off, len, off * 7 + i), SIZE_MAX);
+			CU_ASSERT_EQUAL(memcmp(zone + 32 + off + len, zero, sizeof(zone) - 32 - off - len), 0);
+		}
+	}
+}
+
+static void check_rejections(uint32_t peer)
+{
+	struct ddss_tp_peer_info info;
+	unsigned char b[16], tail_before[8], tail_after[8];
+	uint64_t old = 42;
+
+	CU_ASSERT_EQUAL(ddss_tp_peer_info(tp, peer, &info), 0);
+	CU_ASSERT_EQUAL(info.state, DDSS_TP_PEER_UP);
+	CU_ASSERT_EQUAL(info.pool_len, pool_len);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, pool_len - 8, tail_before, 8), 0);
+
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, pool_len - 1, b, 2), -ERANGE);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, pool_len, b, 1), -ERANGE);
+	CU_ASSERT_EQUAL(ddss_tp_write(tp, peer, pool_len - 7, b, 8), -ERANGE);
+	CU_ASSERT_EQUAL(ddss_tp_write(tp, peer, UINT64_MAX - 3, b, 8), -ERANGE);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, 0, b, 0), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, 0, NULL, 8), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_tp_cas(tp, peer, 4, 0, 1, &old), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_tp_fadd(tp, peer, pool_len - 4, 1, &old), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_tp_fadd(tp, peer, pool_len, 1, &old), -ERANGE);
+	CU_ASSERT_EQUAL(ddss_tp_cas(tp, peer, UINT64_MAX - 7, 0, 1, &old), -ERANGE);
+	CU_ASSERT_EQUAL(old, 42); /* outputs untouched on failure */
+
+	/* Nothing changed, and the channel still works. */
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, pool_len - 8, tail_after, 8), 0);
+	CU_ASSERT_EQUAL(memcmp(tail_before, tail_after, 8), 0);
+}
+
+static void test_out_of_range_rejected(void)
+{
+	unsigned char b[8] = { 0 }, big[DDSS_TP_MSG_MAX + 1] = { 0 };
+
+	check_rejections(rank_after(me, 1));
+	check_rejections(me);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 0, 0, b, 1), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, nranks + 1, 0, b, 1), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_tp_notify(tp, nranks + 1, 1), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_net_send(net, rank_after(me, 1), TAG_PING, big, sizeof(big)), -EINVAL);
+}
+
+static void test_cas_success_and_failure(void)
+{
+	uint64_t old = 0, now = 0, winners = 0, mine, my_word = W_CAS64 + 8 * (me - 1);
+	uint32_t peer = rank_after(me, 1);
+	bool won;
+
+	barrier();
+	/* Everyone races to swap 0 -> own rank: exactly one wins. */
+	CU_ASSERT_EQUAL(ddss_tp_cas(tp, 1, W_CAS, 0, me, &old), 0);
+	won = old == 0;
+	if (won)
+		CU_ASSERT_EQUAL(ddss_tp_fadd(tp, 1, W_CAS_WINNERS, 1, NULL), 0);
+	barrier();
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_CAS, &now, 8), 0);
+	CU_ASSERT(now >= 1 && now <= nranks);
+	CU_ASSERT_EQUAL(won ? me : old, now);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_CAS_WINNERS, &winners, 8), 0);
+	CU_ASSERT_EQUAL(winners, 1);
+
+	/* Failure path: a wrong compare value returns the current value, changes nothing. */
+	CU_ASSERT_EQUAL(ddss_tp_cas(tp, 1, W_CAS, now + 1000, 12345, &old), 0);
+	CU_ASSERT_EQUAL(old, now);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_CAS, &old, 8), 0);
+	CU_ASSERT_EQUAL(old, now);
+
+	/* Full 64-bit values, host byte order, on my own word of a peer. */
+	mine = 0xDEADBEEF00000000ull | me;
+	CU_ASSERT_EQUAL(ddss_tp_cas(tp, peer, my_word, 0, mine, &old), 0);
+	CU_ASSERT_EQUAL(old, 0);
+	CU_ASSERT_EQUAL(ddss_tp_cas(tp, peer, my_word, mine, ~mine, &old), 0);
+	CU_ASSERT_EQUAL(old, mine);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, my_word, &old, 8), 0);
+	CU_ASSERT_EQUAL(old, ~mine);
+	barrier();
+}
+
+static void test_fadd_concurrent_exact_sum(void)
+{
+	struct ddss_tp_req req[FADD_WINDOW];
+	uint64_t last_old = 0, total = 0, wide = 0;
+	unsigned disorder = 0, errors = 0;
+
+	barrier();
+	/* A window of requests in flight; this rank's own results must rise strictly, since
+	 * one channel executes in order. */
+	for (unsigned i = 0; i < FADD_COUNT + FADD_WINDOW; i++) {
+		struct ddss_tp_req *q = &req[i % FADD_WINDOW];
+
+		if (i >= FADD_WINDOW) {
+			if (ddss_tp_wait(tp, q, DDSS_TP_TIMEOUT_DEFAULT) || q->status)
+				errors++;
+			else if (i > FADD_WINDOW && q->result <= last_old)
+				disorder++;
+			last_old = q->result;
+		}
+		if (i < FADD_COUNT && ddss_tp_post_fadd(tp, 1, W_FADD, 1, q))
+			errors++;
+	}
+	/* Additions that carry across the 32-bit halves. */
+	for (unsigned i = 0; i < 1000; i++)
+		errors += ddss_tp_fadd(tp, 1, W_FADD_WIDE, 0xFFFFFFFFull, NULL) != 0;
+	CU_ASSERT_EQUAL(errors, 0);
+	CU_ASSERT_EQUAL(disorder, 0);
+	barrier();
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_FADD, &total, 8), 0);
+	CU_ASSERT_EQUAL(total, (uint64_t)nranks * FADD_COUNT);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_FADD_WIDE, &wide, 8), 0);
+	CU_ASSERT_EQUAL(wide, (uint64_t)nranks * 1000 * 0xFFFFFFFFull);
+	barrier();
+}
+
+static void test_cas_loop_increments(void)
+{
+	uint32_t home = nranks; /* a pool other than rank 1's */
+	uint64_t cur = 0, old, final = 0;
+	unsigned errors = 0;
+
+	barrier();
+	for (unsigned i = 0; i < CASINC_COUNT; i++) {
+		for (;;) {
+			if (ddss_tp_cas(tp, home, W_CASINC, cur, cur + 1, &old)) {
+				errors++;
+				break;
+			}
+			if (old == cur)
+				break;
+			cur = old;
+		}
+		cur++;
+	}
+	CU_ASSERT_EQUAL(errors, 0);
+	barrier();
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, home, W_CASINC, &final, 8), 0);
+	CU_ASSERT_EQUAL(final, (uint64_t)nranks * CASINC_COUNT);
+	barrier();
+}
+
+struct thread_arg {
+	unsigned id;
+	unsigned errors;
+};
+
+static void *thread_main(void *p)
+{
+	struct thread_arg *a = p;
+	uint32_t peer = rank_after(me, 1);
+	unsigned char buf[256], back[256];
+	uint64_t off = slot_off(me) + 4096 + a->id * sizeof(buf);
+
+	for (unsigned i = 0; i < THREAD_OPS; i++) {
+		a->errors += ddss_tp_fadd(tp, 1, W_THREADS, 1, NULL) != 0;
+		if (i % 8 == 0) {
+			test_fill(buf, sizeof(buf), a->id * 1000000 + i);
+			a->errors += ddss_tp_write(tp, peer, off, buf, sizeof(buf)) != 0;
+			a->errors += ddss_tp_read(tp, peer, off, back, sizeof(back)) != 0;
+			a->errors += test_check(back, sizeof(back), a->id * 1000000 + i) != SIZE_MAX;
+		}
+	}
+	return NULL;
+}
+
+static void test_threads_share_channels(void)
+{
+	pthread_t th[THREADS];
+	struct thread_arg args[THREADS];
+	uint64_t total = 0;
+
+	barrier();
+	for (unsigned i = 0; i < THREADS; i++) {
+		args[i] = (struct thread_arg){ .id = i };
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, thread_main, &args[i]), 0);
+	}
+	for (unsigned i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(args[i].errors, 0);
+	}
+	barrier();
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_THREADS, &total, 8), 0);
+	CU_ASSERT_EQUAL(total, (uint64_t)nranks * THREADS * THREAD_OPS);
+	barrier();
+}
+
+static void test_notifications_in_order(void)
+{
+	unsigned errors = 0;
+	bool all = true;
+
+	barrier();
+	for (uint32_t v = 0; v < NOTIFY_COUNT; v++)
+		for (uint32_t k = 0; k < nranks; k++)
+			errors += ddss_tp_notify(tp, rank_after(me, k), v) != 0;
+	CU_ASSERT_EQUAL(errors, 0);
+	for (uint32_t from = 1; from <= nranks; from++)
+		all &= wait_count(&notify_next[from], NOTIFY_COUNT);
+	CU_ASSERT(all);
+	pthread_mutex_lock(&ev_mu);
+	CU_ASSERT_EQUAL(notify_disorder, 0);
+	for (uint32_t from = 1; from <= nranks; from++)
+		CU_ASSERT_EQUAL(notify_next[from], NOTIFY_COUNT);
+	pthread_mutex_unlock(&ev_mu);
+	barrier();
+}
+
+static void test_notify_after_write_sees_data(void)
+{
+	unsigned char buf[AFTER_WRITE_LEN];
+	uint32_t peer = rank_after(me, 1);
+	struct ddss_tp_req req;
+
+	barrier();
+	for (uint32_t k = 0; k < 50; k++) {
+		test_fill(buf, sizeof(buf), 1000 + k);
+		/* Post the write and notify at once: ordering, not completion, must hold. */
+		CU_ASSERT_EQUAL(ddss_tp_post_write(tp, peer, slot_off(me), buf, sizeof(buf), &req), 0);
+		CU_ASSERT_EQUAL(ddss_tp_notify(tp, peer, NOTIFY_WRITE_FLAG | k), 0);
+		CU_ASSERT_EQUAL(ddss_tp_wait(tp, &req, DDSS_TP_TIMEOUT_DEFAULT), 0);
+		CU_ASSERT_EQUAL(req.status, 0);
+	}
+	CU_ASSERT(wait_count(&notify_after_write_ok, 50));
+	CU_ASSERT_EQUAL(notify_after_write_bad, 0);
+	barrier();
+}
+
+static void test_control_messages(void)
+{
+	static const size_t lens[] = { 0, 1, 100, 1000, DDSS_TP_MSG_MAX - sizeof(struct ping) };
+	unsigned char buf[DDSS_TP_MSG_MAX];
+	unsigned sent = 0, errors = 0;
+
+	barrier();
+	for (uint32_t k = 0; k < nranks; k++) {
+		for (unsigned i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+			struct ping p = { 0, me * 1000 + k * 10 + i };
+
+			memcpy(buf, &p, sizeof(p));
+			test_fill(buf + sizeof(p), lens[i], p.seq);
+			errors += ddss_net_send(net, rank_after(me, k), TAG_PING, buf,
+						sizeof(p) + lens[i]) != 0;
+			sent++;
+		}
+	}
+	CU_ASSERT_EQUAL(errors, 0);
+	CU_ASSERT(wait_count(&pongs, sent));
+	CU_ASSERT_EQUAL(msg_bad, 0);
+	barrier();
+}
+
+static void test_many_in_flight(void)
+{
+	static struct ddss_tp_req req[INFLIGHT];
+	static unsigned char out[INFLIGHT][1024], in[INFLIGHT][1024];
+	unsigned errors = 0;
+
+	barrier();
+	for (unsigned i = 0; i < INFLIGHT; i++) {
+		uint32_t peer = rank_after(me, i);
+
+		test_fill(out[i], sizeof(out[i]), me * 10000 + i);
+		errors += ddss_tp_post_write(tp, peer, slot_off(me) + 65536 + i * 1024, out[i],
+					     sizeof(out[i]), &req[i]) != 0;
+	}
+	for (unsigned i = INFLIGHT; i-- > 0;) /* wait newest first */
+		errors += ddss_tp_wait(tp, &req[i], DDSS_TP_TIMEOUT_DEFAULT) != 0 || req[i].status;
+	for (unsigned i = 0; i < INFLIGHT; i++) {
+		memset(in[i], 0, sizeof(in[i]));
+		errors += ddss_tp_post_read(tp, rank_after(me, i), slot_off(me) + 65536 + i * 1024,
+					    in[i], sizeof(in[i]), &req[i]) != 0;
+	}
+	for (unsigned i = 0; i < INFLIGHT; i++) {
+		if (i % 2 == 0) { /* polling completion */
+			int r;
+			int64_t give_up = ddss_now_ns() + (int64_t)WAIT_MS * 1000000;
+
+			while ((r = ddss_tp_test(tp, &req[i])) == -EAGAIN && ddss_now_ns() < give_up)
+				;
+			errors += r != 0;
+		} else {
+			errors += ddss_tp_wait(tp, &req[i], DDSS_TP_TIMEOUT_DEFAULT) != 0;
+		}
+		errors += req[i].status != 0;
+		errors += test_check(in[i], sizeof(in[i]), me * 10000 + i) != SIZE_MAX;
+	}
+	CU_ASSERT_EQUAL(errors, 0);
+	barrier();
+}
+
+int main(int argc, char **argv)
+{
+	char suite_name[64];
+	CU_pSuite suite;
+	unsigned failed;
+	int r;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--completion=poll")) {
+			setenv("DDSS_COMPLETION", "poll", 1);
+		} else {
+			fprintf(stderr, "usage: %s [--completion=poll]\n", argv[0]);
+			return 2;
+		}
+	}
+	r = ddss_net_open(NULL, &net);
+	if (r) {
+		fprintf(stderr, "cannot open the transport: %s\n", strerror(-r));
+		return 1;
+	}
+	tp = ddss_net_tp(net);
+	me = ddss_net_rank(net);
+	nranks = ddss_net_size(net);
+	notify_next = calloc(nranks + 1, sizeof(*notify_next));
+	pool_len = CTRL_LEN + (uint64_t)nranks * SLOT_LEN;
+	pool = test_alloc_pool(pool_len);
+	ddss_net_on_notify(net, on_notify, NULL);
+	if (!notify_next || ddss_net_on_msg(net, TAG_PING, on_ping, NULL) ||
+	    ddss_net_start(net, pool, pool_len)) {
+		fprintf(stderr, "cannot start the transport\n");
+		return 1;
+	}
+	barrier();
+
+	snprintf(suite_name, sizeof(suite_name), "conformance(%s, %u ranks)",
+		 ddss_net_transport_name(net), nranks);
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	suite = CU_add_suite(suite_name, NULL, NULL);
+	CU_add_test(suite, "read/write 1 B .. 4 MiB", test_read_write_sizes);
+	CU_add_test(suite, "unaligned offsets keep neighbours", test_unaligned_with_guards);
+	CU_add_test(suite, "out-of-range access rejected", test_out_of_range_rejected);
+	CU_add_test(suite, "compare&swap success and failure", test_cas_success_and_failure);
+	CU_add_test(suite, "fetch&add from all ranks, exact sum", test_fadd_concurrent_exact_sum);
+	CU_add_test(suite, "compare&swap increment loop", test_cas_loop_increments);
+	CU_add_test(suite, "threads share channels", test_threads_share_channels);
+	CU_add_test(suite, "notifications in order", test_notifications_in_order);
+	CU_add_test(suite, "notify after write sees the data", test_notify_after_write_sees_data);
+	CU_add_test(suite, "control messages", test_control_messages);
+	CU_add_test(suite, "many operations in flight", test_many_in_flight);
+	failed = test_run_all();
+	CU_cleanup_registry();
+
+	barrier(); /* nobody leaves while others may still use its pool */
+	ddss_net_close(net);
+	free(pool);
+	free(notify_next);
+	return failed ? 1 : 0;
+}
