@@ -1,1 +1,307 @@
-int main(void) { return 0; }
+/*
+ * ddss-tp-bench: latency of the transport's one-sided operations next to a raw TCP
+ * ping-pong of the same size between the same two processes, measured in the same run.
+ *
+ *   ddssrun -n 2 ddss-tp-bench [--iters N] [--rounds R] [--size BYTES] [--no-pin] [--csv]
+ *
+ * Each rank pins itself (all its threads) to CPU rank-1, so both the raw ping-pong and the
+ * transport cross between the same two CPUs; unpinned, the scheduler sometimes runs one
+ * pair on a single core and the comparison measures placement, not the transport.
+ * Rank 1 measures, rank 2 is the target. Measurements are interleaved in R rounds (raw,
+ * read, write, cas, fadd, raw, ...) so drift on a shared machine hits all of them alike.
+ * The completion mode comes from DDSS_COMPLETION (event | poll). Prints median, p99 and
+ * mean in microseconds and each median's ratio to the raw ping-pong median.
+ */
+#include "net/net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TAG_PORT DDSS_MSG_USER_FIRST
+#define POOL_LEN (1u << 20)
+#define MAX_SIZE (POOL_LEN / 2)
+
+enum bench_op { B_RAW, B_READ, B_WRITE, B_CAS, B_FADD, B_COUNT };
+static const char *const op_names[B_COUNT] = { "raw_tcp_pingpong", "read", "write", "cas", "fadd" };
+
+struct opts {
+	unsigned iters, rounds;
+	size_t size;
+	bool csv;
+	bool pin;
+};
+
+/* ---- the raw TCP ping-pong: rank 2 echoes, rank 1 measures ---- */
+
+static pthread_mutex_t port_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t port_cv = PTHREAD_COND_INITIALIZER;
+static uint16_t raw_port;
+
+static void on_port(void *arg, uint32_t from, const void *buf, size_t len)
+{
+	uint16_t p;
+
+	if (len != sizeof(p))
+		return;
+	memcpy(&p, buf, sizeof(p));
+	pthread_mutex_lock(&port_mu);
+	raw_port = p;
+	pthread_cond_broadcast(&port_cv);
+	pthread_mutex_unlock(&port_mu);
+}
+
+static int recv_all(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = recv(fd, (char *)buf + got, len - got, 0);
+
+		if (n <= 0)
+			return -1;
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+static void *echo_main(void *arg)
+{
+	int lfd = *(int *)arg, fd, one = 1;
+	static char buf[MAX_SIZE];
+	size_t size;
+
+	fd = accept(lfd, NULL, NULL);
+	close(lfd);
+	if (fd < 0)
+		return NULL;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (recv_all(fd, &size, sizeof(size)) == 0 && size <= sizeof(buf))
+		while (recv_all(fd, buf, size) == 0 && send(fd, buf, size, 0) == (ssize_t)size)
+			;
+	close(fd);
+	return NULL;
+}
+
+static int start_echo(struct ddss_net *net, pthread_t *th, int *lfd)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	uint16_t port;
+
+	*lfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (*lfd < 0 || bind(*lfd, (struct sockaddr *)&a, sizeof(a)) || listen(*lfd, 1) ||
+	    getsockname(*lfd, (struct sockaddr *)&a, &len))
+		return -errno;
+	port = ntohs(a.sin_port);
+	if (pthread_create(th, NULL, echo_main, lfd))
+		return -EAGAIN;
+	return ddss_net_send(net, 1, TAG_PORT, &port, sizeof(port));
+}
+
+static int connect_raw(size_t size)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd, one = 1;
+
+	pthread_mutex_lock(&port_mu);
+	while (!raw_port)
+		pthread_cond_wait(&port_cv, &port_mu);
+	a.sin_port = htons(raw_port);
+	pthread_mutex_unlock(&port_mu);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)))
+		return -1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (send(fd, &size, sizeof(size), 0) != sizeof(size))
+		return -1;
+	return fd;
+}
+
+/* ---- measurement ---- */
+
+static int one_op(struct ddss_tp *tp, enum bench_op op, int raw_fd, void *buf, size_t size)
+{
+	uint64_t old;
+
+	switch (op) {
+	case B_RAW:
+		if (send(raw_fd, buf, size, 0) != (ssize_t)size)
+			return -EIO;
+		return recv_all(raw_fd, buf, size) ? -EIO : 0;
+	case B_READ:
+		return ddss_tp_read(tp, 2, 0, buf, size);
+	case B_WRITE:
+		return ddss_tp_write(tp, 2, 0, buf, size);
+	case B_CAS:
+		return ddss_tp_cas(tp, 2, 8, 0, 0, &old);
+	case B_FADD:
+		return ddss_tp_fadd(tp, 2, 16, 1, &old);
+	default:
+		return -EINVAL;
+	}
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static int measure(struct ddss_net *net, const struct opts *o)
+{
+	struct ddss_tp *tp = ddss_net_tp(net);
+	size_t n = (size_t)o->iters * o->rounds;
+	double *lat[B_COUNT], med[B_COUNT], p99[B_COUNT], mean[B_COUNT];
+	char *buf = calloc(1, o->size);
+	int raw_fd = connect_raw(o->size);
+
+	if (raw_fd < 0 || !buf) {
+		fprintf(stderr, "cannot connect the raw ping-pong\n");
+		return 1;
+	}
+	for (int k = 0; k < B_COUNT; k++)
+		lat[k] = calloc(n, sizeof(double));
+	/* Warm up every path (connections, caches) before timing. */
+	for (int k = 0; k < B_COUNT; k++)
+		for (unsigned i = 0; i < 200; i++)
+			if (one_op(tp, (enum bench_op)k, raw_fd, buf, o->size)) {
+				fprintf(stderr, "%s failed during warm-up\n", op_names[k]);
+				return 1;
+			}
+	for (unsigned r = 0; r < o->rounds; r++) {
+		for (int k = 0; k < B_COUNT; k++) {
+			for (unsigned i = 0; i < o->iters; i++) {
+				int64_t t0 = ddss_now_ns();
+				int err = one_op(tp, (enum bench_op)k, raw_fd, buf, o->size);
+
+				if (err) {
+					fprintf(stderr, "%s failed: %s\n", op_names[k], strerror(-err));
+					return 1;
+				}
+				lat[k][(size_t)r * o->iters + i] = (double)(ddss_now_ns() - t0) / 1000.0;
+			}
+		}
+	}
+	close(raw_fd);
+	for (int k = 0; k < B_COUNT; k++) {
+		double sum = 0;
+
+		qsort(lat[k], n, sizeof(double), cmp_double);
+		for (size_t i = 0; i < n; i++)
+			sum += lat[k][i];
+		med[k] = lat[k][n / 2];
+		p99[k] = lat[k][n * 99 / 100];
+		mean[k] = sum / (double)n;
+	}
+	if (o->csv)
+		printf("transport,completion,op,size,median_us,p99_us,mean_us,ratio_to_raw\n");
+	else
+		printf("transport=%s completion=%s size=%zu samples=%zu per op, %s\n%-18s %10s %10s %10s %8s\n",
+		       ddss_net_transport_name(net), getenv("DDSS_COMPLETION") ? getenv("DDSS_COMPLETION") : "event",
+		       o->size, n, o->pin ? "ranks pinned to CPUs 0 and 1" : "unpinned",
+		       "op", "median_us", "p99_us", "mean_us", "x_raw");
+	for (int k = 0; k < B_COUNT; k++) {
+		const char *comp = getenv("DDSS_COMPLETION") ? getenv("DDSS_COMPLETION") : "event";
+
+		if (o->csv)
+			printf("%s,%s,%s,%zu,%.2f,%.2f,%.2f,%.3f\n", ddss_net_transport_name(net), comp,
+			       op_names[k], o->size, med[k], p99[k], mean[k], med[k] / med[B_RAW]);
+		else
+			printf("%-18s %10.2f %10.2f %10.2f %8.3f\n", op_names[k], med[k], p99[k], mean[k],
+			       med[k] / med[B_RAW]);
+		free(lat[k]);
+	}
+	free(buf);
+	return 0;
+}
+
+/* Before any thread exists, so every thread of this rank inherits the mask. */
+static void pin_rank(void)
+{
+	const char *r = getenv("DDSS_RANK");
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+
+	if (!r || ncpu < 2)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET((atoi(r) - 1) % ncpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		perror("sched_setaffinity");
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+	*o = (struct opts){ .iters = 2000, .rounds = 5, .size = 1, .pin = true };
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+			o->iters = (unsigned)strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+			o->rounds = (unsigned)strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--size") && i + 1 < argc)
+			o->size = strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--no-pin"))
+			o->pin = false;
+		else if (!strcmp(argv[i], "--csv"))
+			o->csv = true;
+		else
+			return -1;
+	}
+	return o->iters && o->rounds && o->size && o->size <= MAX_SIZE ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct ddss_net *net;
+	struct opts o;
+	pthread_t echo;
+	void *pool;
+	int lfd = -1, r, rc = 0;
+
+	if (parse(argc, argv, &o)) {
+		fprintf(stderr, "usage: ddssrun -n 2 %s [--iters N] [--rounds R] [--size B<=%u] [--no-pin] [--csv]\n",
+			argv[0], MAX_SIZE);
+		return 2;
+	}
+	if (o.pin)
+		pin_rank();
+	r = ddss_net_open(NULL, &net);
+	if (r) {
+		fprintf(stderr, "cannot open the transport: %s\n", strerror(-r));
+		return 1;
+	}
+	if (ddss_net_size(net) != 2) {
+		fprintf(stderr, "run with exactly 2 ranks (ddssrun -n 2)\n");
+		return 2;
+	}
+	pool = aligned_alloc(4096, POOL_LEN);
+	memset(pool, 0, POOL_LEN);
+	ddss_net_on_msg(net, TAG_PORT, on_port, NULL);
+	r = ddss_net_start(net, pool, POOL_LEN);
+	if (!r)
+		r = ddss_net_barrier(net, -1);
+	if (!r && ddss_net_rank(net) == 2)
+		r = start_echo(net, &echo, &lfd);
+	if (r) {
+		fprintf(stderr, "set-up failed: %s\n", strerror(-r));
+		return 1;
+	}
+	if (ddss_net_rank(net) == 1)
+		rc = measure(net, &o);
+	r = ddss_net_barrier(net, -1);
+	if (ddss_net_rank(net) == 2)
+		pthread_join(echo, NULL);
+	ddss_net_close(net);
+	free(pool);
+	return rc ? rc : (r ? 1 : 0);
+}
