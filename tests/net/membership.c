@@ -1,1 +1,225 @@
-int main(void) { return 0; }
+/*
+ * Membership over a real group (ddssrun, 4 ranks, any provider):
+ *  1. the last rank starts late: the others' first operations on it wait for it to join;
+ *  2. the last rank dies (_exit in a handler) with an operation in flight to it: that
+ *     operation fails with an error, every rank notices it down, later operations on it
+ *     fail fast;
+ *  3. rank 3 leaves cleanly (closes its transport): the others notice;
+ *  4. the survivors carry on.
+ * Ranks that die or leave exit 0 only if all their checks passed until then.
+ */
+#include "common/test_util.h"
+#include "net/net.h"
+
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POOL_LEN 65536
+#define W_JOIN 0
+#define W_ALL 8
+#define W_SURVIVORS 16
+#define TAG_CTRL DDSS_MSG_USER_FIRST
+#define NOTIFY_DIE 0xD1Eu
+#define WAIT_MS 20000
+#define LATE_START_MS 700
+
+enum ctrl { CTRL_MAY_LEAVE = 1, CTRL_SURVIVOR_DONE = 2 };
+
+static struct ddss_net *net;
+static struct ddss_tp *tp;
+static uint32_t me, nranks, dier, leaver;
+static uint64_t *pool;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static unsigned may_leave, survivors_done;
+
+static void barrier(void)
+{
+	int r = ddss_net_barrier(net, WAIT_MS);
+
+	if (r) {
+		fprintf(stderr, "rank %u: barrier failed: %s\n", me, strerror(-r));
+		exit(1);
+	}
+}
+
+static void on_notify(void *arg, uint32_t from, uint32_t value)
+{
+	if (value == NOTIFY_DIE && me == dier) {
+		/* Die abruptly, with requests from rank 1 still queued behind this one. */
+		fflush(stdout);
+		_exit(CU_get_number_of_failures() ? 1 : 0);
+	}
+}
+
+static void on_ctrl(void *arg, uint32_t from, const void *buf, size_t len)
+{
+	uint32_t c;
+
+	if (len != sizeof(c))
+		return;
+	memcpy(&c, buf, sizeof(c));
+	pthread_mutex_lock(&mu);
+	if (c == CTRL_MAY_LEAVE)
+		may_leave++;
+	else if (c == CTRL_SURVIVOR_DONE)
+		survivors_done++;
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&mu);
+}
+
+static bool wait_for(unsigned *counter, unsigned want)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += WAIT_MS / 1000;
+	pthread_mutex_lock(&mu);
+	while (*counter < want && pthread_cond_timedwait(&cv, &mu, &ts) == 0)
+		;
+	pthread_mutex_unlock(&mu);
+	return *counter >= want;
+}
+
+static int send_ctrl(uint32_t to, uint32_t c)
+{
+	return ddss_net_send(net, to, TAG_CTRL, &c, sizeof(c));
+}
+
+static void test_late_joiner(void)
+{
+	uint64_t v = 0;
+
+	/* The last rank is not up yet: this connects with retries until it is. */
+	CU_ASSERT_EQUAL(ddss_tp_fadd(tp, dier, W_JOIN, 1, NULL), 0);
+	barrier();
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, dier, W_JOIN, &v, 8), 0);
+	CU_ASSERT_EQUAL(v, nranks);
+	/* Connect everyone to everyone, so every rank can notice every departure. */
+	for (uint32_t r = 1; r <= nranks; r++)
+		CU_ASSERT_EQUAL(ddss_tp_fadd(tp, r, W_ALL, 1, NULL), 0);
+	barrier();
+	CU_ASSERT_EQUAL(pool[W_ALL / 8], nranks);
+	for (uint32_t r = 1; r <= nranks; r++) {
+		struct ddss_tp_peer_info info;
+
+		CU_ASSERT_EQUAL(ddss_tp_peer_info(tp, r, &info), 0);
+		CU_ASSERT_EQUAL(info.state, DDSS_TP_PEER_UP);
+	}
+	barrier();
+}
+
+static void test_dead_rank(void)
+{
+	struct ddss_tp_req req;
+	uint64_t v;
+	int r;
+
+	if (me == dier) {
+		/* Wait to be killed by rank 1's notification; reaching the end is a failure. */
+		CU_ASSERT_EQUAL(ddss_net_wait_peer(net, 1, DDSS_TP_PEER_DOWN, WAIT_MS * 3), 0);
+		CU_FAIL("still alive: the die notification never came");
+		return;
+	}
+	if (me == 1) {
+		CU_ASSERT_EQUAL(ddss_tp_notify(tp, dier, NOTIFY_DIE), 0);
+		CU_ASSERT_EQUAL(ddss_tp_post_read(tp, dier, W_ALL, &v, 8, &req), 0);
+		/* Served after the notification, so never: it must fail, not hang. */
+		r = ddss_tp_wait(tp, &req, WAIT_MS);
+		CU_ASSERT_EQUAL(r, 0);
+		CU_ASSERT(req.status == -ECONNRESET || req.status == -EHOSTDOWN);
+	}
+	CU_ASSERT_EQUAL(ddss_net_wait_peer(net, dier, DDSS_TP_PEER_DOWN, WAIT_MS), 0);
+	r = ddss_tp_read(tp, dier, W_ALL, &v, 8);
+	CU_ASSERT(r == -EHOSTDOWN || r == -ECONNRESET || r == -ECONNREFUSED);
+	r = ddss_tp_notify(tp, dier, 1);
+	CU_ASSERT(r < 0);
+}
+
+static void test_clean_leave(void)
+{
+	uint64_t v;
+	int r;
+
+	if (me == dier)
+		return;
+	if (me == leaver) {
+		/* Leave once every other survivor is done with the previous test. */
+		CU_ASSERT(wait_for(&may_leave, nranks - 2));
+		return;
+	}
+	CU_ASSERT_EQUAL(send_ctrl(leaver, CTRL_MAY_LEAVE), 0);
+	CU_ASSERT_EQUAL(ddss_net_wait_peer(net, leaver, DDSS_TP_PEER_DOWN, WAIT_MS), 0);
+	r = ddss_tp_read(tp, leaver, W_ALL, &v, 8);
+	CU_ASSERT(r == -EHOSTDOWN || r == -ECONNRESET || r == -ECONNREFUSED);
+}
+
+static void test_survivors_carry_on(void)
+{
+	uint32_t others = nranks - 2;
+
+	if (me == dier || me == leaver)
+		return;
+	for (uint32_t r = 1; r <= nranks; r++) {
+		if (r == dier || r == leaver)
+			continue;
+		CU_ASSERT_EQUAL(ddss_tp_fadd(tp, r, W_SURVIVORS, 1, NULL), 0);
+		CU_ASSERT_EQUAL(send_ctrl(r, CTRL_SURVIVOR_DONE), 0);
+	}
+	CU_ASSERT(wait_for(&survivors_done, others));
+	CU_ASSERT_EQUAL(pool[W_SURVIVORS / 8], others);
+}
+
+int main(void)
+{
+	CU_pSuite suite;
+	unsigned failed;
+	const char *rank_env = getenv("DDSS_RANK"), *size_env = getenv("DDSS_SIZE");
+	int r;
+
+	if (!rank_env || !size_env || atoi(size_env) < 4) {
+		fprintf(stderr, "run under ddssrun with at least 4 ranks\n");
+		return 2;
+	}
+	if ((uint32_t)atoi(rank_env) == (uint32_t)atoi(size_env)) {
+		/* Creates the late-join scenario; nothing depends on its length. */
+		struct timespec ts = { 0, LATE_START_MS * 1000000L };
+
+		nanosleep(&ts, NULL);
+	}
+	r = ddss_net_open(NULL, &net);
+	if (r) {
+		fprintf(stderr, "cannot open the transport: %s\n", strerror(-r));
+		return 1;
+	}
+	tp = ddss_net_tp(net);
+	me = ddss_net_rank(net);
+	nranks = ddss_net_size(net);
+	dier = nranks;
+	leaver = nranks - 1;
+	pool = test_alloc_pool(POOL_LEN);
+	ddss_net_on_notify(net, on_notify, NULL);
+	if (ddss_net_on_msg(net, TAG_CTRL, on_ctrl, NULL) || ddss_net_start(net, pool, POOL_LEN)) {
+		fprintf(stderr, "cannot start the transport\n");
+		return 1;
+	}
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	suite = CU_add_suite("membership", NULL, NULL);
+	CU_add_test(suite, "late joiner is waited for", test_late_joiner);
+	CU_add_test(suite, "dead rank: errors, not hangs", test_dead_rank);
+	CU_add_test(suite, "clean leave is noticed", test_clean_leave);
+	CU_add_test(suite, "survivors carry on", test_survivors_carry_on);
+	failed = test_run_all();
+	CU_cleanup_registry();
+	ddss_net_close(net);
+	free(pool);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,13 @@
+#!/bin/bash
+# Set up a fresh machine and run the main demo: install dependencies, build, then start
+# 4 ranks on this machine over the tcp provider, and measure the transport.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$top/build}
+"$top/scripts/install-deps.sh"
+"$top/scripts/build.sh" >/dev/null
+echo "== 4 ranks share state through one-sided operations (tcp provider) =="
+"$build/apps/ddssrun" -n 4 --transport tcp "$build/apps/ddss-hello"
+echo
+echo "== transport latency next to a raw TCP ping-pong, same run =="
+"$build/apps/ddssrun" -n 2 --transport tcp "$build/apps/ddss-tp-bench"

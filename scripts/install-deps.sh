@@ -1,0 +1,23 @@
+#!/bin/bash
+# Install exactly what DDSS needs to build, test and run its demos on Debian 12.
+# Idempotent: does nothing when everything is present. Needs root (uses sudo if not root).
+# The rxe guest used by the `rdma` tests installs its own packages (../shared/rxe-vm/setup).
+set -euo pipefail
+pkgs=(
+  build-essential cmake pkg-config   # toolchain
+  libibverbs-dev librdmacm-dev       # verbs provider (rdma-core)
+  ibverbs-providers rdma-core        # rxe/siw user-space drivers, rdma tool
+  libjemalloc-dev                    # the registered pool's allocator
+  liburcu-dev                        # lock-free metadata
+  libcunit1-dev                      # tests
+  python3                            # launcher test helper
+)
+if dpkg -s "${pkgs[@]}" >/dev/null 2>&1; then
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo=sudo
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+echo "install-deps: installed ${pkgs[*]}"
