@@ -1,6 +1,7 @@
 #include "core/config.h"
 #include "core/log.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 
@@ -14,9 +15,19 @@ int ddss_env_long(const char *name, long min, long max, long dflt, long *out_p)
 		*out_p = dflt;
 		return 0;
 	}
+	/* Decimal, or hex with 0x; a leading zero does not mean octal here. strtol would also
+	 * skip white space and accept signs after 0x: only digits (and one leading '-') pass. */
+	const char *digits = s;
+	int base = 10;
+
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+		digits = s + 2;
+		base = 16;
+	}
 	errno = 0;
-	v = strtol(s, &end, 0);
-	if (errno || *end || v < min || v > max) {
+	v = strtol(digits, &end, base);
+	if (errno || *end || end == digits || isspace((unsigned char)digits[0]) ||
+	    (base == 16 && !isxdigit((unsigned char)digits[0])) || v < min || v > max) {
 		DDSS_ERR("%s=%s: expected a whole number in [%ld, %ld]", name, s, min, max);
 		return -EINVAL;
 	}
@@ -36,7 +47,8 @@ int ddss_env_hex64(const char *name, uint64_t dflt, uint64_t *out_p)
 	}
 	errno = 0;
 	v = strtoull(s, &end, 16);
-	if (errno || *end || *s == '-') {
+	/* strtoull would skip white space and accept a sign: allow only hex digits (and 0x). */
+	if (errno || *end || !isxdigit((unsigned char)s[0])) {
 		DDSS_ERR("%s=%s: expected a hexadecimal number", name, s);
 		return -EINVAL;
 	}

@@ -1,6 +1,7 @@
 #include <ddss/ddss.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 #define DDSS_STR_(x) #x
@@ -13,7 +14,8 @@
 const char *ddss_strerror(int err)
 {
 	static _Thread_local char buf[96];
-	int e = err < 0 ? -err : err;
+	/* -INT_MIN overflows: no errno is that large anyway. */
+	int e = err == INT_MIN ? INT_MAX : err < 0 ? -err : err;
 
 	switch (e) {
 	case 0: return "success";

@@ -26,8 +26,9 @@
  * atomics the old value in req->result.
  *
  * Threads. Every operation may be called from any thread concurrently unless its contract
- * says otherwise. Handlers (on_msg, on_notify, on_peer) run on the provider's progress
- * thread: they must not block and must not wait for completions (they may post).
+ * says otherwise. on_msg and on_notify run on the provider's progress thread: they must not
+ * block and must not wait for completions (they may post). on_peer runs on whichever thread
+ * noticed the change, possibly with provider locks held: it may only record the change.
  */
 #ifndef DDSS_NET_TRANSPORT_H
 #define DDSS_NET_TRANSPORT_H
@@ -74,13 +75,14 @@ struct ddss_tp_peer_info {
 	uint64_t pool_len;
 };
 
-/* Handlers; all run on the progress thread, must not block. */
+/* Handlers (see "Threads" above). */
 struct ddss_tp_handlers {
 	/* A control message from @from; @buf is valid only during the call. */
 	void (*on_msg)(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len);
 	/* A notification from @from, delivered in the order the sender posted them. */
 	void (*on_notify)(void *arg, uint32_t from, uint32_t value);
-	/* @rank changed state (UP after a handshake, DOWN when its connection is lost). */
+	/* @rank changed state (UP after a handshake, DOWN when a connection to it is lost).
+	 * Any thread, provider locks possibly held: record only, never post or wait. */
 	void (*on_peer)(void *arg, uint32_t rank, enum ddss_tp_peer_state state);
 	void *arg;
 };

@@ -131,8 +131,11 @@ void tcp_peer_set_pool_len(struct tcp_tp *t, uint32_t rank, uint64_t pool_len);
 void tcp_set_sock_opts(int fd);
 /** Bound blocking receives on @fd to @ms milliseconds (at least 1 ms). */
 void tcp_set_rcvtimeo(int fd, int64_t ms);
-/** Receive exactly @len bytes, blocking; -ETIMEDOUT when SO_RCVTIMEO expires first. */
-int tcp_recv_full(int fd, void *buf, size_t len);
+/**
+ * Receive exactly @len bytes before @deadline_ns (ddss_now_ns clock), whatever the pace
+ * the peer sends them at: -ETIMEDOUT when the deadline passes, -ECONNRESET on EOF.
+ */
+int tcp_recv_full(int fd, void *buf, size_t len, int64_t deadline_ns);
 
 /* tcp_chan.c */
 void tcp_chan_init(struct tcp_chan *ch, struct tcp_tp *t, uint32_t peer);

@@ -219,8 +219,7 @@ static int handshake(struct tcp_chan *ch, int fd, int64_t deadline)
 	tcp_wire_encode_hello(&me, buf + TCP_WIRE_HDR_LEN);
 	if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf))
 		return -ECONNRESET;
-	tcp_set_rcvtimeo(fd, (deadline - ddss_now_ns()) / 1000000);
-	r = tcp_recv_full(fd, buf, sizeof(buf));
+	r = tcp_recv_full(fd, buf, sizeof(buf), deadline);
 	if (r)
 		return r;
 	if (tcp_wire_decode_hdr(buf, &h) || h.kind != TCP_K_HELLO_ACK || h.len != TCP_WIRE_HELLO_LEN)

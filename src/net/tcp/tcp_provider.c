@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -39,19 +40,30 @@ void tcp_set_rcvtimeo(int fd, int64_t ms)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
-int tcp_recv_full(int fd, void *buf, size_t len)
+int tcp_recv_full(int fd, void *buf, size_t len, int64_t deadline_ns)
 {
 	size_t got = 0;
 
 	while (got < len) {
-		ssize_t n = recv(fd, (char *)buf + got, len - got, 0);
+		int64_t left_ms = (deadline_ns - ddss_now_ns() + 999999) / 1000000;
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t n;
 
+		/* A deadline for the whole message: a peer trickling bytes cannot extend it. */
+		if (left_ms <= 0)
+			return -ETIMEDOUT;
+		n = poll(&pfd, 1, left_ms > INT32_MAX ? INT32_MAX : (int)left_ms);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (n <= 0)
+			continue;
+		n = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
 		if (n > 0)
 			got += (size_t)n;
 		else if (n == 0)
 			return -ECONNRESET;
-		else if (errno != EINTR)
-			return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+		else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
 	}
 	return 0;
 }

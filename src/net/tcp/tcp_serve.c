@@ -105,7 +105,8 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 	const struct tcp_wire_hdr *c = &s->cur;
 	struct tcp_wire_hdr rep = { .kind = TCP_K_REPLY, .seq = c->seq, .status = s->cur_err };
 	const void *data = NULL;
-	uint64_t *word = (uint64_t *)(t->pool + c->off);
+	/* Only formed once the request passed validation (cur_err == 0). */
+	uint64_t *word = s->cur_err ? NULL : (uint64_t *)(t->pool + c->off);
 
 	switch (c->kind) {
 	case TCP_K_READ:
@@ -243,9 +244,13 @@ static void served_input(struct tcp_tp *t, struct tcp_served *s)
 		r = served_step(t, s);
 		if (r == -EAGAIN)
 			break;
-		if (r) {
-			DDSS_WARN("rank %u sent a malformed request: %s", s->peer, strerror(-r));
+		if (r == -EPROTO) {
+			DDSS_WARN("rank %u sent a malformed request", s->peer);
 			served_close(t, s, "protocol error");
+			return;
+		}
+		if (r) {
+			served_close(t, s, "cannot send a reply");
 			return;
 		}
 	}
@@ -336,8 +341,8 @@ static void accept_one(struct tcp_tp *t, int fd)
 	struct tcp_wire_hdr ack = { .kind = TCP_K_HELLO_ACK, .len = TCP_WIRE_HELLO_LEN };
 	struct tcp_served *s;
 
-	tcp_set_rcvtimeo(fd, TCP_HANDSHAKE_TIMEOUT_MS);
-	if (tcp_recv_full(fd, buf, sizeof(buf))) {
+	if (tcp_recv_full(fd, buf, sizeof(buf),
+			  ddss_now_ns() + (int64_t)TCP_HANDSHAKE_TIMEOUT_MS * 1000000)) {
 		close(fd);
 		return;
 	}
