@@ -1,4 +1,5 @@
 #include "common/test_util.h"
+#include "net/net.h"
 
 #include <CUnit/Basic.h>
 #include <stdio.h>
@@ -55,4 +56,26 @@ void *test_alloc_pool(size_t len)
 	}
 	memset(p, 0, len);
 	return p;
+}
+
+struct ddss_net *test_net_open_or_exit(void)
+{
+	struct ddss_net *net;
+	int r = ddss_net_open(NULL, &net);
+
+	if (r) {
+		fprintf(stderr, "cannot open the transport: %s\n", strerror(-r));
+		exit(1);
+	}
+	return net;
+}
+
+void test_barrier_or_exit(struct ddss_net *net, int timeout_ms)
+{
+	int r = ddss_net_barrier(net, timeout_ms);
+
+	if (r) {
+		fprintf(stderr, "rank %u: barrier failed: %s\n", ddss_net_rank(net), strerror(-r));
+		exit(1);
+	}
 }

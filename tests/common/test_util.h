@@ -23,4 +23,13 @@ unsigned test_run_all(void);
 /** Allocate @len bytes aligned to 4096, zeroed; aborts on failure (tests only). */
 void *test_alloc_pool(size_t len);
 
+struct ddss_net;
+/** Join the group described by the environment (ddssrun), or exit(1) saying why. */
+struct ddss_net *test_net_open_or_exit(void);
+/**
+ * Group barrier, or exit(1) at once: a rank that cannot synchronise must not leave the
+ * others waiting (ddssrun stops them when this rank fails).
+ */
+void test_barrier_or_exit(struct ddss_net *net, int timeout_ms);
+
 #endif

@@ -59,12 +59,7 @@ static uint32_t rank_after(uint32_t r, uint32_t k)
 
 static void barrier(void)
 {
-	int r = ddss_net_barrier(net, WAIT_MS);
-
-	if (r) {
-		fprintf(stderr, "rank %u: barrier failed: %s\n", me, strerror(-r));
-		exit(1);
-	}
+	test_barrier_or_exit(net, WAIT_MS);
 }
 
 /* ---- notifications and messages: handlers run on the progress thread ---- */
@@ -486,7 +481,6 @@ int main(int argc, char **argv)
 	char suite_name[64];
 	CU_pSuite suite;
 	unsigned failed;
-	int r;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--completion=poll")) {
@@ -496,11 +490,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	r = ddss_net_open(NULL, &net);
-	if (r) {
-		fprintf(stderr, "cannot open the transport: %s\n", strerror(-r));
-		return 1;
-	}
+	net = test_net_open_or_exit();
 	tp = ddss_net_tp(net);
 	me = ddss_net_rank(net);
 	nranks = ddss_net_size(net);

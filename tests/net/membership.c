@@ -42,12 +42,7 @@ static unsigned may_leave, survivors_done;
 
 static void barrier(void)
 {
-	int r = ddss_net_barrier(net, WAIT_MS);
-
-	if (r) {
-		fprintf(stderr, "rank %u: barrier failed: %s\n", me, strerror(-r));
-		exit(1);
-	}
+	test_barrier_or_exit(net, WAIT_MS);
 }
 
 static void on_notify(void *arg, uint32_t from, uint32_t value)
@@ -182,7 +177,6 @@ int main(void)
 	CU_pSuite suite;
 	unsigned failed;
 	const char *rank_env = getenv("DDSS_RANK"), *size_env = getenv("DDSS_SIZE");
-	int r;
 
 	if (!rank_env || !size_env || atoi(size_env) < 4) {
 		fprintf(stderr, "run under ddssrun with at least 4 ranks\n");
@@ -194,11 +188,7 @@ int main(void)
 
 		nanosleep(&ts, NULL);
 	}
-	r = ddss_net_open(NULL, &net);
-	if (r) {
-		fprintf(stderr, "cannot open the transport: %s\n", strerror(-r));
-		return 1;
-	}
+	net = test_net_open_or_exit();
 	tp = ddss_net_tp(net);
 	me = ddss_net_rank(net);
 	nranks = ddss_net_size(net);
