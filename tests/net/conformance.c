@@ -78,10 +78,15 @@ static void on_notify(void *arg, uint32_t from, uint32_t value)
 {
 	pthread_mutex_lock(&ev_mu);
 	if (value & NOTIFY_WRITE_FLAG) {
-		/* The sender wrote its slot just before notifying: the bytes must be here. */
+		/*
+		 * The sender wrote block k of its slot just before notifying: the bytes must be
+		 * here. Each k has its own block, because with RDMA the sender's next write may
+		 * land before this handler runs.
+		 */
 		uint32_t k = value & ~NOTIFY_WRITE_FLAG;
 
-		if (test_check(pool + slot_off(from), AFTER_WRITE_LEN, 1000 + k) == SIZE_MAX)
+		if (test_check(pool + slot_off(from) + (uint64_t)k * AFTER_WRITE_LEN, AFTER_WRITE_LEN,
+			       1000 + k) == SIZE_MAX)
 			notify_after_write_ok++;
 		else
 			notify_after_write_bad++;
@@ -403,7 +408,8 @@ static void test_notify_after_write_sees_data(void)
 	for (uint32_t k = 0; k < 50; k++) {
 		test_fill(buf, sizeof(buf), 1000 + k);
 		/* Post the write and notify at once: ordering, not completion, must hold. */
-		CU_ASSERT_EQUAL(ddss_tp_post_write(tp, peer, slot_off(me), buf, sizeof(buf), &req), 0);
+		CU_ASSERT_EQUAL(ddss_tp_post_write(tp, peer, slot_off(me) + (uint64_t)k * sizeof(buf),
+						   buf, sizeof(buf), &req), 0);
 		CU_ASSERT_EQUAL(ddss_tp_notify(tp, peer, NOTIFY_WRITE_FLAG | k), 0);
 		CU_ASSERT_EQUAL(ddss_tp_wait(tp, &req, DDSS_TP_TIMEOUT_DEFAULT), 0);
 		CU_ASSERT_EQUAL(req.status, 0);

@@ -1,0 +1,14 @@
+/* The verbs provider as the rest of the library sees it (see verbs_int.h for its insides). */
+#ifndef DDSS_NET_VERBS_VERBS_H
+#define DDSS_NET_VERBS_VERBS_H
+
+#include "net/transport.h"
+
+#include <stdbool.h>
+
+extern const struct ddss_tp_ops ddss_verbs_ops;
+
+/** True if some RDMA device has an active port (the automatic transport choice). */
+bool ddss_verbs_usable(void);
+
+#endif

@@ -1,0 +1,660 @@
+/*
+ * Connections over rdma_cm: the listener (which also picks the device: the one that owns
+ * this rank's address), outgoing connections made lazily by the first thread that needs a
+ * peer, incoming ones accepted by the cm thread, and the two progress threads
+ * (rdma_cm events; the receive CQ).
+ *
+ * Who does what. A thread that needs a peer starts address resolution and sleeps on the
+ * connection's condition variable; the cm thread drives the rdma_cm steps (route,
+ * QP, connect) and reports the outcome. Events are acknowledged as soon as they are read
+ * (their private data copied first), so rdma_destroy_id never waits on the cm thread.
+ */
+#include "net/verbs/verbs_int.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RNR_RETRY_INFINITE 7
+#define TRANSPORT_RETRIES 7
+
+/* An rdma_cm event, copied so it can be acknowledged before it is handled. */
+struct cm_event {
+	enum rdma_cm_event_type type;
+	int status;
+	struct rdma_cm_id *id;
+	void *ctx;
+	uint8_t initiator_depth;
+	unsigned char pdata[256];
+	size_t pdata_len;
+};
+
+void verbs_peer_set_state(struct verbs_tp *vt, uint32_t rank, enum ddss_tp_peer_state s)
+{
+	const struct ddss_tp_handlers *hd = &vt->base.cfg.handlers;
+	int old = __atomic_exchange_n(&vt->peers[rank].state, (int)s, __ATOMIC_ACQ_REL);
+
+	if (old != (int)s && hd->on_peer)
+		hd->on_peer(hd->arg, rank, s);
+}
+
+uint32_t verbs_served_rank(struct verbs_tp *vt, uint32_t qp_num)
+{
+	uint32_t rank = 0;
+
+	/* Linear in the group size; fine for the groups we run (a hash when that changes). */
+	pthread_mutex_lock(&vt->served_mu);
+	for (uint32_t r = 1; r <= vt->base.cfg.size && !rank; r++)
+		if (vt->served_qpn[r] == qp_num)
+			rank = r;
+	pthread_mutex_unlock(&vt->served_mu);
+	return rank;
+}
+
+static int node_addr(const struct ddss_tp_node *node, bool with_port, struct sockaddr_storage *ss)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *res;
+	char port[8];
+	int r;
+
+	snprintf(port, sizeof(port), "%u", with_port ? node->port : 0);
+	r = getaddrinfo(node->host, port, &hints, &res);
+	if (r) {
+		DDSS_ERR("verbs: cannot resolve '%s': %s", node->host, gai_strerror(r));
+		return -EHOSTUNREACH;
+	}
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	freeaddrinfo(res);
+	return 0;
+}
+
+static void local_hello(struct verbs_tp *vt, unsigned char out[VERBS_HELLO_LEN])
+{
+	struct verbs_hello h = {
+		.group = vt->base.cfg.group,
+		.rank = vt->base.cfg.rank,
+		.size = vt->base.cfg.size,
+		.pool_addr = vt->pool ? (uintptr_t)vt->pool->mr->addr : 0,
+		.pool_len = vt->pool ? vt->pool->mr->length : 0,
+		.rkey = vt->pool ? vt->pool->mr->rkey : 0,
+	};
+
+	verbs_hello_encode(&h, out);
+}
+
+/* 0 if @h is a member of our group that may talk to us (as @expect_rank, if non-zero). */
+static int check_hello(struct verbs_tp *vt, const struct verbs_hello *h, uint32_t expect_rank)
+{
+	if (h->group != vt->base.cfg.group || h->size != vt->base.cfg.size)
+		return -EPERM;
+	if (h->rank < 1 || h->rank > vt->base.cfg.size || (expect_rank && h->rank != expect_rank))
+		return -EPROTO;
+	return 0;
+}
+
+/* ---- device and listener ---- */
+
+/* DDSS_DEVICE is "name" or "name:port"; the rank's address must be on that device/port. */
+static int check_device(struct verbs_tp *vt)
+{
+	const char *want = vt->base.cfg.device;
+	const char *have = ibv_get_device_name(vt->ctx->device);
+	const char *colon;
+	size_t n;
+
+	if (!want || !*want)
+		return 0;
+	colon = strchr(want, ':');
+	n = colon ? (size_t)(colon - want) : strlen(want);
+	if (strlen(have) != n || strncmp(have, want, n) != 0 ||
+	    (colon && strtoul(colon + 1, NULL, 10) != vt->listen_id->port_num)) {
+		DDSS_ERR("verbs: rank %u's address %s is on %s port %u, not on DDSS_DEVICE=%s",
+			 vt->base.cfg.rank, vt->base.nodes[vt->base.cfg.rank - 1].host, have,
+			 vt->listen_id->port_num, want);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+int verbs_conn_open(struct verbs_tp *vt)
+{
+	const struct ddss_tp_node *me = &vt->base.nodes[vt->base.cfg.rank - 1];
+	struct sockaddr_storage ss;
+	int r;
+
+	pthread_mutex_init(&vt->served_mu, NULL);
+	vt->stop_fd = -1;
+	vt->cm_ch = rdma_create_event_channel();
+	if (!vt->cm_ch) {
+		r = -errno;
+		DDSS_ERR("verbs: rdma_cm is not available: %s", strerror(-r));
+		return r;
+	}
+	if (fcntl(vt->cm_ch->fd, F_SETFL, fcntl(vt->cm_ch->fd, F_GETFL) | O_NONBLOCK))
+		return -errno;
+	vt->listen_kind = VERBS_CTX_LISTEN;
+	if (rdma_create_id(vt->cm_ch, &vt->listen_id, &vt->listen_kind, RDMA_PS_TCP))
+		return -errno;
+	r = node_addr(me, true, &ss);
+	if (r)
+		return r;
+	if (rdma_bind_addr(vt->listen_id, (struct sockaddr *)&ss)) {
+		r = -errno;
+		DDSS_ERR("verbs: cannot bind %s:%u: %s", me->host, me->port, strerror(-r));
+		return r;
+	}
+	vt->ctx = vt->listen_id->verbs;
+	if (!vt->ctx) {
+		/* rdma_cm needs a netdev with an RDMA device; loopback (127.x) has none. */
+		DDSS_ERR("verbs: no RDMA device owns address %s (rdma_cm does not work on lo)",
+			 me->host);
+		return -ENODEV;
+	}
+	r = check_device(vt);
+	if (r)
+		return r;
+	vt->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	return vt->stop_fd < 0 ? -errno : 0;
+}
+
+/* ---- outgoing connections ---- */
+
+static struct ibv_qp_init_attr qp_attr(struct verbs_tp *vt, unsigned send_wr, unsigned inl)
+{
+	struct ibv_qp_init_attr a = {
+		.send_cq = vt->scq,
+		.recv_cq = vt->rcq,
+		.srq = vt->srq,
+		.qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = send_wr, .max_send_sge = 2, .max_inline_data = inl },
+		.sq_sig_all = 1,
+	};
+
+	return a;
+}
+
+/* cm thread, o->mu held: route resolved, so make the QP and send the request. */
+static int out_connect(struct verbs_out *o)
+{
+	struct verbs_tp *vt = o->tp;
+	struct ibv_qp_init_attr a = qp_attr(vt, vt->sq_depth, VERBS_INLINE_WANT);
+	unsigned char hello[VERBS_HELLO_LEN];
+	struct rdma_conn_param cp = {
+		.private_data = hello,
+		.private_data_len = sizeof(hello),
+		.responder_resources = vt->rd_atom,
+		.initiator_depth = vt->rd_atom,
+		.retry_count = TRANSPORT_RETRIES,
+		.rnr_retry_count = RNR_RETRY_INFINITE,
+	};
+
+	if (o->id->verbs != vt->ctx) {
+		DDSS_ERR("verbs: route to rank %u leaves through another device than %s", o->peer,
+			 ibv_get_device_name(vt->ctx->device));
+		return -ENODEV;
+	}
+	/* Some devices grant no inline data; ask again without. */
+	if (rdma_create_qp(o->id, vt->pd, &a)) {
+		a = qp_attr(vt, vt->sq_depth, 0);
+		if (rdma_create_qp(o->id, vt->pd, &a))
+			return -errno;
+	}
+	o->inline_max = a.cap.max_inline_data;
+	pthread_mutex_lock(&o->sq_mu);
+	o->qp = o->id->qp;
+	o->sq_used = 0;
+	pthread_mutex_unlock(&o->sq_mu);
+	local_hello(vt, hello);
+	return rdma_connect(o->id, &cp) ? -errno : 0;
+}
+
+static void out_set_failed(struct verbs_out *o, int err, bool retriable)
+{
+	o->phase = VERBS_FAILED;
+	o->conn_err = err;
+	o->retriable = retriable;
+}
+
+/* cm thread: an event on an outgoing connection's id. */
+static void out_event(struct verbs_tp *vt, struct verbs_out *o, const struct cm_event *e)
+{
+	struct verbs_hello h;
+	int r;
+
+	pthread_mutex_lock(&o->mu);
+	if (o->id != e->id) /* from an attempt already given up */
+		goto out;
+	if (e->type == RDMA_CM_EVENT_DISCONNECTED || e->type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+		if (o->phase == VERBS_UP)
+			verbs_out_fail(o, e->type == RDMA_CM_EVENT_DISCONNECTED ? -ECONNRESET : -ENODEV);
+		goto out;
+	}
+	if (o->phase != VERBS_CONNECTING)
+		goto out;
+	switch (e->type) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (rdma_resolve_route(o->id, VERBS_RESOLVE_MS))
+			out_set_failed(o, -errno, true);
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		r = out_connect(o);
+		if (r)
+			out_set_failed(o, r, r != -ENODEV);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		r = verbs_hello_decode(e->pdata, e->pdata_len, &h);
+		if (!r)
+			r = check_hello(vt, &h, o->peer);
+		if (r) {
+			DDSS_ERR("verbs: rank %u answered with an invalid handshake", o->peer);
+			out_set_failed(o, r, false);
+			rdma_disconnect(o->id);
+			break;
+		}
+		o->raddr = h.pool_addr;
+		o->rkey = h.rkey;
+		__atomic_store_n(&vt->peers[o->peer].pool_len, h.pool_len, __ATOMIC_RELEASE);
+		__atomic_store_n(&o->fail, 0, __ATOMIC_RELEASE);
+		o->phase = VERBS_UP;
+		o->ever_up = true;
+		verbs_peer_set_state(vt, o->peer, DDSS_TP_PEER_UP);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		/* Our own reject carries a reason; anything else means nobody listens (yet). */
+		r = verbs_reject_decode(e->pdata, e->pdata_len);
+		if (r)
+			DDSS_ERR("verbs: rank %u refused us: %s", o->peer, strerror(-r));
+		out_set_failed(o, r ? r : -ECONNREFUSED, r == 0);
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		out_set_failed(o, -EHOSTUNREACH, true);
+		break;
+	default:
+		break;
+	}
+out:
+	pthread_cond_broadcast(&o->cv);
+	pthread_mutex_unlock(&o->mu);
+}
+
+void verbs_out_fail(struct verbs_out *o, int err)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+	int expected = 0;
+	bool had_qp;
+
+	if (!__atomic_compare_exchange_n(&o->fail, &expected, err, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		return;
+	/* In the error state the QP flushes every outstanding WR: waiters get @err. */
+	pthread_mutex_lock(&o->sq_mu);
+	had_qp = o->qp != NULL;
+	if (had_qp)
+		ibv_modify_qp(o->qp, &a, IBV_QP_STATE);
+	pthread_mutex_unlock(&o->sq_mu);
+	if (had_qp && err != -ECANCELED)
+		verbs_peer_set_state(o->tp, o->peer, DDSS_TP_PEER_DOWN);
+}
+
+/* o->mu held: free the previous attempt's QP and id, once nothing of it is outstanding. */
+static void out_teardown(struct verbs_out *o)
+{
+	struct ibv_qp *qp;
+
+	if (!o->id)
+		return;
+	if (o->qp) {
+		verbs_out_fail(o, -ECONNRESET);
+		verbs_drain(o, 5000);
+	}
+	pthread_mutex_lock(&o->sq_mu);
+	qp = o->qp;
+	o->qp = NULL;
+	o->sq_used = 0;
+	pthread_mutex_unlock(&o->sq_mu);
+	if (qp)
+		rdma_destroy_qp(o->id);
+	rdma_destroy_id(o->id);
+	o->id = NULL;
+}
+
+/* o->mu held: begin an attempt (address resolution); the cm thread goes on. */
+static int out_start(struct verbs_out *o)
+{
+	struct verbs_tp *vt = o->tp;
+	struct sockaddr_storage src, dst;
+	int r;
+
+	r = node_addr(&vt->base.nodes[vt->base.cfg.rank - 1], false, &src);
+	if (!r)
+		r = node_addr(&vt->base.nodes[o->peer - 1], true, &dst);
+	if (r)
+		return r;
+	if (rdma_create_id(vt->cm_ch, &o->id, o, RDMA_PS_TCP))
+		return -errno;
+	__atomic_store_n(&o->fail, 0, __ATOMIC_RELEASE);
+	o->phase = VERBS_CONNECTING;
+	/* Bind to our own address, so traffic leaves through our device. */
+	if (rdma_resolve_addr(o->id, (struct sockaddr *)&src, (struct sockaddr *)&dst,
+			      VERBS_RESOLVE_MS)) {
+		r = -errno;
+		out_set_failed(o, r, true);
+		return r;
+	}
+	return 0;
+}
+
+static void timed_wait(struct verbs_out *o, int64_t until_ns)
+{
+	struct timespec ts;
+	int64_t now = ddss_now_ns(), ms = (until_ns - now) / 1000000;
+
+	if (ms <= 0)
+		return;
+	if (ms > VERBS_WAIT_SLICE_MS)
+		ms = VERBS_WAIT_SLICE_MS;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000000;
+	ts.tv_sec += ts.tv_nsec / 1000000000;
+	ts.tv_nsec %= 1000000000;
+	pthread_cond_timedwait(&o->cv, &o->mu, &ts);
+}
+
+int verbs_out_ensure(struct verbs_out *o)
+{
+	struct verbs_tp *vt = o->tp;
+	int64_t deadline = ddss_now_ns() + (int64_t)vt->base.cfg.connect_timeout_ms * 1000000;
+	bool attempted = false;
+	int r;
+
+	if (__atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) == 0 && o->phase == VERBS_UP)
+		return 0; /* racy peek; rechecked by verbs_post, which owns the truth */
+	pthread_mutex_lock(&o->mu);
+	for (;;) {
+		bool failed = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) != 0;
+
+		if (o->phase == VERBS_UP && !failed) {
+			r = 0;
+			break;
+		}
+		if (o->phase == VERBS_CONNECTING) {
+			if (ddss_now_ns() >= deadline) {
+				out_set_failed(o, -ETIMEDOUT, false);
+				continue;
+			}
+			timed_wait(o, deadline);
+			continue;
+		}
+		if (o->phase == VERBS_UP) /* it was up and has been lost */
+			out_set_failed(o, __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE), false);
+		if (o->phase == VERBS_FAILED && attempted) {
+			/*
+			 * A peer that was never up may just not have started: retry until the connect
+			 * timeout. One that was up gets one attempt per call, so a dead peer fails fast.
+			 */
+			if (o->ever_up || !o->retriable || ddss_now_ns() >= deadline) {
+				r = o->conn_err;
+				break;
+			}
+			timed_wait(o, ddss_now_ns() + VERBS_RETRY_MS * 1000000ll);
+		}
+		out_teardown(o);
+		attempted = true;
+		r = out_start(o);
+		if (r && !o->retriable)
+			break;
+	}
+	pthread_mutex_unlock(&o->mu);
+	return r;
+}
+
+/* ---- incoming connections (cm thread) ---- */
+
+static void served_free(struct verbs_tp *vt, struct verbs_served *s)
+{
+	struct verbs_served **pp;
+
+	for (pp = &vt->served; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	pthread_mutex_lock(&vt->served_mu);
+	if (s->peer && vt->served_qpn[s->peer] == s->qp_num)
+		vt->served_qpn[s->peer] = 0;
+	pthread_mutex_unlock(&vt->served_mu);
+	if (s->id->qp)
+		rdma_destroy_qp(s->id);
+	rdma_destroy_id(s->id);
+	free(s);
+}
+
+static void reject(struct rdma_cm_id *id, int err)
+{
+	unsigned char why[VERBS_REJECT_LEN];
+
+	verbs_reject_encode(err, why);
+	rdma_reject(id, why, sizeof(why));
+	rdma_destroy_id(id);
+}
+
+static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
+{
+	struct ibv_qp_init_attr a = qp_attr(vt, 1, 0);
+	unsigned char hello[VERBS_HELLO_LEN];
+	struct rdma_conn_param cp = {
+		.private_data = hello,
+		.private_data_len = sizeof(hello),
+		.rnr_retry_count = RNR_RETRY_INFINITE,
+	};
+	struct verbs_served *s;
+	struct verbs_hello h;
+	int r;
+
+	r = verbs_hello_decode(e->pdata, e->pdata_len, &h);
+	if (!r)
+		r = check_hello(vt, &h, 0);
+	if (r) {
+		DDSS_WARN("verbs: refused a connection: %s", r == -EPERM ? "another group" :
+			  "bad handshake");
+		reject(e->id, r);
+		return;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		reject(e->id, -ENOMEM);
+		return;
+	}
+	s->kind = VERBS_CTX_SERVED;
+	s->id = e->id;
+	s->peer = h.rank;
+	e->id->context = s;
+	if (rdma_create_qp(e->id, vt->pd, &a)) {
+		r = -errno;
+		DDSS_ERR("verbs: cannot create a QP for rank %u: %s", h.rank, strerror(-r));
+		free(s);
+		reject(e->id, r);
+		return;
+	}
+	s->qp_num = e->id->qp->qp_num;
+	s->next = vt->served;
+	vt->served = s;
+	/* Serve as many reads/atomics at once as the initiator will issue (device permitting). */
+	cp.responder_resources = e->initiator_depth < vt->rd_atom ? e->initiator_depth : vt->rd_atom;
+	cp.initiator_depth = vt->rd_atom;
+	local_hello(vt, hello);
+	pthread_mutex_lock(&vt->served_mu);
+	vt->served_qpn[h.rank] = s->qp_num;
+	pthread_mutex_unlock(&vt->served_mu);
+	__atomic_store_n(&vt->peers[h.rank].pool_len, h.pool_len, __ATOMIC_RELEASE);
+	if (rdma_accept(e->id, &cp)) {
+		DDSS_WARN("verbs: accepting rank %u failed: %s", h.rank, strerror(errno));
+		served_free(vt, s);
+	}
+}
+
+static void served_event(struct verbs_tp *vt, struct verbs_served *s, const struct cm_event *e)
+{
+	switch (e->type) {
+	case RDMA_CM_EVENT_ESTABLISHED:
+		s->established = true;
+		verbs_peer_set_state(vt, s->peer, DDSS_TP_PEER_UP);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_REJECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		/* Only the peer's current connection speaks for its state. */
+		if (s->established && vt->served_qpn[s->peer] == s->qp_num)
+			verbs_peer_set_state(vt, s->peer, DDSS_TP_PEER_DOWN);
+		served_free(vt, s);
+		break;
+	default:
+		break;
+	}
+}
+
+static void handle_cm_events(struct verbs_tp *vt)
+{
+	struct rdma_cm_event *ev;
+	struct cm_event e;
+
+	while (rdma_get_cm_event(vt->cm_ch, &ev) == 0) {
+		memset(&e, 0, sizeof(e));
+		e.type = ev->event;
+		e.status = ev->status;
+		e.id = ev->id;
+		e.ctx = ev->id->context;
+		if (ev->param.conn.private_data && ev->param.conn.private_data_len) {
+			e.pdata_len = ev->param.conn.private_data_len;
+			if (e.pdata_len > sizeof(e.pdata))
+				e.pdata_len = sizeof(e.pdata);
+			memcpy(e.pdata, ev->param.conn.private_data, e.pdata_len);
+		}
+		e.initiator_depth = ev->param.conn.initiator_depth;
+		rdma_ack_cm_event(ev);
+
+		if (e.type == RDMA_CM_EVENT_CONNECT_REQUEST)
+			on_connect_request(vt, &e);
+		else if (e.ctx && *(enum verbs_ctx_kind *)e.ctx == VERBS_CTX_OUT)
+			out_event(vt, (struct verbs_out *)e.ctx, &e);
+		else if (e.ctx && *(enum verbs_ctx_kind *)e.ctx == VERBS_CTX_SERVED)
+			served_event(vt, (struct verbs_served *)e.ctx, &e);
+	}
+}
+
+/*
+ * Two threads, so that a message handler (on the receive thread) may connect to a peer:
+ * the connection's rdma_cm steps run on the cm thread meanwhile.
+ */
+static bool wait_readable(struct verbs_tp *vt, int fd)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = vt->stop_fd, .events = POLLIN },
+		{ .fd = fd, .events = POLLIN },
+	};
+
+	while (poll(pfd, 2, -1) < 0)
+		if (errno != EINTR)
+			return false;
+	return pfd[0].revents == 0;
+}
+
+static void *cm_main(void *arg)
+{
+	struct verbs_tp *vt = arg;
+
+	ddss_log_set_rank(vt->base.cfg.rank);
+	while (wait_readable(vt, vt->cm_ch->fd))
+		handle_cm_events(vt);
+	return NULL;
+}
+
+static void *recv_main(void *arg)
+{
+	struct verbs_tp *vt = arg;
+
+	ddss_log_set_rank(vt->base.cfg.rank);
+	while (wait_readable(vt, vt->rcq_ch->fd))
+		verbs_recv_poll(vt);
+	return NULL;
+}
+
+int verbs_conn_start(struct verbs_tp *vt)
+{
+	int r;
+
+	if (rdma_listen(vt->listen_id, 64)) {
+		r = -errno;
+		DDSS_ERR("verbs: cannot listen: %s", strerror(-r));
+		return r;
+	}
+	r = -pthread_create(&vt->cm_thread, NULL, cm_main, vt);
+	if (r)
+		return r;
+	vt->cm_thread_running = true;
+	r = -pthread_create(&vt->recv_thread, NULL, recv_main, vt);
+	if (r) {
+		verbs_conn_stop(vt); /* stops the cm thread */
+		return r;
+	}
+	vt->started = true;
+	return 0;
+}
+
+void verbs_conn_stop(struct verbs_tp *vt)
+{
+	uint64_t one = 1;
+
+	if (!vt->cm_thread_running && !vt->started)
+		return;
+	/* The eventfd stays readable, so both threads see it. */
+	if (write(vt->stop_fd, &one, sizeof(one)) != sizeof(one))
+		DDSS_WARN("verbs: cannot wake the progress threads");
+	pthread_join(vt->cm_thread, NULL);
+	if (vt->started)
+		pthread_join(vt->recv_thread, NULL);
+	vt->started = false;
+	vt->cm_thread_running = false;
+}
+
+void verbs_conn_close(struct verbs_tp *vt)
+{
+	uint32_t size = vt->base.cfg.size;
+
+	/* Flush everything first, then wait for the flushes, then free. */
+	for (uint32_t r = 1; r <= size; r++)
+		verbs_out_fail(&vt->peers[r].out, -ECANCELED);
+	for (uint32_t r = 1; r <= size; r++) {
+		struct verbs_out *o = &vt->peers[r].out;
+
+		pthread_mutex_lock(&o->mu);
+		if (o->id)
+			rdma_disconnect(o->id);
+		out_teardown(o);
+		pthread_mutex_unlock(&o->mu);
+	}
+	while (vt->served)
+		served_free(vt, vt->served);
+	if (vt->listen_id)
+		rdma_destroy_id(vt->listen_id);
+	if (vt->cm_ch)
+		rdma_destroy_event_channel(vt->cm_ch);
+	if (vt->stop_fd >= 0)
+		close(vt->stop_fd);
+	pthread_mutex_destroy(&vt->served_mu);
+}

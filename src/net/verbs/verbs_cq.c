@@ -1,0 +1,432 @@
+/*
+ * Completions. Send side: the application threads that wait poll the one send CQ
+ * themselves, one owner at a time (no thread hop on the latency path); a thread whose
+ * request another owner completes is woken by it. Receive side: the receive thread takes
+ * messages and notifications off the receive CQ and hands them to the handlers.
+ */
+#include "net/verbs/verbs_int.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define POLL_BATCH 16
+
+int verbs_cq_open(struct verbs_tp *vt)
+{
+	struct ibv_device_attr da;
+	unsigned peers = vt->base.cfg.size + 1;
+	int cqe;
+
+	if (ibv_query_device(vt->ctx, &da))
+		return -errno;
+	/* Every WR is signaled, so the CQ must hold every QP's whole send queue at once. */
+	vt->sq_depth = VERBS_SQ_DEPTH;
+	if ((unsigned)da.max_qp_wr < vt->sq_depth)
+		vt->sq_depth = (unsigned)da.max_qp_wr;
+	while (vt->sq_depth > 16 && (uint64_t)vt->sq_depth * peers > (uint64_t)da.max_cqe)
+		vt->sq_depth /= 2;
+	cqe = (int)(vt->sq_depth * peers);
+	if (cqe > da.max_cqe)
+		cqe = da.max_cqe;
+	pthread_mutex_init(&vt->own_mu, NULL);
+	pthread_cond_init(&vt->own_cv, NULL);
+	if (vt->base.cfg.completion == DDSS_TP_COMPLETION_EVENT) {
+		vt->scq_ch = ibv_create_comp_channel(vt->ctx);
+		if (!vt->scq_ch)
+			return -errno;
+	}
+	vt->scq = ibv_create_cq(vt->ctx, cqe, NULL, vt->scq_ch, 0);
+	vt->rcq_ch = ibv_create_comp_channel(vt->ctx);
+	if (!vt->scq || !vt->rcq_ch)
+		return -errno;
+	vt->rcq = ibv_create_cq(vt->ctx, VERBS_RECV_COUNT, NULL, vt->rcq_ch, 0);
+	if (!vt->rcq)
+		return -errno;
+	if (ibv_req_notify_cq(vt->rcq, 0))
+		return -errno;
+
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = VERBS_RECV_COUNT, .max_sge = 1 } };
+
+	if ((unsigned)da.max_srq_wr < VERBS_RECV_COUNT) {
+		DDSS_ERR("verbs: device allows %d receives per SRQ, need %u", da.max_srq_wr,
+			 VERBS_RECV_COUNT);
+		return -ENOTSUP;
+	}
+	vt->srq = ibv_create_srq(vt->pd, &sa);
+	if (!vt->srq)
+		return -errno;
+	if (posix_memalign((void **)&vt->recv_buf, 4096, (size_t)VERBS_RECV_COUNT * VERBS_RECV_LEN))
+		return -ENOMEM;
+	vt->recv_mr = ibv_reg_mr(vt->pd, vt->recv_buf, (size_t)VERBS_RECV_COUNT * VERBS_RECV_LEN,
+				 IBV_ACCESS_LOCAL_WRITE);
+	if (!vt->recv_mr)
+		return -errno;
+	for (uint32_t i = 0; i < VERBS_RECV_COUNT; i++) {
+		int r = verbs_recv_post(vt, i);
+
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+void verbs_cq_close(struct verbs_tp *vt)
+{
+	if (vt->srq)
+		ibv_destroy_srq(vt->srq);
+	if (vt->recv_mr)
+		ibv_dereg_mr(vt->recv_mr);
+	free(vt->recv_buf);
+	if (vt->rcq)
+		ibv_destroy_cq(vt->rcq);
+	if (vt->rcq_ch)
+		ibv_destroy_comp_channel(vt->rcq_ch);
+	if (vt->scq)
+		ibv_destroy_cq(vt->scq);
+	if (vt->scq_ch)
+		ibv_destroy_comp_channel(vt->scq_ch);
+	pthread_mutex_destroy(&vt->own_mu);
+	pthread_cond_destroy(&vt->own_cv);
+}
+
+/* ---- send side ---- */
+
+static int wc_errno(const struct verbs_out *o, enum ibv_wc_status st)
+{
+	int fail = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE);
+
+	switch (st) {
+	case IBV_WC_WR_FLUSH_ERR:
+		return fail ? fail : -ECONNRESET;
+	case IBV_WC_RETRY_EXC_ERR:
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+		return -EHOSTDOWN;
+	case IBV_WC_REM_ACCESS_ERR:
+		return -EACCES;
+	case IBV_WC_REM_INV_REQ_ERR:
+		return -EINVAL;
+	case IBV_WC_LOC_PROT_ERR:
+	case IBV_WC_LOC_LEN_ERR:
+		return -EFAULT;
+	default:
+		return -EIO;
+	}
+}
+
+static void complete(struct ddss_tp_req *req, int status)
+{
+	req->status = status;
+	__atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
+}
+
+static void handle_send_wc(struct verbs_tp *vt, const struct ibv_wc *wc)
+{
+	struct ddss_tp_req *req = NULL;
+	uint32_t peer;
+	struct verbs_out *o;
+	int status = 0;
+
+	if (wc->wr_id & 1) {
+		peer = (uint32_t)(wc->wr_id >> 32);
+	} else {
+		req = (struct ddss_tp_req *)(uintptr_t)wc->wr_id;
+		peer = req->peer;
+	}
+	o = &vt->peers[peer].out;
+	if (wc->status != IBV_WC_SUCCESS) {
+		status = wc_errno(o, wc->status);
+		if (wc->status != IBV_WC_WR_FLUSH_ERR)
+			DDSS_WARN("verbs: operation to rank %u failed: %s", peer,
+				  ibv_wc_status_str(wc->status));
+		/* The QP is in error now: every later WR flushes; the connection is lost. */
+		verbs_out_fail(o, status);
+	}
+	pthread_mutex_lock(&o->sq_mu);
+	o->sq_used--;
+	pthread_mutex_unlock(&o->sq_mu);
+	if (!req)
+		return;
+	if (status == 0 && (req->op == DDSS_TP_OP_CAS || req->op == DDSS_TP_OP_FADD)) {
+		if (verbs_priv(req)->local_kind == VL_STAGE)
+			memcpy(&req->result, verbs_stage_addr(vt, verbs_priv(req)->stage), 8);
+		if (vt->atomic_be)
+			req->result = be64toh(req->result);
+	}
+	verbs_mem_finish(vt, req, status == 0);
+	if (verbs_priv(req)->internal) {
+		free(req->local); /* the message's private copy */
+		free(req);
+	}
+	else
+		complete(req, status);
+}
+
+static bool try_own(struct verbs_tp *vt)
+{
+	return __atomic_exchange_n(&vt->owner, 1, __ATOMIC_ACQ_REL) == 0;
+}
+
+static void release_own(struct verbs_tp *vt)
+{
+	__atomic_store_n(&vt->owner, 0, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&vt->sleepers, __ATOMIC_SEQ_CST)) {
+		pthread_mutex_lock(&vt->own_mu);
+		pthread_cond_broadcast(&vt->own_cv);
+		pthread_mutex_unlock(&vt->own_mu);
+	}
+}
+
+/* Owner only: handle what the send CQ holds. */
+static int poll_scq(struct verbs_tp *vt)
+{
+	struct ibv_wc wc[POLL_BATCH];
+	int n, total = 0;
+
+	while ((n = ibv_poll_cq(vt->scq, POLL_BATCH, wc)) > 0) {
+		for (int i = 0; i < n; i++)
+			handle_send_wc(vt, &wc[i]);
+		total += n;
+		if (n < POLL_BATCH)
+			break;
+	}
+	return n < 0 ? -EIO : total;
+}
+
+int verbs_progress(struct verbs_tp *vt)
+{
+	int n;
+
+	if (!try_own(vt))
+		return 0;
+	n = poll_scq(vt);
+	release_own(vt);
+	return n;
+}
+
+/*
+ * Owner, event mode: sleep until the CQ has something or @ms passes. The CQ is armed and
+ * then polled once more, so a completion that arrived before arming is not slept through.
+ */
+static int block_on_scq(struct verbs_tp *vt, int ms)
+{
+	struct pollfd pfd = { .fd = vt->scq_ch->fd, .events = POLLIN };
+	struct ibv_cq *cq;
+	void *cq_ctx;
+	int n;
+
+	if (ibv_req_notify_cq(vt->scq, 0))
+		return -EIO;
+	n = poll_scq(vt);
+	if (n)
+		return n;
+	if (poll(&pfd, 1, ms) > 0 && ibv_get_cq_event(vt->scq_ch, &cq, &cq_ctx) == 0)
+		ibv_ack_cq_events(cq, 1);
+	return poll_scq(vt);
+}
+
+/* Not the owner: wait until @req is done or the owner lets go (or @ms passes). */
+static void sleep_while_owned(struct verbs_tp *vt, struct ddss_tp_req *req, int ms)
+{
+	struct timespec ts;
+
+	if (vt->base.cfg.completion == DDSS_TP_COMPLETION_POLL) {
+		sched_yield();
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += (long)ms * 1000000;
+	ts.tv_sec += ts.tv_nsec / 1000000000;
+	ts.tv_nsec %= 1000000000;
+	pthread_mutex_lock(&vt->own_mu);
+	__atomic_fetch_add(&vt->sleepers, 1, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&vt->owner, __ATOMIC_SEQ_CST) &&
+	       !(req && __atomic_load_n(&req->done, __ATOMIC_ACQUIRE)))
+		if (pthread_cond_timedwait(&vt->own_cv, &vt->own_mu, &ts))
+			break;
+	__atomic_fetch_sub(&vt->sleepers, 1, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&vt->own_mu);
+}
+
+/*
+ * One step towards @req's completion (or, with req NULL, towards any completion): poll as
+ * owner, blocking up to @ms in event mode when there is nothing, or wait for the owner.
+ */
+static void progress_step(struct verbs_tp *vt, struct ddss_tp_req *req, int ms)
+{
+	int n;
+
+	if (!try_own(vt)) {
+		sleep_while_owned(vt, req, ms);
+		return;
+	}
+	n = poll_scq(vt);
+	if (n == 0 && vt->scq_ch && !(req && __atomic_load_n(&req->done, __ATOMIC_ACQUIRE)))
+		block_on_scq(vt, ms);
+	release_own(vt);
+}
+
+int verbs_test(struct verbs_tp *vt, struct ddss_tp_req *req)
+{
+	if (__atomic_load_n(&req->done, __ATOMIC_ACQUIRE))
+		return 0;
+	verbs_progress(vt);
+	return __atomic_load_n(&req->done, __ATOMIC_ACQUIRE) ? 0 : -EAGAIN;
+}
+
+static int slice_ms(int64_t deadline_ns)
+{
+	int64_t left = (deadline_ns - ddss_now_ns() + 999999) / 1000000;
+
+	return left > VERBS_WAIT_SLICE_MS ? VERBS_WAIT_SLICE_MS : left < 0 ? 0 : (int)left;
+}
+
+int verbs_wait(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms)
+{
+	bool is_default = timeout_ms == DDSS_TP_TIMEOUT_DEFAULT;
+	int ms = is_default ? vt->base.cfg.op_timeout_ms : timeout_ms;
+	int64_t deadline = ms < 0 ? INT64_MAX : ddss_now_ns() + (int64_t)ms * 1000000;
+	bool failed_peer = false;
+
+	while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE)) {
+		if (ddss_now_ns() >= deadline) {
+			if (!is_default || failed_peer || ms <= 0)
+				return -ETIMEDOUT;
+			/*
+			 * The operation timeout passed: give up on the peer. Its QP errors out and
+			 * every outstanding WR (this one too) completes with -ETIMEDOUT soon.
+			 */
+			DDSS_WARN("verbs: operation to rank %u outstanding for %d ms; failing the peer",
+				  req->peer, ms);
+			verbs_out_fail(&vt->peers[req->peer].out, -ETIMEDOUT);
+			failed_peer = true;
+			deadline = ddss_now_ns() + 5000 * 1000000ll;
+		}
+		progress_step(vt, req, slice_ms(deadline));
+	}
+	return 0;
+}
+
+int verbs_post(struct verbs_out *o, struct ibv_send_wr *wr)
+{
+	struct verbs_tp *vt = o->tp;
+	struct ibv_send_wr *bad;
+	int64_t deadline = ddss_now_ns() + (int64_t)vt->base.cfg.op_timeout_ms * 1000000;
+	unsigned n = 0;
+	int r;
+
+	for (struct ibv_send_wr *w = wr; w; w = w->next)
+		n++;
+	pthread_mutex_lock(&o->sq_mu);
+	/* A full send queue drains as completions are polled; help that along. */
+	while (o->sq_used + n > vt->sq_depth && !__atomic_load_n(&o->fail, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_unlock(&o->sq_mu);
+		if (ddss_now_ns() >= deadline)
+			return -ETIMEDOUT;
+		progress_step(vt, NULL, 1);
+		pthread_mutex_lock(&o->sq_mu);
+	}
+	r = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE);
+	if (r == 0 && !o->qp)
+		r = -ENOTCONN;
+	if (r == 0) {
+		r = -ibv_post_send(o->qp, wr, &bad);
+		if (r == 0)
+			o->sq_used += n;
+		else
+			DDSS_WARN("verbs: ibv_post_send to rank %u: %s", o->peer, strerror(-r));
+	}
+	pthread_mutex_unlock(&o->sq_mu);
+	return r;
+}
+
+void verbs_drain(struct verbs_out *o, int timeout_ms)
+{
+	struct verbs_tp *vt = o->tp;
+	int64_t deadline = ddss_now_ns() + (int64_t)timeout_ms * 1000000;
+
+	for (;;) {
+		unsigned used;
+
+		pthread_mutex_lock(&o->sq_mu);
+		used = o->sq_used;
+		pthread_mutex_unlock(&o->sq_mu);
+		if (used == 0)
+			return;
+		if (ddss_now_ns() >= deadline) {
+			DDSS_WARN("verbs: %u operations to rank %u never completed", used, o->peer);
+			return;
+		}
+		progress_step(vt, NULL, 10);
+	}
+}
+
+/* ---- receive side (receive thread) ---- */
+
+int verbs_recv_post(struct verbs_tp *vt, uint32_t index)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)(vt->recv_buf + (size_t)index * VERBS_RECV_LEN),
+		.length = VERBS_RECV_LEN,
+		.lkey = vt->recv_mr->lkey,
+	};
+	struct ibv_recv_wr wr = { .wr_id = index, .sg_list = &sge, .num_sge = 1 }, *bad;
+	int r = ibv_post_srq_recv(vt->srq, &wr, &bad);
+
+	if (r)
+		DDSS_ERR("verbs: cannot post a receive: %s", strerror(r));
+	return -r;
+}
+
+static void handle_recv_wc(struct verbs_tp *vt, const struct ibv_wc *wc)
+{
+	const struct ddss_tp_handlers *hd = &vt->base.cfg.handlers;
+	uint32_t index = (uint32_t)wc->wr_id;
+	const unsigned char *buf = vt->recv_buf + (size_t)index * VERBS_RECV_LEN;
+	uint32_t from, len;
+	uint16_t tag;
+
+	if (index >= VERBS_RECV_COUNT)
+		return;
+	if (wc->status != IBV_WC_SUCCESS)
+		goto repost; /* a served QP went away; the sender sees its own error */
+	from = verbs_served_rank(vt, wc->qp_num);
+	if (!from) {
+		DDSS_WARN("verbs: message on an unknown connection (qp %u) dropped", wc->qp_num);
+		goto repost;
+	}
+	if (wc->wc_flags & IBV_WC_WITH_IMM) {
+		if (wc->byte_len == 0 && hd->on_notify)
+			hd->on_notify(hd->arg, from, be32toh(wc->imm_data));
+		else if (wc->byte_len)
+			DDSS_WARN("verbs: malformed notification from rank %u dropped", from);
+	} else if (verbs_msg_hdr_decode(buf, wc->byte_len, &tag, &len) == 0) {
+		if (hd->on_msg)
+			hd->on_msg(hd->arg, from, tag, buf + VERBS_MSG_HDR_LEN, len);
+	} else {
+		DDSS_WARN("verbs: malformed message (%u bytes) from rank %u dropped", wc->byte_len,
+			  from);
+	}
+repost:
+	verbs_recv_post(vt, index);
+}
+
+void verbs_recv_poll(struct verbs_tp *vt)
+{
+	struct ibv_wc wc[POLL_BATCH];
+	struct ibv_cq *cq;
+	void *cq_ctx;
+	int n;
+
+	if (ibv_get_cq_event(vt->rcq_ch, &cq, &cq_ctx) == 0)
+		ibv_ack_cq_events(cq, 1);
+	/* Re-arm before draining, so nothing that arrives meanwhile goes unnoticed. */
+	ibv_req_notify_cq(vt->rcq, 0);
+	while ((n = ibv_poll_cq(vt->rcq, POLL_BATCH, wc)) > 0)
+		for (int i = 0; i < n; i++)
+			handle_recv_wc(vt, &wc[i]);
+}

@@ -1,0 +1,275 @@
+/*
+ * The verbs provider: one-sided operations on RC queue pairs (rdma-core).
+ *
+ * Connections. Each rank has, per peer, one *outgoing* RC QP that carries all of its
+ * operations to that peer, in order (reads, writes, atomics, notifications, messages), set
+ * up with rdma_cm the first time the rank talks to the peer. The peer's end of that QP is a
+ * *served* QP: it never posts sends, it only takes the SENDs (messages, notifications) on a
+ * shared receive queue (SRQ). So a pair of ranks that talk both ways has two QPs, one per
+ * direction; this keeps "operations from one rank to one peer run in the order posted"
+ * trivially true and needs no tie-break when two ranks connect to each other at once.
+ * A rank reaches its own pool through a loopback QP to itself, like any other peer, because
+ * the NIC's atomics are not atomic with respect to CPU atomics (rxe: ATOMIC_HCA).
+ *
+ * Handshake (rdma_cm private data, verbs_wire.c): the connect request carries the
+ * initiator's group, size, rank and pool (address, length, rkey); the accept carries the
+ * acceptor's. Anything that does not match is rejected with a reason.
+ *
+ * Completions. Every send work request is signaled, so send-queue accounting is exact and a
+ * QP can be drained (every posted WR yields exactly one completion, flushed ones included).
+ * One send CQ for all QPs, polled by the application threads that wait (one *owner* at a
+ * time; the others sleep or spin), so a completion costs no thread hop. One receive CQ,
+ * polled by the receive thread, which runs the handlers; rdma_cm events have a thread of
+ * their own, so a handler may connect to a peer. Both block on their file descriptors (a
+ * spinning helper thread per rank would eat a core).
+ *
+ * Local buffers need no registration by the caller: buffers inside a registered region are
+ * used in place, small ones go through registered staging slots (or inline), large ones are
+ * registered for the duration of the operation (verbs_mem.c).
+ *
+ * Files: verbs_provider.c (ops table, open/start/close, argument checks, posting),
+ * verbs_conn.c (rdma_cm: listener, connect, accept, disconnect; the two threads),
+ * verbs_cq.c (send completions, waits, received messages), verbs_mem.c (staging slots,
+ * registrations), verbs_wire.c (handshake and message header encoding).
+ */
+#ifndef DDSS_NET_VERBS_VERBS_INT_H
+#define DDSS_NET_VERBS_VERBS_INT_H
+
+#include "net/verbs/verbs.h"
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Send work requests outstanding per QP (the send CQ is sized for all of them). */
+#define VERBS_SQ_DEPTH 256u
+/* Receive buffers in the shared receive queue, each a message header + payload. */
+#define VERBS_RECV_COUNT 512u
+#define VERBS_RECV_LEN 4096u
+/* Staging slots for small unregistered local buffers. */
+#define VERBS_STAGE_COUNT 512u
+#define VERBS_STAGE_LEN 8192u
+/* Inline data requested for small writes and messages (the device may grant less). */
+#define VERBS_INLINE_WANT 256u
+/* A waiter that sleeps re-checks its deadline this often. */
+#define VERBS_WAIT_SLICE_MS 100
+/* How long rdma_cm address and route resolution may take per attempt. */
+#define VERBS_RESOLVE_MS 2000
+/* Back-off between connect attempts to a peer that is not listening yet. */
+#define VERBS_RETRY_MS 20
+
+/* What an rdma_cm id's context points at (first member of each). */
+enum verbs_ctx_kind { VERBS_CTX_LISTEN = 1, VERBS_CTX_OUT, VERBS_CTX_SERVED };
+
+enum verbs_phase {
+	VERBS_IDLE = 0,   /* no outgoing connection */
+	VERBS_CONNECTING, /* rdma_cm steps under way (progress thread drives them) */
+	VERBS_UP,         /* established: operations may be posted */
+	VERBS_FAILED,     /* attempt failed or connection lost; conn_err says why */
+};
+
+struct verbs_tp;
+
+/* This rank's outgoing connection to one peer. */
+struct verbs_out {
+	enum verbs_ctx_kind kind; /* VERBS_CTX_OUT; first: rdma_cm context */
+	struct verbs_tp *tp;
+	uint32_t peer;
+
+	pthread_mutex_t mu; /* phase, id, qp, remote pool; conn_cv waits for phase changes */
+	pthread_cond_t cv;
+	enum verbs_phase phase;
+	int conn_err;       /* why the last attempt failed (-errno) */
+	bool retriable;     /* the peer was simply not there (yet) */
+	bool ever_up;
+	struct rdma_cm_id *id;
+	struct ibv_qp *qp;
+	uint64_t raddr;     /* peer's pool */
+	uint32_t rkey;
+	unsigned inline_max; /* inline bytes the QP accepts per send */
+
+	/* Send-queue accounting (sq_mu): every WR is signaled, so sq_used is exact. */
+	pthread_mutex_t sq_mu;
+	unsigned sq_used;
+	int fail;           /* atomic: sticky error of the current connection (0 = healthy) */
+};
+
+/* A connection a peer opened to this rank (progress thread only). */
+struct verbs_served {
+	enum verbs_ctx_kind kind; /* VERBS_CTX_SERVED; first */
+	struct verbs_served *next;
+	struct rdma_cm_id *id;
+	uint32_t peer;
+	uint32_t qp_num;
+	bool established;
+};
+
+struct verbs_peer {
+	int state;         /* atomic enum ddss_tp_peer_state */
+	uint64_t pool_len; /* atomic; learned in either direction's handshake */
+	struct verbs_out out;
+};
+
+/* A registered local region (the pool or mem_register(expose = false)). */
+struct ddss_tp_mr {
+	struct ddss_tp_mr *next;
+	struct ibv_mr *mr;
+	bool exposed;
+};
+
+struct verbs_tp {
+	struct ddss_tp base; /* first: container_of */
+	enum verbs_ctx_kind listen_kind;
+
+	/* Device, found by binding the listener to this rank's address. */
+	struct rdma_event_channel *cm_ch;
+	struct rdma_cm_id *listen_id;
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	uint8_t rd_atom;         /* outstanding reads/atomics per QP */
+	uint32_t max_msg;        /* largest single transfer */
+
+	/* Send side: one CQ, polled by waiting application threads. */
+	struct ibv_comp_channel *scq_ch; /* event mode only */
+	struct ibv_cq *scq;
+	unsigned sq_depth;
+	int owner;                 /* atomic: a thread is polling scq */
+	int sleepers;              /* atomic: threads sleeping on own_cv */
+	pthread_mutex_t own_mu;
+	pthread_cond_t own_cv;
+
+	/* Receive side: SRQ + CQ, polled by the progress thread. */
+	struct ibv_comp_channel *rcq_ch;
+	struct ibv_cq *rcq;
+	struct ibv_srq *srq;
+	unsigned char *recv_buf;
+	struct ibv_mr *recv_mr;
+
+	/* Registered regions; the list only grows before start and shrinks at close. */
+	pthread_mutex_t mr_mu;
+	struct ddss_tp_mr *mrs;
+	struct ddss_tp_mr *pool;   /* the exposed one */
+
+	/* Staging slots (verbs_mem.c). */
+	unsigned char *stage_buf;
+	struct ibv_mr *stage_mr;
+	pthread_mutex_t stage_mu;
+	uint32_t *stage_free;
+	unsigned stage_nfree;
+
+	/* Progress threads (rdma_cm events; receive CQ) and served connections. */
+	bool started;
+	bool cm_thread_running;
+	pthread_t cm_thread, recv_thread;
+	int stop_fd;                 /* eventfd: stops both threads */
+	struct verbs_served *served; /* cm thread only (and close, after it stopped) */
+	pthread_mutex_t served_mu;   /* guards the qp_num -> rank lookups below */
+	uint32_t *served_qpn;        /* [rank]: qp_num of the served QP, 0 = none */
+
+	bool has_atomics;            /* the device does remote atomics at all */
+	bool atomic_be;              /* the device returns atomic results big-endian */
+	struct verbs_peer *peers;    /* [1..size] */
+};
+
+static inline struct verbs_tp *verbs_tp_of(struct ddss_tp *tp)
+{
+	return (struct verbs_tp *)tp;
+}
+
+/*
+ * What the provider keeps in a request's private area (struct ddss_tp_req.hdr):
+ * how the local side of the transfer was provided, so completion can finish it.
+ */
+enum verbs_local { VL_NONE = 0, VL_DIRECT, VL_STAGE, VL_DYN_MR };
+struct verbs_req_priv {
+	uint8_t local_kind;  /* enum verbs_local */
+	uint8_t internal;    /* provider-owned request (message): freed on completion */
+	uint32_t stage;      /* slot index (VL_STAGE) */
+	struct ibv_mr *dyn;  /* VL_DYN_MR */
+};
+_Static_assert(sizeof(struct verbs_req_priv) <= sizeof(((struct ddss_tp_req *)0)->hdr),
+	       "verbs request state must fit the request's private area");
+
+static inline struct verbs_req_priv *verbs_priv(struct ddss_tp_req *req)
+{
+	return (struct verbs_req_priv *)(void *)req->hdr;
+}
+
+/*
+ * wr_id of a work request with no caller request behind it (notifications, extra chunks of
+ * a large transfer): low bit set, peer above. Requests are pointers, so their low bit is 0.
+ */
+static inline uint64_t verbs_wrid_credit(uint32_t peer)
+{
+	return ((uint64_t)peer << 32) | 1u;
+}
+
+/* ---- verbs_wire.c: handshake private data and message header ---- */
+#define VERBS_HELLO_LEN 48u
+#define VERBS_REJECT_LEN 8u
+#define VERBS_MSG_HDR_LEN 8u
+struct verbs_hello {
+	uint64_t group;
+	uint32_t rank, size;
+	uint64_t pool_addr, pool_len;
+	uint32_t rkey;
+};
+void verbs_hello_encode(const struct verbs_hello *h, unsigned char out[VERBS_HELLO_LEN]);
+/** 0, or -EPROTO if @buf is not a hello of this protocol version. */
+int verbs_hello_decode(const void *buf, size_t len, struct verbs_hello *h);
+void verbs_reject_encode(int err, unsigned char out[VERBS_REJECT_LEN]);
+/** The -errno a peer rejected us with, or 0 if @buf is not our reject (not listening). */
+int verbs_reject_decode(const void *buf, size_t len);
+void verbs_msg_hdr_encode(uint16_t tag, uint32_t len, unsigned char out[VERBS_MSG_HDR_LEN]);
+/** 0, or -EPROTO if the header is invalid for a message of @total bytes. */
+int verbs_msg_hdr_decode(const void *buf, size_t total, uint16_t *tag_p, uint32_t *len_p);
+
+/* ---- verbs_conn.c ---- */
+int verbs_conn_open(struct verbs_tp *vt);     /* event channel, bind, device */
+int verbs_conn_start(struct verbs_tp *vt);    /* listen + progress thread */
+void verbs_conn_stop(struct verbs_tp *vt);    /* stop the progress thread */
+void verbs_conn_close(struct verbs_tp *vt);   /* disconnect and free every connection */
+/** Make the outgoing connection to @peer usable (connect if needed). Blocks. */
+int verbs_out_ensure(struct verbs_out *o);
+/** Fail the outgoing connection with @err: its QP errors out, pending WRs flush. */
+void verbs_out_fail(struct verbs_out *o, int err);
+void verbs_peer_set_state(struct verbs_tp *vt, uint32_t rank, enum ddss_tp_peer_state s);
+/** Rank of the peer whose served QP is @qp_num, or 0. */
+uint32_t verbs_served_rank(struct verbs_tp *vt, uint32_t qp_num);
+
+/* ---- verbs_cq.c ---- */
+int verbs_cq_open(struct verbs_tp *vt);
+void verbs_cq_close(struct verbs_tp *vt);
+/** Post one signaled WR on @o's QP, waiting (bounded) for send-queue room. */
+int verbs_post(struct verbs_out *o, struct ibv_send_wr *wr);
+/** Poll the send CQ once if no other thread does; returns completions handled. */
+int verbs_progress(struct verbs_tp *vt);
+int verbs_test(struct verbs_tp *vt, struct ddss_tp_req *req);
+int verbs_wait(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms);
+/** Wait until @o has no WR outstanding (after its QP moved to error), bounded. */
+void verbs_drain(struct verbs_out *o, int timeout_ms);
+/** Receive thread: handle the receive CQ (messages and notifications). */
+void verbs_recv_poll(struct verbs_tp *vt);
+int verbs_recv_post(struct verbs_tp *vt, uint32_t index);
+
+/* ---- verbs_mem.c ---- */
+int verbs_mem_open(struct verbs_tp *vt);
+void verbs_mem_close(struct verbs_tp *vt);
+/**
+ * Describe [@buf, @buf+@len) as an SGE for a transfer (@to_local: the NIC writes it),
+ * recording in @req how (staging copy-in for writes done here).
+ */
+int verbs_mem_prepare(struct verbs_tp *vt, struct ddss_tp_req *req, void *buf, size_t len,
+		      bool to_local, struct ibv_sge *sge);
+/** On completion: copy staged data out (reads, when @ok), release slot or registration. */
+void verbs_mem_finish(struct verbs_tp *vt, struct ddss_tp_req *req, bool ok);
+/** The staging slot's address (atomics read their result from it). */
+void *verbs_stage_addr(struct verbs_tp *vt, uint32_t slot);
+/** Take a free staging slot (false if none) / give it back. */
+bool verbs_stage_get(struct verbs_tp *vt, uint32_t *slot_p);
+void verbs_stage_put(struct verbs_tp *vt, uint32_t slot);
+
+#endif /* DDSS_NET_VERBS_VERBS_INT_H */

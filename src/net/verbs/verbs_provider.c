@@ -1,0 +1,586 @@
+/*
+ * The verbs provider's ops table: lifecycle, memory, peers, argument checks, and turning
+ * each operation into work requests on the peer's outgoing QP (see verbs_int.h).
+ */
+#include "net/verbs/verbs_int.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Outstanding RDMA reads/atomics per QP we ask for (bounded by the device). */
+#define RD_ATOM_WANT 16
+
+bool ddss_verbs_usable(void)
+{
+	struct ibv_device **list;
+	int n;
+	bool usable = false;
+
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return false;
+	for (int i = 0; i < n && !usable; i++) {
+		struct ibv_context *ctx = ibv_open_device(list[i]);
+		struct ibv_device_attr da;
+
+		if (!ctx)
+			continue;
+		if (ibv_query_device(ctx, &da) == 0)
+			for (uint8_t p = 1; p <= da.phys_port_cnt && !usable; p++) {
+				struct ibv_port_attr pa;
+
+				usable = ibv_query_port(ctx, p, &pa) == 0 && pa.state == IBV_PORT_ACTIVE;
+			}
+		ibv_close_device(ctx);
+	}
+	ibv_free_device_list(list);
+	return usable;
+}
+
+static bool valid_rank(const struct ddss_tp *tp, uint32_t rank)
+{
+	return rank >= 1 && rank <= tp->cfg.size;
+}
+
+static void verbs_close(struct ddss_tp *tp)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+
+	verbs_conn_stop(vt);
+	if (vt->peers) {
+		verbs_conn_close(vt);
+		for (uint32_t r = 1; r <= tp->cfg.size; r++) {
+			struct verbs_out *o = &vt->peers[r].out;
+
+			pthread_mutex_destroy(&o->mu);
+			pthread_mutex_destroy(&o->sq_mu);
+			pthread_cond_destroy(&o->cv);
+		}
+	}
+	verbs_mem_close(vt);
+	verbs_cq_close(vt);
+	if (vt->pd)
+		ibv_dealloc_pd(vt->pd);
+	free(vt->served_qpn);
+	free(vt->peers);
+	ddss_tp_fini_common(tp);
+	free(vt);
+}
+
+/* Device limits that shape every QP. */
+static int query_device(struct verbs_tp *vt)
+{
+	struct ibv_device_attr da;
+	struct ibv_port_attr pa;
+
+	if (ibv_query_device(vt->ctx, &da) || ibv_query_port(vt->ctx, vt->listen_id->port_num, &pa))
+		return -errno;
+	vt->rd_atom = RD_ATOM_WANT;
+	if (da.max_qp_rd_atom < vt->rd_atom)
+		vt->rd_atom = (uint8_t)da.max_qp_rd_atom;
+	if (da.max_qp_init_rd_atom < vt->rd_atom)
+		vt->rd_atom = (uint8_t)da.max_qp_init_rd_atom;
+	vt->max_msg = pa.max_msg_sz ? pa.max_msg_sz : 1u << 30;
+	if (da.atomic_cap == IBV_ATOMIC_NONE)
+		DDSS_WARN("verbs: %s has no atomics; compare&swap and fetch&add will fail",
+			  ibv_get_device_name(vt->ctx->device));
+	vt->has_atomics = da.atomic_cap != IBV_ATOMIC_NONE;
+	DDSS_INFO("verbs: rank %u on %s port %u (%d outstanding reads/atomics, atomics %s)",
+		  vt->base.cfg.rank, ibv_get_device_name(vt->ctx->device), vt->listen_id->port_num,
+		  vt->rd_atom, da.atomic_cap == IBV_ATOMIC_HCA ? "HCA" :
+		  da.atomic_cap == IBV_ATOMIC_GLOB ? "GLOB" : "none");
+	return 0;
+}
+
+static int verbs_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
+{
+	struct verbs_tp *vt = calloc(1, sizeof(*vt));
+	int r;
+
+	if (!vt)
+		return -ENOMEM;
+	r = ddss_tp_init_common(&vt->base, &ddss_verbs_ops, cfg);
+	if (r) {
+		free(vt);
+		return r;
+	}
+	vt->stop_fd = -1;
+	if (vt->base.cfg.op_timeout_ms <= 0)
+		vt->base.cfg.op_timeout_ms = 30000;
+	vt->peers = calloc(cfg->size + 1, sizeof(*vt->peers));
+	vt->served_qpn = calloc(cfg->size + 1, sizeof(*vt->served_qpn));
+	if (!vt->peers || !vt->served_qpn) {
+		r = -ENOMEM;
+		goto err;
+	}
+	for (uint32_t rank = 1; rank <= cfg->size; rank++) {
+		struct verbs_out *o = &vt->peers[rank].out;
+
+		o->kind = VERBS_CTX_OUT;
+		o->tp = vt;
+		o->peer = rank;
+		pthread_mutex_init(&o->mu, NULL);
+		pthread_mutex_init(&o->sq_mu, NULL);
+		pthread_cond_init(&o->cv, NULL);
+	}
+	r = verbs_conn_open(vt);
+	if (r)
+		goto err;
+	r = query_device(vt);
+	if (r)
+		goto err;
+	vt->pd = ibv_alloc_pd(vt->ctx);
+	if (!vt->pd) {
+		r = -errno;
+		goto err;
+	}
+	r = verbs_cq_open(vt);
+	if (!r)
+		r = verbs_mem_open(vt);
+	if (r)
+		goto err;
+	*tp_p = &vt->base;
+	return 0;
+err:
+	DDSS_ERR("verbs: cannot open the transport: %s", strerror(-r));
+	verbs_close(&vt->base);
+	return r;
+}
+
+/*
+ * Some devices write atomic results big-endian. Find out once, through the loopback QP:
+ * a compare&swap that fails returns the word unchanged, so a known word read back through
+ * the NIC shows the order. Both words live in one staging slot.
+ */
+static int probe_atomic_order(struct verbs_tp *vt)
+{
+	const uint64_t pattern = 0x0102030405060708ull;
+	struct verbs_out *o = &vt->peers[vt->base.cfg.rank].out;
+	struct ddss_tp_req req = { .peer = vt->base.cfg.rank };
+	struct ibv_sge sge;
+	struct ibv_send_wr wr = { 0 };
+	uint64_t *words;
+	uint32_t slot;
+	int r;
+
+	if (!vt->has_atomics)
+		return 0;
+	r = verbs_out_ensure(o);
+	if (r) {
+		DDSS_ERR("verbs: cannot connect to itself through %s: %s",
+			 ibv_get_device_name(vt->ctx->device), strerror(-r));
+		return r;
+	}
+	if (!verbs_stage_get(vt, &slot))
+		return -ENOMEM;
+	words = verbs_stage_addr(vt, slot);
+	words[0] = pattern;
+	words[1] = 0;
+	sge = (struct ibv_sge){ .addr = (uintptr_t)&words[1], .length = 8,
+				.lkey = vt->stage_mr->lkey };
+	wr.wr_id = (uintptr_t)&req;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+	wr.wr.atomic.remote_addr = (uintptr_t)&words[0];
+	wr.wr.atomic.rkey = vt->stage_mr->rkey;
+	wr.wr.atomic.compare_add = ~pattern;
+	r = verbs_post(o, &wr);
+	if (r == 0)
+		r = verbs_wait(vt, &req, DDSS_TP_TIMEOUT_DEFAULT);
+	if (r == 0)
+		r = req.status;
+	if (r == 0 && words[1] == __builtin_bswap64(pattern))
+		vt->atomic_be = true;
+	else if (r == 0 && words[1] != pattern)
+		r = -EIO;
+	verbs_stage_put(vt, slot);
+	if (r)
+		DDSS_ERR("verbs: loopback compare&swap probe failed: %s", strerror(-r));
+	else if (vt->atomic_be)
+		DDSS_INFO("verbs: %s returns atomic results big-endian; converting",
+			  ibv_get_device_name(vt->ctx->device));
+	return r;
+}
+
+static int verbs_start(struct ddss_tp *tp)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+	int r;
+
+	if (vt->started)
+		return -EALREADY;
+	if (!vt->pool) {
+		DDSS_ERR("start: register the pool first");
+		return -EINVAL;
+	}
+	r = verbs_conn_start(vt);
+	return r ? r : probe_atomic_order(vt);
+}
+
+static int verbs_mem_register(struct ddss_tp *tp, void *addr, size_t len, bool expose,
+			      struct ddss_tp_mr **mr_p)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+	int access = IBV_ACCESS_LOCAL_WRITE;
+	struct ddss_tp_mr *m;
+
+	if (!addr || !len || !mr_p)
+		return -EINVAL;
+	/* Atomics need 8-byte-aligned words, so the pool must start aligned. */
+	if (expose && (vt->pool || vt->started || (uintptr_t)addr % 8))
+		return -EINVAL;
+	if (expose)
+		access |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->mr = ibv_reg_mr(vt->pd, addr, len, access);
+	if (!m->mr) {
+		int r = errno ? -errno : -ENOMEM;
+
+		DDSS_ERR("verbs: cannot register %zu bytes: %s%s", len, strerror(-r),
+			 r == -ENOMEM || r == -EPERM ? " (check ulimit -l)" : "");
+		free(m);
+		return r;
+	}
+	m->exposed = expose;
+	pthread_mutex_lock(&vt->mr_mu);
+	m->next = vt->mrs;
+	vt->mrs = m;
+	if (expose)
+		vt->pool = m;
+	pthread_mutex_unlock(&vt->mr_mu);
+	*mr_p = m;
+	return 0;
+}
+
+static int verbs_mem_deregister(struct ddss_tp *tp, struct ddss_tp_mr *mr)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+	struct ddss_tp_mr **pp;
+	int r = -EINVAL;
+
+	if (!mr || (mr->exposed && vt->started))
+		return -EINVAL;
+	pthread_mutex_lock(&vt->mr_mu);
+	for (pp = &vt->mrs; *pp; pp = &(*pp)->next)
+		if (*pp == mr) {
+			*pp = mr->next;
+			r = 0;
+			break;
+		}
+	if (r == 0 && mr == vt->pool)
+		vt->pool = NULL;
+	pthread_mutex_unlock(&vt->mr_mu);
+	if (r == 0) {
+		ibv_dereg_mr(mr->mr);
+		free(mr);
+	}
+	return r;
+}
+
+static int verbs_peer_connect(struct ddss_tp *tp, uint32_t rank)
+{
+	if (!valid_rank(tp, rank))
+		return -EINVAL;
+	return verbs_out_ensure(&verbs_tp_of(tp)->peers[rank].out);
+}
+
+static int verbs_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
+{
+	struct verbs_out *o;
+
+	if (!valid_rank(tp, rank))
+		return -EINVAL;
+	o = &verbs_tp_of(tp)->peers[rank].out;
+	verbs_out_fail(o, -ECONNRESET);
+	pthread_mutex_lock(&o->mu);
+	if (o->id && o->phase == VERBS_UP)
+		rdma_disconnect(o->id);
+	pthread_mutex_unlock(&o->mu);
+	return 0;
+}
+
+static int verbs_peer_info(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_peer_info *info_p)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+
+	if (!valid_rank(tp, rank) || !info_p)
+		return -EINVAL;
+	if (rank == tp->cfg.rank) {
+		info_p->state = DDSS_TP_PEER_UP;
+		info_p->pool_len = vt->pool ? vt->pool->mr->length : 0;
+		return 0;
+	}
+	info_p->state = __atomic_load_n(&vt->peers[rank].state, __ATOMIC_ACQUIRE);
+	info_p->pool_len = __atomic_load_n(&vt->peers[rank].pool_len, __ATOMIC_ACQUIRE);
+	return 0;
+}
+
+static bool in_range(uint64_t off, uint64_t len, uint64_t pool_len)
+{
+	return off <= pool_len && len <= pool_len - off;
+}
+
+/* Checks shared by every one-sided operation; connects if needed. */
+static int begin(struct verbs_tp *vt, uint32_t peer, uint64_t off, size_t len,
+		 struct ddss_tp_req *req, struct verbs_out **o_p)
+{
+	struct verbs_out *o;
+	int r;
+
+	if (!req || !valid_rank(&vt->base, peer))
+		return -EINVAL;
+	o = &vt->peers[peer].out;
+	r = verbs_out_ensure(o);
+	if (r)
+		return r;
+	if (!in_range(off, len, __atomic_load_n(&vt->peers[peer].pool_len, __ATOMIC_ACQUIRE)))
+		return -ERANGE;
+	memset(verbs_priv(req), 0, sizeof(struct verbs_req_priv));
+	req->done = 0;
+	req->status = 0;
+	req->peer = peer;
+	req->remote_off = off;
+	*o_p = o;
+	return 0;
+}
+
+/*
+ * Reads and writes. A transfer longer than the port's largest message goes as several
+ * WRs; only the last carries the request (an RC QP completes them in order).
+ */
+static int post_rw(struct verbs_tp *vt, uint32_t peer, enum ddss_tp_op op, uint64_t off,
+		   void *local, size_t len, struct ddss_tp_req *req)
+{
+	struct verbs_out *o;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr = { 0 };
+	size_t done = 0;
+	int r;
+
+	if (!local || len == 0)
+		return -EINVAL;
+	r = begin(vt, peer, off, len, req, &o);
+	if (r)
+		return r;
+	req->op = op;
+	req->local = local;
+	req->len = len;
+	wr.opcode = op == DDSS_TP_OP_READ ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.wr.rdma.rkey = o->rkey;
+	if (op == DDSS_TP_OP_WRITE && len <= o->inline_max) {
+		/* Inline: the bytes are copied at post time; no registration, no staging. */
+		sge = (struct ibv_sge){ .addr = (uintptr_t)local, .length = (uint32_t)len };
+		wr.send_flags = IBV_SEND_INLINE;
+	} else {
+		r = verbs_mem_prepare(vt, req, local, len, op == DDSS_TP_OP_READ, &sge);
+		if (r)
+			return r;
+	}
+	for (;;) {
+		size_t chunk = len - done < vt->max_msg ? len - done : vt->max_msg;
+		bool last = done + chunk == len;
+		struct ibv_sge part = sge;
+
+		part.addr = sge.addr + done;
+		part.length = (uint32_t)chunk;
+		wr.sg_list = &part;
+		wr.wr_id = last ? (uintptr_t)req : verbs_wrid_credit(peer);
+		wr.wr.rdma.remote_addr = o->raddr + off + done;
+		r = verbs_post(o, &wr);
+		if (r) {
+			/* Earlier chunks (if any) are in flight on a QP that now fails as a whole. */
+			if (done)
+				verbs_out_fail(o, r);
+			verbs_mem_finish(vt, req, false);
+			return r;
+		}
+		done += chunk;
+		if (last)
+			return 0;
+	}
+}
+
+static int verbs_post_read(struct ddss_tp *tp, uint32_t peer, uint64_t off, void *local,
+			   size_t len, struct ddss_tp_req *req)
+{
+	return post_rw(verbs_tp_of(tp), peer, DDSS_TP_OP_READ, off, local, len, req);
+}
+
+static int verbs_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const void *local,
+			    size_t len, struct ddss_tp_req *req)
+{
+	return post_rw(verbs_tp_of(tp), peer, DDSS_TP_OP_WRITE, off, (void *)local, len, req);
+}
+
+static int post_atomic(struct verbs_tp *vt, uint32_t peer, enum ddss_tp_op op, uint64_t off,
+		       uint64_t a, uint64_t b, struct ddss_tp_req *req)
+{
+	struct verbs_out *o;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr = { 0 };
+	int r;
+
+	if (off % 8)
+		return -EINVAL;
+	if (!vt->has_atomics)
+		return -EOPNOTSUPP;
+	r = begin(vt, peer, off, 8, req, &o);
+	if (r)
+		return r;
+	req->op = op;
+	req->local = &req->result;
+	req->len = 8;
+	req->operand[0] = a;
+	req->operand[1] = b;
+	r = verbs_mem_prepare(vt, req, &req->result, 8, true, &sge);
+	if (r)
+		return r;
+	wr.wr_id = (uintptr_t)req;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = op == DDSS_TP_OP_CAS ? IBV_WR_ATOMIC_CMP_AND_SWP : IBV_WR_ATOMIC_FETCH_AND_ADD;
+	wr.wr.atomic.remote_addr = o->raddr + off;
+	wr.wr.atomic.rkey = o->rkey;
+	wr.wr.atomic.compare_add = a;
+	wr.wr.atomic.swap = b;
+	r = verbs_post(o, &wr);
+	if (r)
+		verbs_mem_finish(vt, req, false);
+	return r;
+}
+
+static int verbs_post_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
+			  uint64_t swap, struct ddss_tp_req *req)
+{
+	return post_atomic(verbs_tp_of(tp), peer, DDSS_TP_OP_CAS, off, compare, swap, req);
+}
+
+static int verbs_post_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add,
+			   struct ddss_tp_req *req)
+{
+	return post_atomic(verbs_tp_of(tp), peer, DDSS_TP_OP_FADD, off, add, 0, req);
+}
+
+/* A notification is a zero-byte SEND carrying the value as immediate data. */
+static int verbs_notify(struct ddss_tp *tp, uint32_t peer, uint32_t value)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+	struct ibv_send_wr wr = { 0 };
+	struct verbs_out *o;
+	int r;
+
+	if (!valid_rank(tp, peer))
+		return -EINVAL;
+	o = &vt->peers[peer].out;
+	r = verbs_out_ensure(o);
+	if (r)
+		return r;
+	wr.wr_id = verbs_wrid_credit(peer);
+	wr.opcode = IBV_WR_SEND_WITH_IMM;
+	wr.imm_data = htobe32(value);
+	return verbs_post(o, &wr);
+}
+
+/*
+ * A control message is one SEND of header + payload: inline when it fits, else from a
+ * private copy that a provider-owned request frees on completion.
+ */
+static int verbs_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const void *buf,
+			  size_t len)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+	unsigned char hdr[VERBS_MSG_HDR_LEN];
+	struct ibv_send_wr wr = { 0 };
+	struct ibv_sge sge[2];
+	struct ddss_tp_req *req;
+	struct verbs_out *o;
+	unsigned char *copy;
+	int r;
+
+	if (!valid_rank(tp, peer) || len > DDSS_TP_MSG_MAX || (len && !buf))
+		return -EINVAL;
+	o = &vt->peers[peer].out;
+	r = verbs_out_ensure(o);
+	if (r)
+		return r;
+	verbs_msg_hdr_encode(tag, (uint32_t)len, hdr);
+	wr.opcode = IBV_WR_SEND;
+	wr.sg_list = sge;
+	if (VERBS_MSG_HDR_LEN + len <= o->inline_max) {
+		sge[0] = (struct ibv_sge){ .addr = (uintptr_t)hdr, .length = VERBS_MSG_HDR_LEN };
+		sge[1] = (struct ibv_sge){ .addr = (uintptr_t)buf, .length = (uint32_t)len };
+		wr.num_sge = len ? 2 : 1;
+		wr.send_flags = IBV_SEND_INLINE;
+		wr.wr_id = verbs_wrid_credit(peer);
+		return verbs_post(o, &wr);
+	}
+	req = calloc(1, sizeof(*req));
+	copy = malloc(VERBS_MSG_HDR_LEN + len);
+	if (!req || !copy) {
+		free(req);
+		free(copy);
+		return -ENOMEM;
+	}
+	memcpy(copy, hdr, VERBS_MSG_HDR_LEN);
+	memcpy(copy + VERBS_MSG_HDR_LEN, buf, len);
+	req->peer = peer;
+	req->local = copy;
+	req->len = VERBS_MSG_HDR_LEN + len;
+	r = verbs_mem_prepare(vt, req, copy, req->len, false, &sge[0]);
+	if (r) {
+		free(copy);
+		free(req);
+		return r;
+	}
+	verbs_priv(req)->internal = 1;
+	wr.num_sge = 1;
+	wr.wr_id = (uintptr_t)req;
+	r = verbs_post(o, &wr);
+	if (r) {
+		verbs_mem_finish(vt, req, false);
+		free(copy);
+		free(req);
+	}
+	return r;
+}
+
+static int verbs_test_op(struct ddss_tp *tp, struct ddss_tp_req *req)
+{
+	if (!req || !valid_rank(tp, req->peer))
+		return -EINVAL;
+	return verbs_test(verbs_tp_of(tp), req);
+}
+
+static int verbs_wait_op(struct ddss_tp *tp, struct ddss_tp_req *req, int timeout_ms)
+{
+	if (!req || !valid_rank(tp, req->peer))
+		return -EINVAL;
+	return verbs_wait(verbs_tp_of(tp), req, timeout_ms);
+}
+
+const struct ddss_tp_ops ddss_verbs_ops = {
+	.name = "verbs",
+	.open = verbs_open,
+	.start = verbs_start,
+	.close = verbs_close,
+	.mem_register = verbs_mem_register,
+	.mem_deregister = verbs_mem_deregister,
+	.peer_connect = verbs_peer_connect,
+	.peer_disconnect = verbs_peer_disconnect,
+	.peer_info = verbs_peer_info,
+	.post_read = verbs_post_read,
+	.post_write = verbs_post_write,
+	.post_cas = verbs_post_cas,
+	.post_fadd = verbs_post_fadd,
+	.notify = verbs_notify,
+	.msg_send = verbs_msg_send,
+	.test = verbs_test_op,
+	.wait = verbs_wait_op,
+};

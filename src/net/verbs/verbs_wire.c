@@ -1,0 +1,93 @@
+/*
+ * Encoding of what travels outside RDMA operations: the rdma_cm handshake (private data of
+ * connect and accept), reject reasons, and the header of a control message. Fixed layouts,
+ * little-endian, checked field by field: a peer is not trusted to send sane bytes.
+ */
+#include "net/verbs/verbs_int.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <string.h>
+
+#define HELLO_MAGIC 0x56535344u  /* "DDSV" */
+#define REJECT_MAGIC 0x52535344u /* "DDSR" */
+#define MSG_MAGIC 0x4d44u        /* "DM" */
+#define PROTO_VERSION 1u
+
+static void put32(unsigned char *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
+static void put64(unsigned char *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
+static uint32_t get32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
+static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
+
+/* magic 4 | version 4 | group 8 | rank 4 | size 4 | pool_addr 8 | pool_len 8 | rkey 4 | 0 4 */
+void verbs_hello_encode(const struct verbs_hello *h, unsigned char out[VERBS_HELLO_LEN])
+{
+	memset(out, 0, VERBS_HELLO_LEN);
+	put32(out, HELLO_MAGIC);
+	put32(out + 4, PROTO_VERSION);
+	put64(out + 8, h->group);
+	put32(out + 16, h->rank);
+	put32(out + 20, h->size);
+	put64(out + 24, h->pool_addr);
+	put64(out + 32, h->pool_len);
+	put32(out + 40, h->rkey);
+}
+
+int verbs_hello_decode(const void *buf, size_t len, struct verbs_hello *h)
+{
+	const unsigned char *p = buf;
+
+	/* Transports may pad private data (IB CM rounds it up), so only a minimum is checked. */
+	if (!p || len < VERBS_HELLO_LEN || get32(p) != HELLO_MAGIC || get32(p + 4) != PROTO_VERSION ||
+	    get32(p + 44) != 0)
+		return -EPROTO;
+	h->group = get64(p + 8);
+	h->rank = get32(p + 16);
+	h->size = get32(p + 20);
+	h->pool_addr = get64(p + 24);
+	h->pool_len = get64(p + 32);
+	h->rkey = get32(p + 40);
+	return 0;
+}
+
+void verbs_reject_encode(int err, unsigned char out[VERBS_REJECT_LEN])
+{
+	put32(out, REJECT_MAGIC);
+	put32(out + 4, (uint32_t)(err < 0 ? -err : err));
+}
+
+int verbs_reject_decode(const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+	uint32_t e;
+
+	if (!p || len < VERBS_REJECT_LEN || get32(p) != REJECT_MAGIC)
+		return 0;
+	e = get32(p + 4);
+	return e > 0 && e < 4096 ? -(int)e : -EPROTO;
+}
+
+/* magic 2 | tag 2 | len 4, then len payload bytes */
+void verbs_msg_hdr_encode(uint16_t tag, uint32_t len, unsigned char out[VERBS_MSG_HDR_LEN])
+{
+	out[0] = MSG_MAGIC & 0xff;
+	out[1] = MSG_MAGIC >> 8;
+	out[2] = tag & 0xff;
+	out[3] = tag >> 8;
+	put32(out + 4, len);
+}
+
+int verbs_msg_hdr_decode(const void *buf, size_t total, uint16_t *tag_p, uint32_t *len_p)
+{
+	const unsigned char *p = buf;
+	uint32_t len;
+
+	if (total < VERBS_MSG_HDR_LEN || (p[0] | p[1] << 8) != MSG_MAGIC)
+		return -EPROTO;
+	len = get32(p + 4);
+	if (len > DDSS_TP_MSG_MAX || total != VERBS_MSG_HDR_LEN + (size_t)len)
+		return -EPROTO;
+	*tag_p = (uint16_t)(p[2] | p[3] << 8);
+	*len_p = len;
+	return 0;
+}
