@@ -2,12 +2,15 @@
  * ddssrun - start N ranks of a DDSS program on this machine (like `mpirun -n`).
  *
  * Usage:
- *   ddssrun -n N [--transport tcp|verbs] [--host ADDR] [--timeout SEC] [--] prog [args...]
+ *   ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR...]] [--timeout SEC] [--] prog [args...]
  *
  *   -n, --np N         number of ranks, 1..1024 (required)
  *   --transport T      tcp or verbs (default: $DDSS_TRANSPORT, else tcp)
- *   --host ADDR        IPv4 address the ranks listen on (default 127.0.0.1;
- *                      for verbs: $RXE_IP if set, else 127.0.0.1)
+ *   --host ADDRS       IPv4 address(es) the ranks listen on; with several (comma
+ *                      separated, up to 8) rank r gets address (r-1) mod count, e.g.
+ *                      two RDMA devices' addresses so ranks talk across a link
+ *                      (default 127.0.0.1; for verbs: $DDSS_RDMA_HOST, else $RXE_IP,
+ *                      else 127.0.0.1)
  *   --timeout SEC      SIGKILL all ranks after SEC seconds and exit 124 (0 = never, default)
  *   -h, --help         show usage
  *
@@ -73,6 +76,7 @@ enum {
 #define NS_PER_MS INT64_C(1000000)
 #define TERM_GRACE_NS (3 * NS_PER_SEC)
 #define DRAIN_GRACE_NS (1 * NS_PER_SEC)
+#define MAX_HOSTS 8
 
 enum parse_result { PARSE_OK, PARSE_HELP, PARSE_ERROR };
 
@@ -88,7 +92,8 @@ struct options {
 struct launch {
     int nranks;
     bool use_tcp;
-    char host[INET_ADDRSTRLEN];
+    int nhosts;
+    char hosts[MAX_HOSTS][INET_ADDRSTRLEN]; /* rank r listens on hosts[(r-1) % nhosts] */
     char *nodes;
     char group[GROUP_ID_LEN + 1];
     int *listen_fds;                /* tcp: one per rank, until all ranks are forked */
@@ -173,10 +178,12 @@ static void say(const char *fmt, ...)
 
 static void usage(FILE *to)
 {
-    fputs("usage: ddssrun -n N [--transport tcp|verbs] [--host ADDR] [--timeout SEC] [--] prog [args...]\n"
+    fputs("usage: ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR..]] [--timeout SEC] [--] prog [args...]\n"
           "  -n, --np N        number of ranks (1..1024)\n"
           "  --transport T     tcp or verbs (default: $DDSS_TRANSPORT, else tcp)\n"
-          "  --host ADDR       IPv4 address to listen on (default 127.0.0.1; verbs: $RXE_IP)\n"
+          "  --host ADDRS      IPv4 address(es) to listen on, comma separated; rank r gets\n"
+          "                    address (r-1) mod count (default 127.0.0.1; verbs:\n"
+          "                    $DDSS_RDMA_HOST, else $RXE_IP)\n"
           "  --timeout SEC     kill all ranks after SEC seconds, exit 124 (0 = never)\n"
           "  -h, --help        show this help\n",
           to);
@@ -199,6 +206,35 @@ static const char *nonempty_env(const char *name)
     return v && *v ? v : NULL;
 }
 
+/* Split a comma-separated list of IPv4 addresses into @out (if given); count or -1. */
+static int parse_hosts(const char *list, char (*out)[INET_ADDRSTRLEN])
+{
+    int n = 0;
+    const char *p = list;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char one[INET_ADDRSTRLEN];
+        struct in_addr addr;
+        if (len == 0 || len >= sizeof one || n == MAX_HOSTS) {
+            say("ddssrun: --host wants 1..%d comma-separated IPv4 addresses, not '%s'\n",
+                MAX_HOSTS, list);
+            return -1;
+        }
+        memcpy(one, p, len);
+        one[len] = 0;
+        if (inet_pton(AF_INET, one, &addr) != 1) {
+            say("ddssrun: '%s' is not an IPv4 address\n", one);
+            return -1;
+        }
+        if (out)
+            inet_ntop(AF_INET, &addr, out[n], INET_ADDRSTRLEN);
+        n++;
+        if (p[len] == 0)
+            return n;
+        p += len + 1;
+    }
+}
+
 static enum parse_result check_options(struct options *opt, int argc, char **argv)
 {
     bool tcp = strcmp(opt->transport, "tcp") == 0;
@@ -215,14 +251,13 @@ static enum parse_result check_options(struct options *opt, int argc, char **arg
         return PARSE_ERROR;
     }
     if (!opt->host) {
-        const char *rxe_ip = tcp ? NULL : nonempty_env("RXE_IP");
-        opt->host = rxe_ip ? rxe_ip : "127.0.0.1";
+        const char *rdma_ip = tcp ? NULL : nonempty_env("DDSS_RDMA_HOST");
+        if (!rdma_ip && !tcp)
+            rdma_ip = nonempty_env("RXE_IP");
+        opt->host = rdma_ip ? rdma_ip : "127.0.0.1";
     }
-    struct in_addr addr;
-    if (inet_pton(AF_INET, opt->host, &addr) != 1) {
-        say("ddssrun: '%s' is not an IPv4 address\n", opt->host);
+    if (parse_hosts(opt->host, NULL) < 0)
         return PARSE_ERROR;
-    }
     opt->prog_argv = argv + optind;
     return PARSE_OK;
 }
@@ -335,16 +370,21 @@ static void close_listeners(struct launch *l)
     l->listen_fds = NULL;
 }
 
-static char *build_nodes(const char *host, const uint16_t *ports, int nranks)
+static const char *rank_host(const struct launch *l, int i)
 {
-    size_t cap = (size_t)nranks * (strlen(host) + sizeof ":65535,") + 1;
+    return l->hosts[i % l->nhosts];
+}
+
+static char *build_nodes(const struct launch *l, const uint16_t *ports)
+{
+    size_t cap = (size_t)l->nranks * (INET_ADDRSTRLEN + sizeof ":65535,") + 1;
     char *nodes = malloc(cap);
     if (!nodes)
         return NULL;
     size_t len = 0;
-    for (int i = 0; i < nranks; i++)
-        len += (size_t)snprintf(nodes + len, cap - len, "%s%s:%u", i ? "," : "", host,
-                                (unsigned)ports[i]);
+    for (int i = 0; i < l->nranks; i++)
+        len += (size_t)snprintf(nodes + len, cap - len, "%s%s:%u", i ? "," : "",
+                                rank_host(l, i), (unsigned)ports[i]);
     return nodes;
 }
 
@@ -352,8 +392,6 @@ static char *build_nodes(const char *host, const uint16_t *ports, int nranks)
  * to all ranks up front and no other process can take it in between. */
 static bool reserve_ports(struct launch *l)
 {
-    struct in_addr addr;
-    inet_pton(AF_INET, l->host, &addr);
     uint16_t *ports = calloc((size_t)l->nranks, sizeof *ports);
     l->listen_fds = malloc((size_t)l->nranks * sizeof *l->listen_fds);
     if (!ports || !l->listen_fds) {
@@ -364,14 +402,16 @@ static bool reserve_ports(struct launch *l)
     for (int i = 0; i < l->nranks; i++)
         l->listen_fds[i] = -1;
     for (int i = 0; i < l->nranks; i++) {
+        struct in_addr addr;
+        inet_pton(AF_INET, rank_host(l, i), &addr);
         l->listen_fds[i] = open_listener(&addr, &ports[i]);
         if (l->listen_fds[i] < 0) {
-            say("ddssrun: cannot listen on %s: %s\n", l->host, strerror(errno));
+            say("ddssrun: cannot listen on %s: %s\n", rank_host(l, i), strerror(errno));
             free(ports);
             return false;
         }
     }
-    l->nodes = build_nodes(l->host, ports, l->nranks);
+    l->nodes = build_nodes(l, ports);
     free(ports);
     if (!l->nodes) {
         say("ddssrun: out of memory\n");
@@ -409,9 +449,7 @@ static bool prepare_launch(const struct options *opt, struct launch *l)
         .use_tcp = strcmp(opt->transport, "tcp") == 0,
         .prog_argv = opt->prog_argv,
     };
-    struct in_addr addr;
-    inet_pton(AF_INET, opt->host, &addr);
-    inet_ntop(AF_INET, &addr, l->host, sizeof l->host);
+    l->nhosts = parse_hosts(opt->host, l->hosts);
     raise_fd_limit(opt->nranks, &l->saved_nofile);
     if (!make_group_id(l->group) || !reserve_ports(l)) {
         free_launch(l);

@@ -126,13 +126,19 @@ static void test_dead_rank(void)
 	if (me == 1) {
 		CU_ASSERT_EQUAL(ddss_tp_notify(tp, dier, NOTIFY_DIE), 0);
 		CU_ASSERT_EQUAL(ddss_tp_post_read(tp, dier, W_ALL, &v, 8, &req), 0);
-		/* Served after the notification, so never: it must fail, not hang. */
+		/*
+		 * It must complete, not hang. On tcp it is served after the notification, so
+		 * never: an error. With RDMA the NIC may serve it while the process is exiting.
+		 */
 		r = ddss_tp_wait(tp, &req, WAIT_MS);
 		CU_ASSERT_EQUAL(r, 0);
-		CU_ASSERT(req.status == -ECONNRESET || req.status == -EHOSTDOWN);
+		CU_ASSERT(req.status == -ECONNRESET || req.status == -EHOSTDOWN ||
+			  (req.status == 0 && strcmp(ddss_net_transport_name(net), "tcp") != 0));
 	}
 	CU_ASSERT_EQUAL(ddss_net_wait_peer(net, dier, DDSS_TP_PEER_DOWN, WAIT_MS), 0);
 	r = ddss_tp_read(tp, dier, W_ALL, &v, 8);
+	if (!(r == -EHOSTDOWN || r == -ECONNRESET || r == -ECONNREFUSED))
+		printf("read from the dead rank: %d\n", r);
 	CU_ASSERT(r == -EHOSTDOWN || r == -ECONNRESET || r == -ECONNREFUSED);
 	r = ddss_tp_notify(tp, dier, 1);
 	CU_ASSERT(r < 0);
@@ -153,6 +159,8 @@ static void test_clean_leave(void)
 	CU_ASSERT_EQUAL(send_ctrl(leaver, CTRL_MAY_LEAVE), 0);
 	CU_ASSERT_EQUAL(ddss_net_wait_peer(net, leaver, DDSS_TP_PEER_DOWN, WAIT_MS), 0);
 	r = ddss_tp_read(tp, leaver, W_ALL, &v, 8);
+	if (!(r == -EHOSTDOWN || r == -ECONNRESET || r == -ECONNREFUSED))
+		printf("read from the rank that left: %d\n", r);
 	CU_ASSERT(r == -EHOSTDOWN || r == -ECONNRESET || r == -ECONNREFUSED);
 }
 

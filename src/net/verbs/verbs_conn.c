@@ -267,6 +267,7 @@ static void out_event(struct verbs_tp *vt, struct verbs_out *o, const struct cm_
 		__atomic_store_n(&o->fail, 0, __ATOMIC_RELEASE);
 		o->phase = VERBS_UP;
 		o->ever_up = true;
+		__atomic_store_n(&o->up, 1, __ATOMIC_RELEASE);
 		verbs_peer_set_state(vt, o->peer, DDSS_TP_PEER_UP);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
@@ -294,18 +295,17 @@ void verbs_out_fail(struct verbs_out *o, int err)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
 	int expected = 0;
-	bool had_qp;
 
 	if (!__atomic_compare_exchange_n(&o->fail, &expected, err, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
 		return;
 	/* In the error state the QP flushes every outstanding WR: waiters get @err. */
 	pthread_mutex_lock(&o->sq_mu);
-	had_qp = o->qp != NULL;
-	if (had_qp)
+	if (o->qp)
 		ibv_modify_qp(o->qp, &a, IBV_QP_STATE);
 	pthread_mutex_unlock(&o->sq_mu);
-	if (had_qp && err != -ECANCELED)
+	/* Only a connection that was up going down is news (not a failed attempt, not close). */
+	if (__atomic_exchange_n(&o->up, 0, __ATOMIC_ACQ_REL) && err != -ECANCELED)
 		verbs_peer_set_state(o->tp, o->peer, DDSS_TP_PEER_DOWN);
 }
 
@@ -518,8 +518,13 @@ static void served_event(struct verbs_tp *vt, struct verbs_served *s, const stru
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_REJECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		/* Only the peer's current connection speaks for its state. */
-		if (s->established && vt->served_qpn[s->peer] == s->qp_num)
+		/*
+		 * Only the peer's current connection speaks for its state, and only while ours
+		 * to it is not up: that one reports its own loss (the peer may have closed just
+		 * its outgoing side).
+		 */
+		if (s->established && vt->served_qpn[s->peer] == s->qp_num &&
+		    !__atomic_load_n(&vt->peers[s->peer].out.up, __ATOMIC_ACQUIRE))
 			verbs_peer_set_state(vt, s->peer, DDSS_TP_PEER_DOWN);
 		served_free(vt, s);
 		break;
@@ -636,7 +641,16 @@ void verbs_conn_close(struct verbs_tp *vt)
 {
 	uint32_t size = vt->base.cfg.size;
 
-	/* Flush everything first, then wait for the flushes, then free. */
+	/*
+	 * Incoming side first: no new connections, and peers' connections to us break before
+	 * ours to them, so a peer that sees us go cannot reach us through a half-closed pair.
+	 */
+	if (vt->listen_id)
+		rdma_destroy_id(vt->listen_id);
+	vt->listen_id = NULL;
+	while (vt->served)
+		served_free(vt, vt->served);
+	/* Then flush every outgoing QP, wait for the flushes, and free. */
 	for (uint32_t r = 1; r <= size; r++)
 		verbs_out_fail(&vt->peers[r].out, -ECANCELED);
 	for (uint32_t r = 1; r <= size; r++) {
@@ -648,10 +662,6 @@ void verbs_conn_close(struct verbs_tp *vt)
 		out_teardown(o);
 		pthread_mutex_unlock(&o->mu);
 	}
-	while (vt->served)
-		served_free(vt, vt->served);
-	if (vt->listen_id)
-		rdma_destroy_id(vt->listen_id);
 	if (vt->cm_ch)
 		rdma_destroy_event_channel(vt->cm_ch);
 	if (vt->stop_fd >= 0)

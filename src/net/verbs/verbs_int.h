@@ -95,6 +95,7 @@ struct verbs_out {
 	pthread_mutex_t sq_mu;
 	unsigned sq_used;
 	int fail;           /* atomic: sticky error of the current connection (0 = healthy) */
+	int up;             /* atomic: established and not failed since (reports DOWN once) */
 };
 
 /* A connection a peer opened to this rank (progress thread only). */
