@@ -212,7 +212,7 @@ static int out_connect(struct verbs_out *o)
 	o->inline_max = a.cap.max_inline_data;
 	pthread_mutex_lock(&o->sq_mu);
 	o->qp = o->id->qp;
-	o->sq_used = 0;
+	__atomic_store_n(&o->sq_used, 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&o->sq_mu);
 	local_hello(vt, hello);
 	return rdma_connect(o->id, &cp) ? -errno : 0;
@@ -220,7 +220,7 @@ static int out_connect(struct verbs_out *o)
 
 static void out_set_failed(struct verbs_out *o, int err, bool retriable)
 {
-	o->phase = VERBS_FAILED;
+	__atomic_store_n(&o->phase, VERBS_FAILED, __ATOMIC_RELEASE);
 	o->conn_err = err;
 	o->retriable = retriable;
 }
@@ -265,7 +265,7 @@ static void out_event(struct verbs_tp *vt, struct verbs_out *o, const struct cm_
 		o->rkey = h.rkey;
 		__atomic_store_n(&vt->peers[o->peer].pool_len, h.pool_len, __ATOMIC_RELEASE);
 		__atomic_store_n(&o->fail, 0, __ATOMIC_RELEASE);
-		o->phase = VERBS_UP;
+		__atomic_store_n(&o->phase, VERBS_UP, __ATOMIC_RELEASE);
 		o->ever_up = true;
 		__atomic_store_n(&o->up, 1, __ATOMIC_RELEASE);
 		verbs_peer_set_state(vt, o->peer, DDSS_TP_PEER_UP);
@@ -323,7 +323,7 @@ static void out_teardown(struct verbs_out *o)
 	pthread_mutex_lock(&o->sq_mu);
 	qp = o->qp;
 	o->qp = NULL;
-	o->sq_used = 0;
+	__atomic_store_n(&o->sq_used, 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&o->sq_mu);
 	if (qp)
 		rdma_destroy_qp(o->id);
@@ -346,7 +346,7 @@ static int out_start(struct verbs_out *o)
 	if (rdma_create_id(vt->cm_ch, &o->id, o, RDMA_PS_TCP))
 		return -errno;
 	__atomic_store_n(&o->fail, 0, __ATOMIC_RELEASE);
-	o->phase = VERBS_CONNECTING;
+	__atomic_store_n(&o->phase, VERBS_CONNECTING, __ATOMIC_RELEASE);
 	/* Bind to our own address, so traffic leaves through our device. */
 	if (rdma_resolve_addr(o->id, (struct sockaddr *)&src, (struct sockaddr *)&dst,
 			      VERBS_RESOLVE_MS)) {
@@ -376,12 +376,15 @@ static void timed_wait(struct verbs_out *o, int64_t until_ns)
 int verbs_out_ensure(struct verbs_out *o)
 {
 	struct verbs_tp *vt = o->tp;
-	int64_t deadline = ddss_now_ns() + (int64_t)vt->base.cfg.connect_timeout_ms * 1000000;
+	int64_t deadline;
 	bool attempted = false;
 	int r;
 
-	if (__atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) == 0 && o->phase == VERBS_UP)
-		return 0; /* racy peek; rechecked by verbs_post, which owns the truth */
+	/* Racy peek, rechecked by verbs_post; no clock read on this path (it can cost 1 us). */
+	if (__atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) == 0 &&
+	    __atomic_load_n(&o->phase, __ATOMIC_ACQUIRE) == VERBS_UP)
+		return 0;
+	deadline = ddss_now_ns() + (int64_t)vt->base.cfg.connect_timeout_ms * 1000000;
 	pthread_mutex_lock(&o->mu);
 	for (;;) {
 		bool failed = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) != 0;

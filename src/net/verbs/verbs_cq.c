@@ -146,9 +146,7 @@ static void handle_send_wc(struct verbs_tp *vt, const struct ibv_wc *wc)
 		/* The QP is in error now: every later WR flushes; the connection is lost. */
 		verbs_out_fail(o, status);
 	}
-	pthread_mutex_lock(&o->sq_mu);
-	o->sq_used--;
-	pthread_mutex_unlock(&o->sq_mu);
+	__atomic_fetch_sub(&o->sq_used, 1, __ATOMIC_RELEASE);
 	if (!req)
 		return;
 	if (status == 0 && (req->op == DDSS_TP_OP_CAS || req->op == DDSS_TP_OP_FADD)) {
@@ -285,14 +283,40 @@ static int slice_ms(int64_t deadline_ns)
 	return left > VERBS_WAIT_SLICE_MS ? VERBS_WAIT_SLICE_MS : left < 0 ? 0 : (int)left;
 }
 
+/* Polls between clock reads while spinning: a read can cost a microsecond (emulated HPET). */
+#define SPINS_PER_CLOCK 256
+
 int verbs_wait(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms)
 {
 	bool is_default = timeout_ms == DDSS_TP_TIMEOUT_DEFAULT;
+	bool spin = vt->base.cfg.completion == DDSS_TP_COMPLETION_POLL;
 	int ms = is_default ? vt->base.cfg.op_timeout_ms : timeout_ms;
-	int64_t deadline = ms < 0 ? INT64_MAX : ddss_now_ns() + (int64_t)ms * 1000000;
+	int64_t deadline;
 	bool failed_peer = false;
+	unsigned spins = 0;
 
+	/*
+	 * Fast path: the completion is there, or comes within a few polls; no clock read, and
+	 * (spinning) ownership is held across the polls.
+	 */
+	if (__atomic_load_n(&req->done, __ATOMIC_ACQUIRE))
+		return 0;
+	if (try_own(vt)) {
+		do
+			poll_scq(vt);
+		while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE) && spin &&
+		       ++spins < 4 * SPINS_PER_CLOCK);
+		release_own(vt);
+		if (__atomic_load_n(&req->done, __ATOMIC_ACQUIRE))
+			return 0;
+	}
+	deadline = ms < 0 ? INT64_MAX : ddss_now_ns() + (int64_t)ms * 1000000;
+	spins = 0;
 	while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE)) {
+		if (spin && ++spins % SPINS_PER_CLOCK) {
+			progress_step(vt, req, 0);
+			continue;
+		}
 		if (ddss_now_ns() >= deadline) {
 			if (!is_default || failed_peer || ms <= 0)
 				return -ETIMEDOUT;
@@ -315,7 +339,7 @@ int verbs_post(struct verbs_out *o, struct ibv_send_wr *wr)
 {
 	struct verbs_tp *vt = o->tp;
 	struct ibv_send_wr *bad;
-	int64_t deadline = ddss_now_ns() + (int64_t)vt->base.cfg.op_timeout_ms * 1000000;
+	int64_t deadline = 0;
 	unsigned n = 0;
 	int r;
 
@@ -323,9 +347,15 @@ int verbs_post(struct verbs_out *o, struct ibv_send_wr *wr)
 		n++;
 	pthread_mutex_lock(&o->sq_mu);
 	/* A full send queue drains as completions are polled; help that along. */
-	while (o->sq_used + n > vt->sq_depth && !__atomic_load_n(&o->fail, __ATOMIC_ACQUIRE)) {
+	while (__atomic_load_n(&o->sq_used, __ATOMIC_ACQUIRE) + n > vt->sq_depth &&
+	       !__atomic_load_n(&o->fail, __ATOMIC_ACQUIRE)) {
+		int64_t now;
+
 		pthread_mutex_unlock(&o->sq_mu);
-		if (ddss_now_ns() >= deadline)
+		now = ddss_now_ns();
+		if (!deadline)
+			deadline = now + (int64_t)vt->base.cfg.op_timeout_ms * 1000000;
+		if (now >= deadline)
 			return -ETIMEDOUT;
 		progress_step(vt, NULL, 1);
 		pthread_mutex_lock(&o->sq_mu);
@@ -336,7 +366,7 @@ int verbs_post(struct verbs_out *o, struct ibv_send_wr *wr)
 	if (r == 0) {
 		r = -ibv_post_send(o->qp, wr, &bad);
 		if (r == 0)
-			o->sq_used += n;
+			__atomic_fetch_add(&o->sq_used, n, __ATOMIC_RELAXED);
 		else
 			DDSS_WARN("verbs: ibv_post_send to rank %u: %s", o->peer, strerror(-r));
 	}
@@ -350,11 +380,8 @@ void verbs_drain(struct verbs_out *o, int timeout_ms)
 	int64_t deadline = ddss_now_ns() + (int64_t)timeout_ms * 1000000;
 
 	for (;;) {
-		unsigned used;
+		unsigned used = __atomic_load_n(&o->sq_used, __ATOMIC_ACQUIRE);
 
-		pthread_mutex_lock(&o->sq_mu);
-		used = o->sq_used;
-		pthread_mutex_unlock(&o->sq_mu);
 		if (used == 0)
 			return;
 		if (ddss_now_ns() >= deadline) {

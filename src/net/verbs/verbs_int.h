@@ -91,7 +91,10 @@ struct verbs_out {
 	uint32_t rkey;
 	unsigned inline_max; /* inline bytes the QP accepts per send */
 
-	/* Send-queue accounting (sq_mu): every WR is signaled, so sq_used is exact. */
+	/*
+	 * sq_mu serialises posting against QP replacement; sq_used (atomic) counts WRs posted
+	 * and not yet polled: every WR is signaled, so it is exact.
+	 */
 	pthread_mutex_t sq_mu;
 	unsigned sq_used;
 	int fail;           /* atomic: sticky error of the current connection (0 = healthy) */

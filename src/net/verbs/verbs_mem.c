@@ -1,9 +1,9 @@
 /*
  * The local side of transfers. Callers pass any buffer; the NIC needs registered memory.
- *  - A buffer inside a registered region (the pool, or mem_register(expose = false)) is
- *    used in place: zero copy, no cost.
  *  - A small one (<= VERBS_STAGE_LEN) goes through a staging slot of one registered arena:
- *    a memcpy is far cheaper than a registration.
+ *    a memcpy is far cheaper than a registration (or than looking one up).
+ *  - A larger one inside a registered region (the pool, or mem_register(expose = false))
+ *    is used in place: zero copy.
  *  - A larger one, or any when the slots run out, is registered for the duration of the
  *    operation (registration cost is small next to moving that many bytes).
  */
@@ -104,11 +104,14 @@ int verbs_mem_prepare(struct verbs_tp *vt, struct ddss_tp_req *req, void *buf, s
 		      bool to_local, struct ibv_sge *sge)
 {
 	struct verbs_req_priv *pv = verbs_priv(req);
-	struct ibv_mr *mr = covering_mr(vt, buf, len);
+	struct ibv_mr *mr = NULL;
 	uint32_t slot;
 
 	sge->addr = (uintptr_t)buf;
 	sge->length = (uint32_t)len;
+	/* Copying a small buffer costs less than looking for its registration. */
+	if (len > VERBS_STAGE_LEN)
+		mr = covering_mr(vt, buf, len);
 	if (mr) {
 		pv->local_kind = VL_DIRECT;
 		sge->lkey = mr->lkey;
