@@ -1,7 +1,7 @@
 #!/bin/bash
 # Install exactly what DDSS needs to build, test and run its demos on Debian 12.
 # Idempotent: does nothing when everything is present. Needs root (uses sudo if not root).
-# The rxe guest used by the `rdma` tests installs its own packages (../shared/rxe-vm/setup).
+# The Soft-RoCE guest used by the `rdma` tests installs its own packages (scripts/rxe/setup).
 set -euo pipefail
 pkgs=(
   build-essential cmake pkg-config   # toolchain

@@ -1,0 +1,149 @@
+/*
+ * verbs provider set-up, in one process (run under scripts/rdma-exec, which gives the
+ * device's address in DDSS_RDMA_HOST): device selection and its errors, the loopback QP
+ * to the rank itself, and a peer of another group being refused.
+ */
+#include "common/test_util.h"
+#include "net/transport.h"
+
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define POOL_LEN 65536
+
+static char host[64];
+static uint16_t base_port;
+
+/* A one- or two-rank config on this machine's RDMA address; @nodes has room for two. */
+static struct ddss_tp_config config(struct ddss_tp_node *nodes, uint32_t rank, uint32_t size,
+				    uint64_t group, const char *device)
+{
+	for (uint32_t i = 0; i < 2; i++) {
+		snprintf(nodes[i].host, sizeof(nodes[i].host), "%s", host);
+		nodes[i].port = (uint16_t)(base_port + i);
+	}
+	return (struct ddss_tp_config){
+		.rank = rank, .size = size, .group = group, .nodes = nodes, .listen_fd = -1,
+		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = 10000,
+		.connect_timeout_ms = 2000, .device = device,
+	};
+}
+
+static const char *device_name(void)
+{
+	const char *d = getenv("RXE_DEV");
+
+	return d && *d ? d : NULL;
+}
+
+static void test_unknown_device_refused(void)
+{
+	struct ddss_tp_node nodes[2];
+	struct ddss_tp_config cfg = config(nodes, 1, 1, 1, "no_such_dev0");
+	struct ddss_tp *tp = NULL;
+
+	CU_ASSERT_EQUAL(ddss_tp_open("verbs", &cfg, &tp), -ENODEV);
+	CU_ASSERT_PTR_NULL(tp);
+}
+
+static void test_loopback_address_refused(void)
+{
+	struct ddss_tp_node nodes[2];
+	struct ddss_tp_config cfg = config(nodes, 1, 1, 1, NULL);
+	struct ddss_tp *tp = NULL;
+
+	/* rdma_cm has no device on lo: a clear error, not a hang or a later failure. */
+	snprintf(nodes[0].host, sizeof(nodes[0].host), "127.0.0.1");
+	CU_ASSERT_EQUAL(ddss_tp_open("verbs", &cfg, &tp), -ENODEV);
+	CU_ASSERT_PTR_NULL(tp);
+}
+
+static void test_named_device_and_loopback_qp(void)
+{
+	struct ddss_tp_node nodes[2];
+	struct ddss_tp_config cfg = config(nodes, 1, 1, 7, device_name());
+	uint64_t *pool = test_alloc_pool(POOL_LEN);
+	struct ddss_tp_mr *mr;
+	struct ddss_tp *tp;
+	uint64_t old = 0, v = 0;
+
+	if (!cfg.device)
+		printf("(RXE_DEV not set: automatic device choice)\n");
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_open("verbs", &cfg, &tp), 0);
+	CU_ASSERT_EQUAL(ddss_tp_mem_register(tp, pool, POOL_LEN, true, &mr), 0);
+	CU_ASSERT_EQUAL(ddss_tp_start(tp), 0);
+	/* The rank's own pool goes through the NIC (loopback QP), never CPU atomics. */
+	pool[1] = 40;
+	CU_ASSERT_EQUAL(ddss_tp_fadd(tp, 1, 8, 2, &old), 0);
+	CU_ASSERT_EQUAL(old, 40);
+	CU_ASSERT_EQUAL(ddss_tp_cas(tp, 1, 8, 42, 7, &old), 0);
+	CU_ASSERT_EQUAL(old, 42);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, 8, &v, 8), 0);
+	CU_ASSERT_EQUAL(v, 7);
+	CU_ASSERT_EQUAL(pool[1], 7);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, POOL_LEN - 4, &v, 8), -ERANGE);
+	CU_ASSERT_EQUAL(ddss_tp_fadd(tp, 1, 4, 1, &old), -EINVAL);
+	ddss_tp_close(tp);
+	free(pool);
+}
+
+static void test_other_group_refused(void)
+{
+	struct ddss_tp_node nodes[2];
+	struct ddss_tp_config c1 = config(nodes, 1, 2, 0x1111, NULL);
+	struct ddss_tp_config c2 = config(nodes, 2, 2, 0x2222, NULL);
+	uint64_t *p1 = test_alloc_pool(POOL_LEN), *p2 = test_alloc_pool(POOL_LEN);
+	struct ddss_tp *t1, *t2;
+	struct ddss_tp_mr *m1, *m2;
+	struct ddss_tp_peer_info info;
+	uint64_t old;
+
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_open("verbs", &c1, &t1), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_open("verbs", &c2, &t2), 0);
+	CU_ASSERT_EQUAL(ddss_tp_mem_register(t1, p1, POOL_LEN, true, &m1), 0);
+	CU_ASSERT_EQUAL(ddss_tp_mem_register(t2, p2, POOL_LEN, true, &m2), 0);
+	CU_ASSERT_EQUAL(ddss_tp_start(t1), 0);
+	CU_ASSERT_EQUAL(ddss_tp_start(t2), 0);
+	p2[0] = 5;
+	/* Rank 2 belongs to another group: refused with a reason, and nothing changes. */
+	CU_ASSERT_EQUAL(ddss_tp_fadd(t1, 2, 0, 1, &old), -EPERM);
+	CU_ASSERT_EQUAL(p2[0], 5);
+	CU_ASSERT_EQUAL(ddss_tp_peer_info(t1, 2, &info), 0);
+	CU_ASSERT_NOT_EQUAL(info.state, DDSS_TP_PEER_UP);
+	/* Each still works on its own. */
+	CU_ASSERT_EQUAL(ddss_tp_fadd(t2, 2, 0, 1, &old), 0);
+	CU_ASSERT_EQUAL(old, 5);
+	ddss_tp_close(t1);
+	ddss_tp_close(t2);
+	free(p1);
+	free(p2);
+}
+
+int main(void)
+{
+	const char *h = getenv("DDSS_RDMA_HOST");
+	CU_pSuite suite;
+	unsigned failed;
+
+	if (!h || !*h) {
+		printf("SKIP: DDSS_RDMA_HOST is not set (run under scripts/rdma-exec)\n");
+		return TEST_SKIP_EXIT;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)strcspn(h, ","), h);
+	/* rdma_cm ports are their own space; one per process id keeps parallel runs apart. */
+	base_port = (uint16_t)(30000 + (getpid() % 10000) * 2);
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	suite = CU_add_suite("verbs set-up", NULL, NULL);
+	CU_add_test(suite, "unknown DDSS_DEVICE refused", test_unknown_device_refused);
+	CU_add_test(suite, "address on lo refused", test_loopback_address_refused);
+	CU_add_test(suite, "named device, loopback QP to itself", test_named_device_and_loopback_qp);
+	CU_add_test(suite, "peer of another group refused", test_other_group_refused);
+	failed = test_run_all();
+	CU_cleanup_registry();
+	return failed ? 1 : 0;
+}
