@@ -285,6 +285,12 @@ static int slice_ms(int64_t deadline_ns)
 
 /* Polls between clock reads while spinning: a read can cost a microsecond (emulated HPET). */
 #define SPINS_PER_CLOCK 256
+/*
+ * Polls of the fast path before the first clock read: long enough to cover a round trip
+ * even where one poll is slow (emulation: ~50 ns a poll, ~40 us a read), short next to any
+ * timeout (a few ms).
+ */
+#define FAST_SPINS 65536
 
 int verbs_wait(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms)
 {
@@ -305,7 +311,7 @@ int verbs_wait(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms)
 		do
 			poll_scq(vt);
 		while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE) && spin &&
-		       ++spins < 4 * SPINS_PER_CLOCK);
+		       ++spins < FAST_SPINS);
 		release_own(vt);
 		if (__atomic_load_n(&req->done, __ATOMIC_ACQUIRE))
 			return 0;
