@@ -153,6 +153,16 @@ void ddss_tp_fini_common(struct ddss_tp *tp)
 	tp->nodes = NULL;
 }
 
+void ddss_tp_peer_changed(struct ddss_tp *tp, int *state_p, uint32_t rank,
+			  enum ddss_tp_peer_state state)
+{
+	const struct ddss_tp_handlers *hd = &tp->cfg.handlers;
+	int old = __atomic_exchange_n(state_p, (int)state, __ATOMIC_ACQ_REL);
+
+	if (old != (int)state && hd->on_peer)
+		hd->on_peer(hd->arg, rank, state);
+}
+
 static int finish(struct ddss_tp *tp, struct ddss_tp_req *req, int r)
 {
 	if (r)

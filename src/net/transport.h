@@ -215,6 +215,19 @@ int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,
 /** Free what ddss_tp_init_common allocated. */
 void ddss_tp_fini_common(struct ddss_tp *tp);
 
+/** True if @rank names a member of @tp's group (1..size). */
+static inline bool ddss_tp_valid_rank(const struct ddss_tp *tp, uint32_t rank)
+{
+	return rank >= 1 && rank <= tp->cfg.size;
+}
+
+/**
+ * Providers: set a peer's state word (atomic enum ddss_tp_peer_state) and, if it changed,
+ * tell the on_peer handler. Any thread.
+ */
+void ddss_tp_peer_changed(struct ddss_tp *tp, int *state_p, uint32_t rank,
+			  enum ddss_tp_peer_state state);
+
 /** Monotonic clock in nanoseconds. */
 int64_t ddss_now_ns(void);
 

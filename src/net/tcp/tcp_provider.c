@@ -70,11 +70,7 @@ int tcp_recv_full(int fd, void *buf, size_t len, int64_t deadline_ns)
 
 void tcp_peer_set_state(struct tcp_tp *t, uint32_t rank, enum ddss_tp_peer_state state)
 {
-	const struct ddss_tp_handlers *hd = &t->base.cfg.handlers;
-	int old = __atomic_exchange_n(&t->peers[rank].state, (int)state, __ATOMIC_ACQ_REL);
-
-	if (old != (int)state && hd->on_peer)
-		hd->on_peer(hd->arg, rank, state);
+	ddss_tp_peer_changed(&t->base, &t->peers[rank].state, rank, state);
 }
 
 void tcp_peer_set_pool_len(struct tcp_tp *t, uint32_t rank, uint64_t pool_len)
@@ -153,21 +149,16 @@ static int tcp_mem_deregister(struct ddss_tp *tp, struct ddss_tp_mr *mr)
 	return 0;
 }
 
-static bool valid_rank(const struct ddss_tp *tp, uint32_t rank)
-{
-	return rank >= 1 && rank <= tp->cfg.size;
-}
-
 static int tcp_peer_connect(struct ddss_tp *tp, uint32_t rank)
 {
-	if (!valid_rank(tp, rank))
+	if (!ddss_tp_valid_rank(tp, rank))
 		return -EINVAL;
 	return tcp_chan_ensure(&tcp_tp_of(tp)->peers[rank].chan);
 }
 
 static int tcp_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 {
-	if (!valid_rank(tp, rank))
+	if (!ddss_tp_valid_rank(tp, rank))
 		return -EINVAL;
 	tcp_chan_shutdown(&tcp_tp_of(tp)->peers[rank].chan, -ECONNRESET);
 	return 0;
@@ -177,7 +168,7 @@ static int tcp_peer_info(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_peer_
 {
 	struct tcp_tp *t = tcp_tp_of(tp);
 
-	if (!valid_rank(tp, rank) || !info_p)
+	if (!ddss_tp_valid_rank(tp, rank) || !info_p)
 		return -EINVAL;
 	if (rank == tp->cfg.rank) {
 		info_p->state = DDSS_TP_PEER_UP;
@@ -236,7 +227,7 @@ static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t 
 	uint64_t pool_len;
 	int r;
 
-	if (!req || !valid_rank(tp, peer) || (len && !local) || len == 0 || len > UINT32_MAX)
+	if (!req || !ddss_tp_valid_rank(tp, peer) || (len && !local) || len == 0 || len > UINT32_MAX)
 		return -EINVAL;
 	if ((op == DDSS_TP_OP_CAS || op == DDSS_TP_OP_FADD) && off % 8)
 		return -EINVAL;
@@ -311,7 +302,7 @@ static int send_oneway(struct ddss_tp *tp, uint32_t peer, const struct tcp_wire_
 	struct tcp_chan *ch;
 	int r;
 
-	if (!valid_rank(tp, peer))
+	if (!ddss_tp_valid_rank(tp, peer))
 		return -EINVAL;
 	ch = &tcp_tp_of(tp)->peers[peer].chan;
 	r = tcp_chan_ensure(ch);
@@ -336,7 +327,7 @@ static int tcp_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const v
 
 static int tcp_test(struct ddss_tp *tp, struct ddss_tp_req *req)
 {
-	if (!req || !valid_rank(tp, req->peer))
+	if (!req || !ddss_tp_valid_rank(tp, req->peer))
 		return -EINVAL;
 	if (__atomic_load_n(&req->done, __ATOMIC_ACQUIRE))
 		return 0;
@@ -345,7 +336,7 @@ static int tcp_test(struct ddss_tp *tp, struct ddss_tp_req *req)
 
 static int tcp_wait(struct ddss_tp *tp, struct ddss_tp_req *req, int timeout_ms)
 {
-	if (!req || !valid_rank(tp, req->peer))
+	if (!req || !ddss_tp_valid_rank(tp, req->peer))
 		return -EINVAL;
 	if (__atomic_load_n(&req->done, __ATOMIC_ACQUIRE))
 		return 0;

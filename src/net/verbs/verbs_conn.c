@@ -39,11 +39,7 @@ struct cm_event {
 
 void verbs_peer_set_state(struct verbs_tp *vt, uint32_t rank, enum ddss_tp_peer_state s)
 {
-	const struct ddss_tp_handlers *hd = &vt->base.cfg.handlers;
-	int old = __atomic_exchange_n(&vt->peers[rank].state, (int)s, __ATOMIC_ACQ_REL);
-
-	if (old != (int)s && hd->on_peer)
-		hd->on_peer(hd->arg, rank, s);
+	ddss_tp_peer_changed(&vt->base, &vt->peers[rank].state, rank, s);
 }
 
 uint32_t verbs_served_rank(struct verbs_tp *vt, uint32_t qp_num)

@@ -39,11 +39,6 @@ bool ddss_verbs_usable(void)
 	return usable;
 }
 
-static bool valid_rank(const struct ddss_tp *tp, uint32_t rank)
-{
-	return rank >= 1 && rank <= tp->cfg.size;
-}
-
 static void verbs_close(struct ddss_tp *tp)
 {
 	struct verbs_tp *vt = verbs_tp_of(tp);
@@ -284,7 +279,7 @@ static int verbs_mem_deregister(struct ddss_tp *tp, struct ddss_tp_mr *mr)
 
 static int verbs_peer_connect(struct ddss_tp *tp, uint32_t rank)
 {
-	if (!valid_rank(tp, rank))
+	if (!ddss_tp_valid_rank(tp, rank))
 		return -EINVAL;
 	return verbs_out_ensure(&verbs_tp_of(tp)->peers[rank].out);
 }
@@ -293,7 +288,7 @@ static int verbs_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 {
 	struct verbs_out *o;
 
-	if (!valid_rank(tp, rank))
+	if (!ddss_tp_valid_rank(tp, rank))
 		return -EINVAL;
 	o = &verbs_tp_of(tp)->peers[rank].out;
 	verbs_out_fail(o, -ECONNRESET);
@@ -308,7 +303,7 @@ static int verbs_peer_info(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_pee
 {
 	struct verbs_tp *vt = verbs_tp_of(tp);
 
-	if (!valid_rank(tp, rank) || !info_p)
+	if (!ddss_tp_valid_rank(tp, rank) || !info_p)
 		return -EINVAL;
 	if (rank == tp->cfg.rank) {
 		info_p->state = DDSS_TP_PEER_UP;
@@ -332,7 +327,7 @@ static int begin(struct verbs_tp *vt, uint32_t peer, uint64_t off, size_t len,
 	struct verbs_out *o;
 	int r;
 
-	if (!req || !valid_rank(&vt->base, peer))
+	if (!req || !ddss_tp_valid_rank(&vt->base, peer))
 		return -EINVAL;
 	o = &vt->peers[peer].out;
 	r = verbs_out_ensure(o);
@@ -476,7 +471,7 @@ static int verbs_notify(struct ddss_tp *tp, uint32_t peer, uint32_t value)
 	struct verbs_out *o;
 	int r;
 
-	if (!valid_rank(tp, peer))
+	if (!ddss_tp_valid_rank(tp, peer))
 		return -EINVAL;
 	o = &vt->peers[peer].out;
 	r = verbs_out_ensure(o);
@@ -504,7 +499,7 @@ static int verbs_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const
 	unsigned char *copy;
 	int r;
 
-	if (!valid_rank(tp, peer) || len > DDSS_TP_MSG_MAX || (len && !buf))
+	if (!ddss_tp_valid_rank(tp, peer) || len > DDSS_TP_MSG_MAX || (len && !buf))
 		return -EINVAL;
 	o = &vt->peers[peer].out;
 	r = verbs_out_ensure(o);
@@ -553,14 +548,14 @@ static int verbs_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const
 
 static int verbs_test_op(struct ddss_tp *tp, struct ddss_tp_req *req)
 {
-	if (!req || !valid_rank(tp, req->peer))
+	if (!req || !ddss_tp_valid_rank(tp, req->peer))
 		return -EINVAL;
 	return verbs_test(verbs_tp_of(tp), req);
 }
 
 static int verbs_wait_op(struct ddss_tp *tp, struct ddss_tp_req *req, int timeout_ms)
 {
-	if (!req || !valid_rank(tp, req->peer))
+	if (!req || !ddss_tp_valid_rank(tp, req->peer))
 		return -EINVAL;
 	return verbs_wait(verbs_tp_of(tp), req, timeout_ms);
 }
