@@ -7,8 +7,8 @@
  * Each rank pins itself (all its threads) to CPU rank-1, so both the raw ping-pong and the
  * transport cross between the same two CPUs; unpinned, the scheduler sometimes runs one
  * pair on a single core and the comparison measures placement, not the transport.
- * Rank 1 measures, rank 2 is the target. Measurements are interleaved in R rounds (raw,
- * read, write, cas, fadd, raw, ...) so drift on a shared machine hits all of them alike.
+ * Rank 1 measures, rank 2 is the target. Measurements are interleaved in blocks of 25
+ * (raw, read, write, cas, fadd, raw, ...) so drift on a shared machine hits all alike.
  * The completion mode comes from DDSS_COMPLETION (event | poll). Prints median, p99 and
  * mean in microseconds and each median's ratio to the raw ping-pong median.
  */
@@ -29,6 +29,11 @@
 #define TAG_PORT DDSS_MSG_USER_FIRST
 #define POOL_LEN (1u << 20)
 #define MAX_SIZE (POOL_LEN / 2)
+/*
+ * Operations take turns in blocks this long, so slow and fast spells of the machine (long
+ * under emulation: the same loop can run at half speed for seconds) hit every operation.
+ */
+#define BLOCK 25
 
 enum bench_op { B_RAW, B_READ, B_WRITE, B_CAS, B_FADD, B_COUNT };
 static const char *const op_names[B_COUNT] = { "raw_tcp_pingpong", "read", "write", "cas", "fadd" };
@@ -197,16 +202,18 @@ static int measure(struct ddss_net *net, const struct opts *o)
 	ns0 = ddss_now_ns();
 	tick0 = ticks();
 	for (unsigned r = 0; r < o->rounds; r++) {
-		for (int k = 0; k < B_COUNT; k++) {
-			for (unsigned i = 0; i < o->iters; i++) {
-				uint64_t t0 = ticks();
-				int err = one_op(tp, (enum bench_op)k, raw_fd, buf, o->size);
+		for (unsigned b = 0; b < o->iters; b += BLOCK) {
+			for (int k = 0; k < B_COUNT; k++) {
+				for (unsigned i = b; i < o->iters && i < b + BLOCK; i++) {
+					uint64_t t0 = ticks();
+					int err = one_op(tp, (enum bench_op)k, raw_fd, buf, o->size);
 
-				if (err) {
-					fprintf(stderr, "%s failed: %s\n", op_names[k], strerror(-err));
-					return 1;
+					if (err) {
+						fprintf(stderr, "%s failed: %s\n", op_names[k], strerror(-err));
+						return 1;
+					}
+					lat[k][(size_t)r * o->iters + i] = (double)(ticks() - t0);
 				}
-				lat[k][(size_t)r * o->iters + i] = (double)(ticks() - t0);
 			}
 		}
 	}

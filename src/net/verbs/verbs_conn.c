@@ -207,8 +207,7 @@ static int out_connect(struct verbs_out *o)
 	}
 	o->inline_max = a.cap.max_inline_data;
 	pthread_mutex_lock(&o->sq_mu);
-	o->qp = o->id->qp;
-	__atomic_store_n(&o->sq_used, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&o->qp, o->id->qp, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&o->sq_mu);
 	local_hello(vt, hello);
 	return rdma_connect(o->id, &cp) ? -errno : 0;
@@ -292,7 +291,7 @@ void verbs_out_fail(struct verbs_out *o, int err)
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
 	int expected = 0;
 
-	if (!__atomic_compare_exchange_n(&o->fail, &expected, err, false, __ATOMIC_ACQ_REL,
+	if (!__atomic_compare_exchange_n(&o->fail, &expected, err, false, __ATOMIC_SEQ_CST,
 					 __ATOMIC_ACQUIRE))
 		return;
 	/* In the error state the QP flushes every outstanding WR: waiters get @err. */
@@ -316,10 +315,10 @@ static void out_teardown(struct verbs_out *o)
 		verbs_out_fail(o, -ECONNRESET);
 		verbs_drain(o, 5000);
 	}
+	/* fail is set and sq_used is 0: no poster can still be using the QP (verbs_post). */
 	pthread_mutex_lock(&o->sq_mu);
 	qp = o->qp;
-	o->qp = NULL;
-	__atomic_store_n(&o->sq_used, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&o->qp, NULL, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&o->sq_mu);
 	if (qp)
 		rdma_destroy_qp(o->id);

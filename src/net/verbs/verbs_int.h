@@ -92,8 +92,9 @@ struct verbs_out {
 	unsigned inline_max; /* inline bytes the QP accepts per send */
 
 	/*
-	 * sq_mu serialises posting against QP replacement; sq_used (atomic) counts WRs posted
-	 * and not yet polled: every WR is signaled, so it is exact.
+	 * sq_used (atomic) counts WRs reserved or posted and not yet polled: every WR is
+	 * signaled, so it is exact. Posting takes no lock (see verbs_post); sq_mu only keeps
+	 * the control paths (fail -> QP to error state, teardown, creation) apart.
 	 */
 	pthread_mutex_t sq_mu;
 	unsigned sq_used;
@@ -160,9 +161,8 @@ struct verbs_tp {
 	/* Staging slots (verbs_mem.c). */
 	unsigned char *stage_buf;
 	struct ibv_mr *stage_mr;
-	pthread_mutex_t stage_mu;
-	uint32_t *stage_free;
-	unsigned stage_nfree;
+	uint64_t stage_top;        /* atomic: free-slot stack head (verbs_mem.c) */
+	uint32_t *stage_next;      /* [slot]: next free slot + 1 below it */
 
 	/* Progress threads (rdma_cm events; receive CQ) and served connections. */
 	bool started;

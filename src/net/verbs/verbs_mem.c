@@ -18,12 +18,11 @@ int verbs_mem_open(struct verbs_tp *vt)
 {
 	size_t len = (size_t)VERBS_STAGE_COUNT * VERBS_STAGE_LEN;
 
-	pthread_mutex_init(&vt->stage_mu, NULL);
 	pthread_mutex_init(&vt->mr_mu, NULL);
 	if (posix_memalign((void **)&vt->stage_buf, 4096, len))
 		return -ENOMEM;
-	vt->stage_free = calloc(VERBS_STAGE_COUNT, sizeof(*vt->stage_free));
-	if (!vt->stage_free)
+	vt->stage_next = calloc(VERBS_STAGE_COUNT, sizeof(*vt->stage_next));
+	if (!vt->stage_next)
 		return -ENOMEM;
 	/* Remote atomic access lets the loopback probe of atomic byte order target a slot. */
 	vt->stage_mr = ibv_reg_mr(vt->pd, vt->stage_buf, len,
@@ -35,8 +34,7 @@ int verbs_mem_open(struct verbs_tp *vt)
 		return r;
 	}
 	for (uint32_t i = 0; i < VERBS_STAGE_COUNT; i++)
-		vt->stage_free[i] = VERBS_STAGE_COUNT - 1 - i;
-	vt->stage_nfree = VERBS_STAGE_COUNT;
+		verbs_stage_put(vt, VERBS_STAGE_COUNT - 1 - i);
 	return 0;
 }
 
@@ -53,8 +51,7 @@ void verbs_mem_close(struct verbs_tp *vt)
 	if (vt->stage_mr)
 		ibv_dereg_mr(vt->stage_mr);
 	free(vt->stage_buf);
-	free(vt->stage_free);
-	pthread_mutex_destroy(&vt->stage_mu);
+	free(vt->stage_next);
 	pthread_mutex_destroy(&vt->mr_mu);
 }
 
@@ -63,23 +60,43 @@ void *verbs_stage_addr(struct verbs_tp *vt, uint32_t slot)
 	return vt->stage_buf + (size_t)slot * VERBS_STAGE_LEN;
 }
 
+/*
+ * The free slots are a lock-free stack (a mutex pair costs a few percent of an emulated
+ * round trip). head = (tag << 32) | (slot + 1), 0 in the low half meaning empty; every
+ * change bumps the tag, so a slot popped and pushed back in between cannot fool a CAS.
+ */
+#define STAGE_NONE 0u
+
+static uint64_t stage_head(uint64_t tag, uint32_t slot_plus_1)
+{
+	return ((tag + 1) << 32) | slot_plus_1;
+}
+
 bool verbs_stage_get(struct verbs_tp *vt, uint32_t *slot_p)
 {
-	bool ok;
+	uint64_t h = __atomic_load_n(&vt->stage_top, __ATOMIC_ACQUIRE), next;
+	uint32_t top;
 
-	pthread_mutex_lock(&vt->stage_mu);
-	ok = vt->stage_nfree > 0;
-	if (ok)
-		*slot_p = vt->stage_free[--vt->stage_nfree];
-	pthread_mutex_unlock(&vt->stage_mu);
-	return ok;
+	do {
+		top = (uint32_t)h;
+		if (top == STAGE_NONE)
+			return false;
+		/* Stale if another thread pops this slot first; then the CAS fails anyway. */
+		next = stage_head(h >> 32, __atomic_load_n(&vt->stage_next[top - 1], __ATOMIC_RELAXED));
+	} while (!__atomic_compare_exchange_n(&vt->stage_top, &h, next, true, __ATOMIC_ACQ_REL,
+					      __ATOMIC_ACQUIRE));
+	*slot_p = top - 1;
+	return true;
 }
 
 void verbs_stage_put(struct verbs_tp *vt, uint32_t slot)
 {
-	pthread_mutex_lock(&vt->stage_mu);
-	vt->stage_free[vt->stage_nfree++] = slot;
-	pthread_mutex_unlock(&vt->stage_mu);
+	uint64_t h = __atomic_load_n(&vt->stage_top, __ATOMIC_ACQUIRE);
+
+	do
+		__atomic_store_n(&vt->stage_next[slot], (uint32_t)h, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(&vt->stage_top, &h, stage_head(h >> 32, slot + 1), true,
+					    __ATOMIC_RELEASE, __ATOMIC_ACQUIRE));
 }
 
 /* The registered region that holds all of [buf, buf+len), or NULL. */
