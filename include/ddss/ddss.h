@@ -7,6 +7,9 @@
 #ifndef DDSS_DDSS_H
 #define DDSS_DDSS_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,6 +23,159 @@ extern "C" {
 #else
 #define DDSS_API
 #endif
+
+
+/* ---- context ---- */
+
+/** A process's membership of a DDSS group (one rank). Thread-safe; opaque. */
+typedef struct ddss_ctx ddss_ctx_t;
+
+/** A shared segment's key: a plain integer that may be handed to any rank of the group. */
+typedef uint64_t ddss_key_t;
+
+enum ddss_completion {
+	DDSS_COMPLETION_DEFAULT = 0, /* DDSS_COMPLETION, else event */
+	DDSS_COMPLETION_EVENT,       /* block on completion events (idle CPU while waiting) */
+	DDSS_COMPLETION_POLL,        /* spin (lowest latency, one busy core per waiter) */
+};
+
+/**
+ * struct ddss_attr - configuration for ddss_init().
+ *
+ * Zero (or ddss_attr_init()) means "default" in every field. An environment variable, when
+ * set, overrides the field (so a deployed program can be retuned without a rebuild):
+ * DDSS_POOL_SIZE, DDSS_TRANSPORT, DDSS_COMPLETION, DDSS_OP_TIMEOUT_MS,
+ * DDSS_CONNECT_TIMEOUT_MS. The group itself (DDSS_RANK, DDSS_SIZE, DDSS_NODES...) always
+ * comes from the environment, which ddssrun sets.
+ */
+struct ddss_attr {
+	size_t pool_size;          /* bytes of shared memory this rank serves; 0: 64 MiB */
+	const char *transport;     /* "tcp" or "verbs"; NULL: tcp */
+	enum ddss_completion completion;
+	int op_timeout_ms;         /* one operation; 0: 30000 */
+	int connect_timeout_ms;    /* first contact with a peer, barriers; 0: 30000 */
+};
+
+/** ddss_attr_init() - set every field of @attr to its default. */
+DDSS_API void ddss_attr_init(struct ddss_attr *attr);
+
+/**
+ * ddss_init() - join the group as the rank the environment names. Collective: returns once
+ * every rank has called it (or with -ETIMEDOUT after the connect timeout).
+ * @attr: configuration, or NULL for the defaults.
+ * @ctx_p: the new context.
+ *
+ * Returns 0, -EINVAL (bad attr or environment), -ENOMEM, -ENODEV (transport unavailable),
+ * -ETIMEDOUT.
+ */
+DDSS_API int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p);
+
+/**
+ * ddss_finalize() - leave the group. Collective (waits, up to the connect timeout, until
+ * every rank has called it, so nobody leaves while others still read its segments); then
+ * frees @ctx whatever happened. Requests not yet waited for must not be used afterwards.
+ */
+DDSS_API int ddss_finalize(ddss_ctx_t *ctx);
+
+/** ddss_rank() - this context's rank, 1..ddss_size(). */
+DDSS_API uint32_t ddss_rank(const ddss_ctx_t *ctx);
+/** ddss_size() - the number of ranks in the group. */
+DDSS_API uint32_t ddss_size(const ddss_ctx_t *ctx);
+/** ddss_barrier() - wait until every rank has entered. -ETIMEDOUT, -EHOSTDOWN. */
+DDSS_API int ddss_barrier(ddss_ctx_t *ctx);
+
+/* ---- segments ---- */
+
+enum ddss_placement {
+	DDSS_PLACE_ANY = 0, /* the next rank in turn (round robin): spreads NIC load */
+	DDSS_PLACE_LOCAL,   /* this rank */
+	DDSS_PLACE_RANK,    /* struct ddss_seg_attr.rank */
+};
+
+#define DDSS_NAME_MAX 64 /* bytes of a segment name, the terminating NUL included */
+
+/** struct ddss_seg_attr - how to allocate a segment; zero means the defaults. */
+struct ddss_seg_attr {
+	enum ddss_placement placement;
+	uint32_t rank;    /* DDSS_PLACE_RANK: the home rank */
+	const char *name; /* NULL, or a name: created once, every other caller gets its key */
+};
+
+/**
+ * ddss_allocate_ss() - allocate a shared segment of @nbytes (zero-filled).
+ * @attr: placement and name, or NULL (round robin, unnamed).
+ *
+ * With a name, exactly one caller in the group creates the segment (placed as that caller
+ * asked); every caller, concurrent ones included, gets the same key. Returns 0, -EINVAL,
+ * -ENAMETOOLONG, -ENOMEM (the home's pool is full), -ENOSPC (too many segments at the
+ * home), -EHOSTDOWN / -ETIMEDOUT (the home or the name's directory rank is unreachable).
+ */
+DDSS_API int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr *attr,
+			      ddss_key_t *key_p);
+
+/**
+ * ddss_lookup_ss() - the key of the segment named @name, without creating it.
+ * Returns 0, -ENOENT (no such segment), -EINVAL, -ENAMETOOLONG, -EHOSTDOWN, -ETIMEDOUT.
+ */
+DDSS_API int ddss_lookup_ss(ddss_ctx_t *ctx, const char *name, ddss_key_t *key_p);
+
+/**
+ * ddss_release_ss() - free a segment; any rank may do it. Afterwards every use of @key
+ * anywhere in the group fails with -ESTALE (operations already in flight finish first).
+ * Returns 0, -ESTALE (already released), -EINVAL (not a key), -EHOSTDOWN, -ETIMEDOUT.
+ */
+DDSS_API int ddss_release_ss(ddss_ctx_t *ctx, ddss_key_t key);
+
+/** struct ddss_seg_info - what ddss_stat_ss() reports. */
+struct ddss_seg_info {
+	uint32_t home; /* the rank whose pool holds the segment */
+	size_t size;   /* bytes, as allocated */
+};
+
+/** ddss_stat_ss() - home and size of a segment. -EINVAL, -ESTALE, -EHOSTDOWN. */
+DDSS_API int ddss_stat_ss(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_seg_info *info_p);
+
+/* ---- data ---- */
+
+/**
+ * ddss_get() - read @len bytes at @offset of the segment into @buf: one RDMA read.
+ * ddss_put() - write them.
+ *
+ * Returns 0, -EINVAL (bad key, NULL buffer, @len 0), -ESTALE (released key), -ERANGE
+ * (@offset + @len past the segment's end), -EHOSTDOWN / -ECONNRESET / -ETIMEDOUT (the home
+ * is unreachable). On error nothing was written.
+ */
+DDSS_API int ddss_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len);
+DDSS_API int ddss_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *buf,
+		      size_t len);
+
+/** An operation in flight; finish it with ddss_wait_ss() or ddss_test_ss(). */
+typedef struct ddss_req ddss_req_t;
+
+/**
+ * ddss_async_get() / ddss_async_put() - start a get or put; @buf must stay valid (and, for
+ * a get, untouched) until the request is finished. Any number may be in flight, to any
+ * ranks. Errors found before anything was started are returned here (and no request is
+ * made); errors of the transfer itself come from ddss_wait_ss() / ddss_test_ss().
+ */
+DDSS_API int ddss_async_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf,
+			    size_t len, ddss_req_t **req_p);
+DDSS_API int ddss_async_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *buf,
+			    size_t len, ddss_req_t **req_p);
+
+/**
+ * ddss_wait_ss() - wait for @req to finish and free it. Returns its result (0 or -errno);
+ * a home that does not answer within the operation timeout gives -ETIMEDOUT.
+ */
+DDSS_API int ddss_wait_ss(ddss_ctx_t *ctx, ddss_req_t *req);
+
+/**
+ * ddss_test_ss() - never blocks: -EAGAIN while @req is in flight (it stays valid);
+ * otherwise frees it and returns its result.
+ */
+DDSS_API int ddss_test_ss(ddss_ctx_t *ctx, ddss_req_t *req);
+
+/* ---- errors and version ---- */
 
 /**
  * ddss_strerror() - describe a DDSS return value.

@@ -14,6 +14,8 @@
 /* Control message tags; each subsystem owns one. */
 enum ddss_msg_tag {
 	DDSS_MSG_BARRIER = 1,
+	DDSS_MSG_RPC_REQ = 2,  /* core/rpc.c */
+	DDSS_MSG_RPC_REP = 3,
 	DDSS_MSG_USER_FIRST = 32, /* tests and tools */
 	DDSS_MSG_TAG_MAX = 64,
 };

@@ -1,0 +1,365 @@
+/*
+ * The registered pool (see pool.h): one anonymous mapping, one jemalloc arena over it.
+ *
+ * The arena is created with jemalloc's default extent hooks and only then given ours. jemalloc
+ * allocates an arena's metadata (its "base") through the hooks it was created with, so this
+ * order keeps that metadata in ordinary memory, out of the pool the NIC exposes to peers.
+ *
+ * Our hooks: alloc bumps a pointer through the pool; dalloc opts out, so jemalloc keeps every
+ * extent it ever got (as "retained") and reuses it; there is no decommit and no purge, so no
+ * pool page is ever unmapped or madvise'd while the pool exists. The pool only grows (the
+ * bump is the high-water mark) until the arena is destroyed with it.
+ *
+ * Allocations pass MALLOCX_TCACHE_NONE: a thread cache would hold freed regions back from
+ * other threads and make the arena's statistics lag behind the truth.
+ */
+#include "alloc/pool.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jemalloc/jemalloc.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/types.h>
+
+#define POOL_ALIGN ((size_t)2 << 20)
+#define POOL_MIN_ALIGN 8u
+#define POOL_MAX_ALIGN 4096u
+
+struct ddss_pool {
+	extent_hooks_t hooks;    /* first: the hooks find their pool with container_of */
+	uint8_t *base;
+	size_t len;
+	unsigned arena;
+	int flags;               /* mallocx/dallocx flags naming our arena */
+	pthread_mutex_t bump_mu; /* the alloc hook may run on any thread */
+	size_t bump;             /* bytes handed to jemalloc; stored under bump_mu, read atomically */
+	uint64_t live;           /* atomic */
+};
+
+static struct ddss_pool *hooks_pool(extent_hooks_t *hooks)
+{
+	return (struct ddss_pool *)((char *)hooks - offsetof(struct ddss_pool, hooks));
+}
+
+/* Is [addr, addr + size) inside the pool? */
+static bool pool_holds(const struct ddss_pool *pool, const void *addr, size_t size)
+{
+	uintptr_t a = (uintptr_t)addr, b = (uintptr_t)pool->base;
+
+	return a >= b && a - b <= pool->len && size <= pool->len - (a - b);
+}
+
+/* ---- extent hooks (called by jemalloc, possibly with its locks held: no malloc, no log) ---- */
+
+static void *pool_extent_alloc(extent_hooks_t *hooks, void *new_addr, size_t size,
+			       size_t alignment, bool *zero, bool *commit, unsigned arena_ind)
+{
+	struct ddss_pool *pool = hooks_pool(hooks);
+	uintptr_t base = (uintptr_t)pool->base;
+	uintptr_t cur, start;
+	void *p = NULL;
+
+	if (!size || !alignment || (alignment & (alignment - 1)))
+		return NULL;
+	pthread_mutex_lock(&pool->bump_mu);
+	cur = base + pool->bump;
+	if (new_addr) {
+		/* jemalloc names an address only to grow an extent in place: only the bump can. */
+		if ((uintptr_t)new_addr != cur || (cur & (alignment - 1)))
+			goto out;
+		start = cur;
+	} else {
+		if (cur > UINTPTR_MAX - (alignment - 1))
+			goto out;
+		start = (cur + (alignment - 1)) & ~(uintptr_t)(alignment - 1);
+	}
+	if (start - base > pool->len || size > pool->len - (start - base))
+		goto out;
+	__atomic_store_n(&pool->bump, start - base + size, __ATOMIC_RELEASE);
+	p = (void *)start;
+	/* Never handed out before, and fresh anonymous memory reads as zero. */
+	*zero = true;
+	*commit = true;
+out:
+	pthread_mutex_unlock(&pool->bump_mu);
+	return p;
+}
+
+/* Opt out: jemalloc keeps the extent as retained and reuses it; the pool never shrinks. */
+static bool pool_extent_dalloc(extent_hooks_t *hooks, void *addr, size_t size, bool committed,
+			       unsigned arena_ind)
+{
+	return true;
+}
+
+/* Called for retained extents when the arena is destroyed; the munmap that follows frees them. */
+static void pool_extent_destroy(extent_hooks_t *hooks, void *addr, size_t size, bool committed,
+				unsigned arena_ind)
+{
+}
+
+/* Pool memory is always committed. */
+static bool pool_extent_commit(extent_hooks_t *hooks, void *addr, size_t size, size_t offset,
+			       size_t length, unsigned arena_ind)
+{
+	return false;
+}
+
+/*
+ * Splitting and merging are bookkeeping for jemalloc; any contiguous range of the pool is
+ * fine. The range checks are defensive: jemalloc only merges extents of one arena.
+ */
+static bool pool_extent_split(extent_hooks_t *hooks, void *addr, size_t size, size_t size_a,
+			      size_t size_b, bool committed, unsigned arena_ind)
+{
+	return !pool_holds(hooks_pool(hooks), addr, size);
+}
+
+static bool pool_extent_merge(extent_hooks_t *hooks, void *addr_a, size_t size_a, void *addr_b,
+			      size_t size_b, bool committed, unsigned arena_ind)
+{
+	struct ddss_pool *pool = hooks_pool(hooks);
+
+	return !pool_holds(pool, addr_a, size_a) || !pool_holds(pool, addr_b, size_b) ||
+	       (uint8_t *)addr_a + size_a != (uint8_t *)addr_b;
+}
+
+/* decommit, purge_lazy and purge_forced are NULL: jemalloc must never drop pool pages. */
+static const extent_hooks_t pool_hooks_template = {
+	.alloc = pool_extent_alloc,
+	.dalloc = pool_extent_dalloc,
+	.destroy = pool_extent_destroy,
+	.commit = pool_extent_commit,
+	.decommit = NULL,
+	.purge_lazy = NULL,
+	.purge_forced = NULL,
+	.split = pool_extent_split,
+	.merge = pool_extent_merge,
+};
+
+/* ---- the arena ---- */
+
+static int arena_ctl_write(unsigned arena, const char *what, void *val, size_t len)
+{
+	char name[64];
+
+	snprintf(name, sizeof(name), "arena.%u.%s", arena, what);
+	return mallctl(name, NULL, NULL, val, len);
+}
+
+static int arena_destroy(unsigned arena)
+{
+	int r = arena_ctl_write(arena, "destroy", NULL, 0);
+
+	if (r)
+		DDSS_ERR("jemalloc arena.%u.destroy: %s", arena, strerror(r));
+	return -r;
+}
+
+static int pool_arena_create(struct ddss_pool *pool)
+{
+	extent_hooks_t *hooks = &pool->hooks;
+	ssize_t now = 0;
+	size_t len = sizeof(pool->arena);
+	int r;
+
+	/* Default hooks here: the arena's metadata is allocated now, through them. */
+	r = mallctl("arenas.create", &pool->arena, &len, NULL, 0);
+	if (r) {
+		DDSS_ERR("jemalloc arenas.create: %s", strerror(r));
+		return -ENOMEM;
+	}
+	/*
+	 * Purging is opted out in the hooks anyway; with decay off jemalloc does not even try,
+	 * and freed extents stay as dirty, ready for the next allocation as they are.
+	 */
+	if (arena_ctl_write(pool->arena, "dirty_decay_ms", &now, sizeof(now)) ||
+	    arena_ctl_write(pool->arena, "muzzy_decay_ms", &now, sizeof(now)))
+		DDSS_WARN("cannot turn decay off for jemalloc arena %u", pool->arena);
+	r = arena_ctl_write(pool->arena, "extent_hooks", &hooks, sizeof(hooks));
+	if (r) {
+		DDSS_ERR("jemalloc arena.%u.extent_hooks: %s", pool->arena, strerror(r));
+		arena_destroy(pool->arena);
+		return -ENOMEM;
+	}
+	pool->flags = (int)MALLOCX_ARENA(pool->arena) | MALLOCX_TCACHE_NONE;
+	return 0;
+}
+
+/* ---- the mapping ---- */
+
+static int pool_map(size_t len, uint8_t **base_p)
+{
+	size_t span = len + POOL_ALIGN, head, tail;
+	uint8_t *raw;
+
+	/* Map a little more and trim both ends to get a 2 MiB-aligned base. */
+	raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (raw == MAP_FAILED) {
+		DDSS_ERR("cannot map a pool of %zu bytes: %s", len, strerror(errno));
+		return -ENOMEM;
+	}
+	head = (POOL_ALIGN - ((uintptr_t)raw & (POOL_ALIGN - 1))) & (POOL_ALIGN - 1);
+	tail = span - head - len;
+	if (head)
+		munmap(raw, head);
+	if (tail)
+		munmap(raw + head + len, tail);
+	*base_p = raw + head;
+	return 0;
+}
+
+int ddss_pool_create(size_t len, struct ddss_pool **pool_p)
+{
+	struct ddss_pool *pool;
+	int r;
+
+	if (!len)
+		return -EINVAL;
+	if (len > SIZE_MAX - 2 * POOL_ALIGN)
+		return -ENOMEM;
+	len = (len + POOL_ALIGN - 1) & ~(POOL_ALIGN - 1);
+
+	pool = calloc(1, sizeof(*pool));
+	if (!pool)
+		return -ENOMEM;
+	pool->hooks = pool_hooks_template;
+	pool->len = len;
+	r = pthread_mutex_init(&pool->bump_mu, NULL);
+	if (r) {
+		r = -r;
+		goto free_pool;
+	}
+	r = pool_map(len, &pool->base);
+	if (r)
+		goto destroy_mutex;
+	r = pool_arena_create(pool);
+	if (r)
+		goto unmap;
+	*pool_p = pool;
+	return 0;
+
+unmap:
+	munmap(pool->base, pool->len);
+destroy_mutex:
+	pthread_mutex_destroy(&pool->bump_mu);
+free_pool:
+	free(pool);
+	return r;
+}
+
+void ddss_pool_destroy(struct ddss_pool *pool)
+{
+	if (!pool)
+		return;
+	/*
+	 * If jemalloc keeps the arena, it still points at the pool and at our hooks: leak both
+	 * rather than let it touch unmapped or freed memory later.
+	 */
+	if (arena_destroy(pool->arena))
+		return;
+	munmap(pool->base, pool->len);
+	pthread_mutex_destroy(&pool->bump_mu);
+	free(pool);
+}
+
+void *ddss_pool_base(const struct ddss_pool *pool)
+{
+	return pool->base;
+}
+
+size_t ddss_pool_len(const struct ddss_pool *pool)
+{
+	return pool->len;
+}
+
+/* ---- allocations ---- */
+
+int ddss_pool_alloc(struct ddss_pool *pool, size_t size, size_t align, uint64_t *off_p)
+{
+	uint8_t *p;
+
+	if (!size || align < POOL_MIN_ALIGN || align > POOL_MAX_ALIGN || (align & (align - 1))) {
+		DDSS_ERR("bad request: %zu bytes aligned to %zu", size, align);
+		return -EINVAL;
+	}
+	/* Cannot fit, and would only send jemalloc asking the hooks for it. */
+	if (size > pool->len)
+		return -ENOMEM;
+	p = mallocx(size, pool->flags | MALLOCX_ALIGN(align) | MALLOCX_ZERO);
+	if (!p) {
+		DDSS_DBG("pool full: %zu bytes aligned to %zu", size, align);
+		return -ENOMEM;
+	}
+	if (!pool_holds(pool, p, size)) {
+		DDSS_ERR("jemalloc arena %u returned %p, outside the pool %p+%zu", pool->arena,
+			 (void *)p, (void *)pool->base, pool->len);
+		dallocx(p, MALLOCX_TCACHE_NONE);
+		return -ENOMEM;
+	}
+	__atomic_add_fetch(&pool->live, 1, __ATOMIC_RELAXED);
+	*off_p = (uint64_t)(p - pool->base);
+	return 0;
+}
+
+int ddss_pool_free(struct ddss_pool *pool, uint64_t off)
+{
+	/* Nothing at or past the high-water mark was ever allocated (it covers off >= len). */
+	size_t mapped = __atomic_load_n(&pool->bump, __ATOMIC_ACQUIRE);
+
+	if (off >= mapped || off % POOL_MIN_ALIGN) {
+		DDSS_ERR("offset %#" PRIx64 " is not an allocation of the pool (%zu of %zu bytes used)",
+			 off, mapped, pool->len);
+		return -EINVAL;
+	}
+	dallocx(pool->base + off, MALLOCX_TCACHE_NONE);
+	__atomic_sub_fetch(&pool->live, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* ---- statistics ---- */
+
+static int stats_read(unsigned arena, const char *what, size_t *val_p)
+{
+	char name[80];
+	size_t len = sizeof(*val_p);
+	int r;
+
+	snprintf(name, sizeof(name), "stats.arenas.%u.%s", arena, what);
+	r = mallctl(name, val_p, &len, NULL, 0);
+	if (r == ENOENT)
+		return -ENOTSUP;
+	if (r) {
+		DDSS_ERR("jemalloc %s: %s", name, strerror(r));
+		return -r;
+	}
+	return 0;
+}
+
+int ddss_pool_stats(struct ddss_pool *pool, struct ddss_pool_stats *st_p)
+{
+	uint64_t epoch = 1;
+	size_t len = sizeof(epoch), small, large;
+	int r;
+
+	/* jemalloc's statistics are a snapshot taken at the last "epoch" write. */
+	r = mallctl("epoch", &epoch, &len, &epoch, len);
+	if (r)
+		return r == ENOENT ? -ENOTSUP : -r;
+	r = stats_read(pool->arena, "small.allocated", &small);
+	if (r)
+		return r;
+	r = stats_read(pool->arena, "large.allocated", &large);
+	if (r)
+		return r;
+	st_p->allocated = small + large;
+	st_p->mapped = __atomic_load_n(&pool->bump, __ATOMIC_ACQUIRE);
+	st_p->live = __atomic_load_n(&pool->live, __ATOMIC_RELAXED);
+	return 0;
+}

@@ -1,0 +1,264 @@
+/*
+ * The home rank's segment table (see segtab.h). Free slots are reused in FIFO order, so a
+ * slot's generation (20 bits) advances only once per trip through the whole free list:
+ * an old key would need a million reuses of its own slot to alias a new segment.
+ */
+#include "alloc/segtab.h"
+#include "core/key.h"
+#include "core/log.h"
+#include "core/wire.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum slot_state { SLOT_FREE, SLOT_LIVE, SLOT_RELEASING };
+
+struct slot {
+	enum slot_state state;
+	uint32_t gen;        /* generation of the current (or last) segment */
+	uint32_t next_free;  /* FIFO link, SLOT_NONE at the tail */
+	uint64_t hdr_off;
+	uint64_t size;
+	char *name;          /* NULL when unnamed */
+	uint8_t *cachers;    /* bitmap: bit r-1 = rank r was given the descriptor */
+};
+
+#define SLOT_NONE UINT32_MAX
+
+struct ddss_segtab {
+	pthread_mutex_t mu;
+	struct ddss_pool *pool;
+	uint32_t rank, group_size;
+	size_t cachers_len;
+	struct slot *slots;
+	uint32_t nslots, cap;
+	uint32_t free_head, free_tail;
+	uint64_t count; /* not FREE */
+};
+
+int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_size,
+		       struct ddss_segtab **tab_p)
+{
+	struct ddss_segtab *tab = calloc(1, sizeof(*tab));
+
+	if (!tab)
+		return -ENOMEM;
+	pthread_mutex_init(&tab->mu, NULL);
+	tab->pool = pool;
+	tab->rank = rank;
+	tab->group_size = group_size;
+	tab->cachers_len = (group_size + 7) / 8;
+	tab->free_head = tab->free_tail = SLOT_NONE;
+	*tab_p = tab;
+	return 0;
+}
+
+void ddss_segtab_destroy(struct ddss_segtab *tab)
+{
+	if (!tab)
+		return;
+	for (uint32_t i = 0; i < tab->nslots; i++) {
+		free(tab->slots[i].name);
+		free(tab->slots[i].cachers);
+	}
+	free(tab->slots);
+	pthread_mutex_destroy(&tab->mu);
+	free(tab);
+}
+
+/* mu held: a free slot index, or SLOT_NONE when the table cannot grow. */
+static uint32_t take_slot(struct ddss_segtab *tab)
+{
+	uint32_t i = tab->free_head;
+
+	if (i != SLOT_NONE) {
+		tab->free_head = tab->slots[i].next_free;
+		if (tab->free_head == SLOT_NONE)
+			tab->free_tail = SLOT_NONE;
+		return i;
+	}
+	if (tab->nslots > DDSS_KEY_MAX_SLOT)
+		return SLOT_NONE;
+	if (tab->nslots == tab->cap) {
+		uint32_t cap = tab->cap ? tab->cap * 2 : 64;
+		struct slot *s;
+
+		if (cap > DDSS_KEY_MAX_SLOT + 1)
+			cap = DDSS_KEY_MAX_SLOT + 1;
+		s = realloc(tab->slots, cap * sizeof(*s));
+		if (!s)
+			return SLOT_NONE;
+		tab->slots = s;
+		tab->cap = cap;
+	}
+	tab->slots[tab->nslots] = (struct slot){ .state = SLOT_FREE };
+	return tab->nslots++;
+}
+
+static void put_slot(struct ddss_segtab *tab, uint32_t i)
+{
+	tab->slots[i].next_free = SLOT_NONE;
+	if (tab->free_tail == SLOT_NONE)
+		tab->free_head = i;
+	else
+		tab->slots[tab->free_tail].next_free = i;
+	tab->free_tail = i;
+}
+
+static void add_cacher(struct ddss_segtab *tab, struct slot *s, uint32_t rank)
+{
+	if (rank >= 1 && rank <= tab->group_size)
+		s->cachers[(rank - 1) / 8] |= (uint8_t)(1u << ((rank - 1) % 8));
+}
+
+static void fill_loc(struct ddss_segtab *tab, uint32_t i, struct ddss_seg_loc *loc)
+{
+	struct slot *s = &tab->slots[i];
+
+	loc->key = ddss_key_make(tab->rank, i, s->gen);
+	loc->data_off = s->hdr_off + DDSS_SEG_HDR_LEN;
+	loc->size = s->size;
+}
+
+int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, const char *name, uint32_t requester,
+		      struct ddss_seg_loc *loc_p)
+{
+	uint64_t off;
+	uint32_t i;
+	struct slot *s;
+	uint8_t *hdr;
+	int r;
+
+	if (size == 0)
+		return -EINVAL;
+	if (size > ddss_pool_len(tab->pool))
+		return -ENOMEM;
+	r = ddss_pool_alloc(tab->pool, DDSS_SEG_HDR_LEN + size, 64, &off);
+	if (r)
+		return r;
+	pthread_mutex_lock(&tab->mu);
+	i = take_slot(tab);
+	if (i == SLOT_NONE) {
+		pthread_mutex_unlock(&tab->mu);
+		ddss_pool_free(tab->pool, off);
+		return -ENOSPC;
+	}
+	s = &tab->slots[i];
+	s->cachers = calloc(1, tab->cachers_len);
+	s->name = name && name[0] ? strdup(name) : NULL;
+	if (!s->cachers || (name && name[0] && !s->name)) {
+		free(s->cachers);
+		free(s->name);
+		s->cachers = NULL;
+		s->name = NULL;
+		put_slot(tab, i);
+		pthread_mutex_unlock(&tab->mu);
+		ddss_pool_free(tab->pool, off);
+		return -ENOMEM;
+	}
+	s->state = SLOT_LIVE;
+	s->gen = ddss_key_next_gen(s->gen);
+	s->hdr_off = off;
+	s->size = size;
+	add_cacher(tab, s, requester);
+	tab->count++;
+	fill_loc(tab, i, loc_p);
+	/* Header: lock word and version start at 0 (the pool zeroes); key and size for tools. */
+	hdr = (uint8_t *)ddss_pool_base(tab->pool) + off;
+	wire_put64(hdr + 16, loc_p->key);
+	wire_put64(hdr + 24, size);
+	pthread_mutex_unlock(&tab->mu);
+	return 0;
+}
+
+/* mu held: the slot @key names, or -EINVAL / -ESTALE. */
+static int find(struct ddss_segtab *tab, uint64_t key, enum slot_state want, uint32_t *i_p)
+{
+	struct ddss_key_parts k;
+
+	if (ddss_key_parse(key, &k) || k.rank != tab->rank)
+		return -EINVAL;
+	if (k.slot >= tab->nslots)
+		return -EINVAL; /* never issued */
+	if (tab->slots[k.slot].state != want || tab->slots[k.slot].gen != k.gen)
+		return -ESTALE;
+	*i_p = k.slot;
+	return 0;
+}
+
+int ddss_segtab_lookup(struct ddss_segtab *tab, uint64_t key, uint32_t requester,
+		       struct ddss_seg_loc *loc_p)
+{
+	uint32_t i;
+	int r;
+
+	pthread_mutex_lock(&tab->mu);
+	r = find(tab, key, SLOT_LIVE, &i);
+	if (!r) {
+		add_cacher(tab, &tab->slots[i], requester);
+		fill_loc(tab, i, loc_p);
+	}
+	pthread_mutex_unlock(&tab->mu);
+	return r;
+}
+
+int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, char name[DDSS_NAME_MAX],
+			      uint8_t *cachers, size_t cachers_len)
+{
+	uint32_t i;
+	int r;
+
+	memset(name, 0, DDSS_NAME_MAX);
+	memset(cachers, 0, cachers_len);
+	pthread_mutex_lock(&tab->mu);
+	r = find(tab, key, SLOT_LIVE, &i);
+	if (!r) {
+		struct slot *s = &tab->slots[i];
+
+		s->state = SLOT_RELEASING;
+		if (s->name)
+			strncpy(name, s->name, DDSS_NAME_MAX - 1);
+		memcpy(cachers, s->cachers,
+		       cachers_len < tab->cachers_len ? cachers_len : tab->cachers_len);
+	}
+	pthread_mutex_unlock(&tab->mu);
+	return r;
+}
+
+int ddss_segtab_release_end(struct ddss_segtab *tab, uint64_t key)
+{
+	uint64_t off = 0;
+	uint32_t i;
+	int r;
+
+	pthread_mutex_lock(&tab->mu);
+	r = find(tab, key, SLOT_RELEASING, &i);
+	if (!r) {
+		struct slot *s = &tab->slots[i];
+
+		off = s->hdr_off;
+		free(s->name);
+		free(s->cachers);
+		s->name = NULL;
+		s->cachers = NULL;
+		s->state = SLOT_FREE;
+		put_slot(tab, i);
+		tab->count--;
+	}
+	pthread_mutex_unlock(&tab->mu);
+	if (!r)
+		ddss_pool_free(tab->pool, off);
+	return r;
+}
+
+uint64_t ddss_segtab_count(struct ddss_segtab *tab)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&tab->mu);
+	n = tab->count;
+	pthread_mutex_unlock(&tab->mu);
+	return n;
+}

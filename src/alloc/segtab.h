@@ -1,0 +1,59 @@
+/*
+ * The home rank's table of the segments in its pool. Slot i holds the segment whose key
+ * has slot i; its generation is bumped when the segment is released, so old keys miss.
+ * Each live segment remembers which ranks were given its descriptor (they may cache it and
+ * must be told when it goes away). Thread-safe (one mutex: this is the control path).
+ *
+ * In the pool, a segment is a 64-byte header followed by its bytes:
+ *   [lock word 8 | version 8 | key 8 | size 8 | reserved 32] [data ...]
+ * The lock word and version are 8-byte aligned for the NIC's atomics.
+ */
+#ifndef DDSS_ALLOC_SEGTAB_H
+#define DDSS_ALLOC_SEGTAB_H
+
+#include "alloc/pool.h"
+#include "ddss/ddss.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define DDSS_SEG_HDR_LEN 64u
+#define DDSS_SEG_HDR_LOCK 0u
+#define DDSS_SEG_HDR_VERSION 8u
+
+struct ddss_segtab;
+
+/* What a rank needs to reach a live segment. */
+struct ddss_seg_loc {
+	uint64_t key;
+	uint64_t data_off; /* offset of the first data byte in the home's pool */
+	uint64_t size;
+};
+
+int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_size,
+		       struct ddss_segtab **tab_p);
+void ddss_segtab_destroy(struct ddss_segtab *tab);
+
+/** Carve a segment for @requester (who becomes a cacher). -EINVAL, -ENOMEM, -ENOSPC. */
+int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, const char *name, uint32_t requester,
+		      struct ddss_seg_loc *loc_p);
+
+/** The live segment @key names; @requester becomes a cacher. -ESTALE, -EINVAL. */
+int ddss_segtab_lookup(struct ddss_segtab *tab, uint64_t key, uint32_t requester,
+		       struct ddss_seg_loc *loc_p);
+
+/**
+ * Start releasing @key: from now on it is stale for lookups. Writes its name (or "") to
+ * @name and its cachers' bitmap to @cachers (@cachers_len bytes, zeroed first).
+ * -ESTALE (not live, or already being released), -EINVAL.
+ */
+int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, char name[DDSS_NAME_MAX],
+			      uint8_t *cachers, size_t cachers_len);
+
+/** Free the segment whose release began with @key. -ESTALE if there is none. */
+int ddss_segtab_release_end(struct ddss_segtab *tab, uint64_t key);
+
+/** Segments not yet freed (live or being released). */
+uint64_t ddss_segtab_count(struct ddss_segtab *tab);
+
+#endif /* DDSS_ALLOC_SEGTAB_H */

@@ -1,0 +1,132 @@
+/*
+ * get / put: one RDMA read or write on the data path. The descriptor comes from the
+ * cache (a lock-free lookup); its reference is held until the transfer is over, so a
+ * release waits for it (see core/seg_cache.h).
+ */
+#include "core/ctx.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+struct ddss_req {
+	struct ddss_tp_req tp;
+	const struct ddss_seg_desc *desc;
+};
+
+/* Validate and find: a descriptor reference and the pool offset of [offset, offset+len). */
+static int prepare(struct ddss_ctx *ctx, ddss_key_t key, size_t offset, const void *buf,
+		   size_t len, const struct ddss_seg_desc **desc_p, uint64_t *at_p)
+{
+	const struct ddss_seg_desc *d;
+	int r;
+
+	if (!ctx || !buf || len == 0)
+		return -EINVAL;
+	r = ddss_ctx_desc(ctx, key, &d);
+	if (r)
+		return r;
+	if (offset > d->size || len > d->size - offset) {
+		ddss_seg_cache_put(d);
+		return -ERANGE;
+	}
+	*desc_p = d;
+	*at_p = d->data_off + offset;
+	return 0;
+}
+
+static int transfer(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
+		    bool is_put)
+{
+	const struct ddss_seg_desc *d;
+	uint64_t at;
+	int r = prepare(ctx, key, offset, buf, len, &d, &at);
+
+	if (r)
+		return r;
+	r = is_put ? ddss_tp_write(ctx->tp, d->home, at, buf, len) :
+		     ddss_tp_read(ctx->tp, d->home, at, buf, len);
+	ddss_seg_cache_put(d);
+	return r;
+}
+
+int ddss_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len)
+{
+	return transfer(ctx, key, offset, buf, len, false);
+}
+
+int ddss_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *buf, size_t len)
+{
+	return transfer(ctx, key, offset, (void *)buf, len, true);
+}
+
+static int start(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
+		 bool is_put, ddss_req_t **req_p)
+{
+	struct ddss_req *req;
+	uint64_t at;
+	int r;
+
+	if (!req_p)
+		return -EINVAL;
+	req = malloc(sizeof(*req));
+	if (!req)
+		return -ENOMEM;
+	r = prepare(ctx, key, offset, buf, len, &req->desc, &at);
+	if (!r) {
+		r = is_put ? ddss_tp_post_write(ctx->tp, req->desc->home, at, buf, len, &req->tp) :
+			     ddss_tp_post_read(ctx->tp, req->desc->home, at, buf, len, &req->tp);
+		if (r)
+			ddss_seg_cache_put(req->desc);
+	}
+	if (r) {
+		free(req);
+		return r;
+	}
+	*req_p = req;
+	return 0;
+}
+
+int ddss_async_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
+		   ddss_req_t **req_p)
+{
+	return start(ctx, key, offset, buf, len, false, req_p);
+}
+
+int ddss_async_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *buf, size_t len,
+		   ddss_req_t **req_p)
+{
+	return start(ctx, key, offset, (void *)buf, len, true, req_p);
+}
+
+static int finish(struct ddss_req *req)
+{
+	int r = req->tp.status;
+
+	ddss_seg_cache_put(req->desc);
+	free(req);
+	return r;
+}
+
+int ddss_wait_ss(ddss_ctx_t *ctx, ddss_req_t *req)
+{
+	int r;
+
+	if (!ctx || !req)
+		return -EINVAL;
+	r = ddss_tp_wait(ctx->tp, &req->tp, DDSS_TP_TIMEOUT_DEFAULT);
+	/*
+	 * -ETIMEDOUT here means even failing the peer did not complete the request: the
+	 * transport still owns it, so it is left alone (leaked) rather than freed under it.
+	 */
+	return r ? r : finish(req);
+}
+
+int ddss_test_ss(ddss_ctx_t *ctx, ddss_req_t *req)
+{
+	int r;
+
+	if (!ctx || !req)
+		return -EINVAL;
+	r = ddss_tp_test(ctx->tp, &req->tp);
+	return r ? r : finish(req);
+}

@@ -1,0 +1,152 @@
+/*
+ * ddss_init / ddss_finalize: configuration (attr, overridden by the environment), the
+ * transport, this rank's pool, and the segment service on top.
+ */
+#include "core/config.h"
+#include "core/ctx.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <urcu/urcu-bp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_POOL_SIZE (64ul << 20)
+
+void ddss_attr_init(struct ddss_attr *attr)
+{
+	if (attr)
+		memset(attr, 0, sizeof(*attr));
+}
+
+/* The environment wins over @attr; @attr over the defaults ddss_net_env_load put in @env. */
+static int configure(const struct ddss_attr *attr, struct ddss_net_env *env, size_t *pool_p)
+{
+	long v;
+	int r;
+
+	if (attr->completion > DDSS_COMPLETION_POLL || attr->op_timeout_ms < 0 ||
+	    attr->connect_timeout_ms < 0)
+		return -EINVAL;
+	if (attr->transport && !getenv("DDSS_TRANSPORT")) {
+		if (strlen(attr->transport) >= sizeof(env->transport))
+			return -EINVAL;
+		strcpy(env->transport, attr->transport);
+	}
+	if (attr->completion != DDSS_COMPLETION_DEFAULT && !getenv("DDSS_COMPLETION"))
+		env->completion = attr->completion == DDSS_COMPLETION_POLL ?
+				  DDSS_TP_COMPLETION_POLL : DDSS_TP_COMPLETION_EVENT;
+	if (attr->op_timeout_ms && !getenv("DDSS_OP_TIMEOUT_MS"))
+		env->op_timeout_ms = attr->op_timeout_ms;
+	if (attr->connect_timeout_ms && !getenv("DDSS_CONNECT_TIMEOUT_MS"))
+		env->connect_timeout_ms = attr->connect_timeout_ms;
+	r = ddss_env_long("DDSS_POOL_SIZE", 1l << 20, 1l << 40,
+			  attr->pool_size ? (long)attr->pool_size : (long)DEFAULT_POOL_SIZE, &v);
+	if (r)
+		return r;
+	if (attr->pool_size && attr->pool_size < (1ul << 20) && !getenv("DDSS_POOL_SIZE"))
+		return -EINVAL;
+	*pool_p = (size_t)v;
+	return 0;
+}
+
+static void ctx_free(struct ddss_ctx *ctx)
+{
+	/* Invalidation answers still queued go out while the transport is up; then none. */
+	if (ctx->cache)
+		urcu_bp_barrier();
+	pthread_mutex_lock(&ctx->ack_mu);
+	ctx->closing = true;
+	pthread_mutex_unlock(&ctx->ack_mu);
+	if (ctx->net)
+		ddss_net_close(ctx->net); /* no handler runs after this */
+	ddss_seg_cache_destroy(ctx->cache);
+	ddss_rpc_close(ctx->rpc);
+	ddss_names_destroy(ctx->names);
+	ddss_segtab_destroy(ctx->segtab);
+	ddss_pool_destroy(ctx->pool);
+	pthread_mutex_destroy(&ctx->ack_mu);
+	free(ctx);
+}
+
+int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
+{
+	struct ddss_attr dflt = { 0 };
+	struct ddss_net_env env;
+	struct ddss_ctx *ctx;
+	size_t pool_len = 0;
+	int r;
+
+	if (!ctx_p)
+		return -EINVAL;
+	r = ddss_net_env_load(&env);
+	if (r)
+		return r;
+	r = configure(attr ? attr : &dflt, &env, &pool_len);
+	if (r) {
+		ddss_net_env_free(&env);
+		return r;
+	}
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		ddss_net_env_free(&env);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&ctx->ack_mu, NULL);
+	ctx->rank = env.rank;
+	ctx->size = env.size;
+	ctx->next_home = env.rank; /* ranks start their round robin at different places */
+	ctx->connect_timeout_ms = env.connect_timeout_ms;
+	r = ddss_net_open(&env, &ctx->net);
+	ddss_net_env_free(&env);
+	if (r)
+		goto fail;
+	ctx->tp = ddss_net_tp(ctx->net);
+	r = ddss_pool_create(pool_len, &ctx->pool);
+	if (!r)
+		r = ddss_segtab_create(ctx->pool, ctx->rank, ctx->size, &ctx->segtab);
+	if (!r)
+		r = ddss_names_create(&ctx->names);
+	if (!r)
+		r = ddss_seg_cache_create(ddss_seg_ack, ctx, &ctx->cache);
+	if (!r)
+		r = ddss_rpc_open(ctx->net, ddss_seg_serve, ctx, &ctx->rpc);
+	if (!r)
+		r = ddss_net_start(ctx->net, ddss_pool_base(ctx->pool), ddss_pool_len(ctx->pool));
+	if (!r)
+		r = ddss_net_barrier(ctx->net, -1);
+	if (r)
+		goto fail;
+	*ctx_p = ctx;
+	return 0;
+fail:
+	DDSS_ERR("ddss_init: %s", ddss_strerror(r));
+	ctx_free(ctx);
+	return r;
+}
+
+int ddss_finalize(ddss_ctx_t *ctx)
+{
+	int r;
+
+	if (!ctx)
+		return -EINVAL;
+	r = ddss_net_barrier(ctx->net, -1);
+	ctx_free(ctx);
+	return r;
+}
+
+uint32_t ddss_rank(const ddss_ctx_t *ctx)
+{
+	return ctx ? ctx->rank : 0;
+}
+
+uint32_t ddss_size(const ddss_ctx_t *ctx)
+{
+	return ctx ? ctx->size : 0;
+}
+
+int ddss_barrier(ddss_ctx_t *ctx)
+{
+	return ctx ? ddss_net_barrier(ctx->net, -1) : -EINVAL;
+}

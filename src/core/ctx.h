@@ -1,0 +1,40 @@
+/* The context: one rank's membership of the group and everything it owns. */
+#ifndef DDSS_CORE_CTX_H
+#define DDSS_CORE_CTX_H
+
+#include "alloc/names.h"
+#include "alloc/pool.h"
+#include "alloc/segtab.h"
+#include "core/rpc.h"
+#include "core/seg_cache.h"
+#include "ddss/ddss.h"
+#include "net/net.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+struct ddss_ctx {
+	struct ddss_net *net;
+	struct ddss_tp *tp;
+	struct ddss_rpc *rpc;
+	struct ddss_pool *pool;         /* this rank's shared memory */
+	struct ddss_segtab *segtab;     /* the segments homed here */
+	struct ddss_names *names;       /* the names whose directory is here */
+	struct ddss_seg_cache *cache;   /* descriptors of segments anywhere */
+	uint32_t rank, size;
+	uint32_t next_home;             /* atomic: round-robin placement */
+	int connect_timeout_ms;
+	pthread_mutex_t ack_mu;         /* invalidation answers vs. closing the transport */
+	bool closing;                   /* under ack_mu: no more answers */
+};
+
+/* core/seg_service.c: answer the segment service's requests (an rpc serve function). */
+void ddss_seg_serve(void *arg, uint32_t from, uint32_t id, uint16_t op, const uint8_t *body,
+		    size_t len);
+/* core/seg_service.c: the cache's invalidation answer. */
+void ddss_seg_ack(void *arg, uint32_t to, uint32_t id);
+
+/* core/segment.c: @key's descriptor with a reference (ddss_seg_cache_put it). */
+int ddss_ctx_desc(struct ddss_ctx *ctx, uint64_t key, const struct ddss_seg_desc **desc_p);
+
+#endif /* DDSS_CORE_CTX_H */

@@ -1,0 +1,260 @@
+/*
+ * The segment API: allocate (placed, optionally named), look up by name, release, stat.
+ * Each is a few requests to the home rank, the name's directory rank and, on release, the
+ * ranks that cache the segment's descriptor (see core/seg_cache.h).
+ */
+#include "core/ctx.h"
+#include "core/key.h"
+#include "core/log.h"
+#include "core/proto.h"
+#include "core/wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_name(const char *name)
+{
+	size_t n = strnlen(name, DDSS_NAME_MAX);
+
+	if (n == 0)
+		return -EINVAL;
+	return n < DDSS_NAME_MAX ? 0 : -ENAMETOOLONG;
+}
+
+static void get_loc(const uint8_t *p, struct ddss_seg_loc *loc)
+{
+	loc->key = wire_get64(p);
+	loc->data_off = wire_get64(p + 8);
+	loc->size = wire_get64(p + 16);
+}
+
+int ddss_ctx_desc(struct ddss_ctx *ctx, uint64_t key, const struct ddss_seg_desc **desc_p)
+{
+	struct ddss_key_parts k;
+	struct ddss_seg_pending *pend;
+	struct ddss_seg_loc loc;
+	uint8_t body[8], reply[SEG_DESC_LEN];
+	size_t got = 0;
+	int r;
+
+	if (ddss_key_parse(key, &k) || k.rank > ctx->size)
+		return -EINVAL;
+	*desc_p = ddss_seg_cache_get(ctx->cache, key);
+	if (*desc_p)
+		return 0;
+	pend = ddss_seg_cache_begin(ctx->cache, key);
+	if (!pend)
+		return -ENOMEM;
+	wire_put64(body, key);
+	r = ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_LOOKUP, body, 8, reply, sizeof(reply), &got, -1);
+	if (r == 0 && got != SEG_DESC_LEN)
+		r = -EPROTO;
+	if (r) {
+		ddss_seg_cache_cancel(ctx->cache, pend);
+		return r;
+	}
+	get_loc(reply, &loc);
+	if (loc.key != key) {
+		ddss_seg_cache_cancel(ctx->cache, pend);
+		return -EPROTO;
+	}
+	return ddss_seg_cache_end(ctx->cache, pend, &loc, k.rank, desc_p);
+}
+
+static int pick_home(struct ddss_ctx *ctx, const struct ddss_seg_attr *attr, uint32_t *home_p)
+{
+	switch (attr->placement) {
+	case DDSS_PLACE_ANY:
+		*home_p = __atomic_fetch_add(&ctx->next_home, 1, __ATOMIC_RELAXED) % ctx->size + 1;
+		return 0;
+	case DDSS_PLACE_LOCAL:
+		*home_p = ctx->rank;
+		return 0;
+	case DDSS_PLACE_RANK:
+		if (attr->rank < 1 || attr->rank > ctx->size)
+			return -EINVAL;
+		*home_p = attr->rank;
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+/* Allocate at @home; the new descriptor goes straight into this rank's cache. */
+static int alloc_at(struct ddss_ctx *ctx, uint32_t home, size_t nbytes, const char *name,
+		    uint64_t *key_p)
+{
+	uint8_t body[8 + DDSS_NAME_MAX] = { 0 }, reply[SEG_DESC_LEN];
+	const struct ddss_seg_desc *d;
+	struct ddss_seg_loc loc;
+	size_t got = 0;
+	int r;
+
+	wire_put64(body, nbytes);
+	if (name)
+		strcpy((char *)body + 8, name);
+	r = ddss_rpc_call(ctx->rpc, home, SEG_OP_ALLOC, body, sizeof(body), reply, sizeof(reply),
+			  &got, -1);
+	if (r == 0 && got != SEG_DESC_LEN)
+		r = -EPROTO;
+	if (r)
+		return r;
+	get_loc(reply, &loc);
+	if (ddss_seg_cache_end(ctx->cache, NULL, &loc, home, &d) == 0)
+		ddss_seg_cache_put(d);
+	*key_p = loc.key;
+	return 0;
+}
+
+/*
+ * Ask @name's directory for its key. With @create, one caller gets SEG_NAME_CREATE and
+ * creates it while the others are queued; if that creator gives up they are told -EAGAIN
+ * and ask again (one of them then creates it).
+ */
+static int name_acquire(struct ddss_ctx *ctx, const char *name, bool create, uint64_t *key_p)
+{
+	uint8_t body[4 + DDSS_NAME_MAX] = { 0 }, reply[8];
+	uint32_t dir = ddss_name_home(name, ctx->size);
+	int64_t deadline = ddss_now_ns() + (int64_t)ctx->connect_timeout_ms * 1000000;
+	size_t got = 0;
+	int r;
+
+	wire_put32(body, create);
+	strcpy((char *)body + 4, name);
+	do
+		r = ddss_rpc_call(ctx->rpc, dir, SEG_OP_NAME_ACQUIRE, body, sizeof(body), reply,
+				  sizeof(reply), &got, ctx->connect_timeout_ms);
+	while (r == -EAGAIN && ddss_now_ns() < deadline);
+	if (r == 0) {
+		if (got != 8)
+			return -EPROTO;
+		*key_p = wire_get64(reply);
+	}
+	return r;
+}
+
+static int name_send(struct ddss_ctx *ctx, uint16_t op, const char *name, const uint64_t *key)
+{
+	uint8_t body[8 + DDSS_NAME_MAX] = { 0 };
+	size_t at = key ? 8 : 0;
+
+	if (key)
+		wire_put64(body, *key);
+	strcpy((char *)body + at, name);
+	return ddss_rpc_call(ctx->rpc, ddss_name_home(name, ctx->size), op, body,
+			     at + DDSS_NAME_MAX, NULL, 0, NULL, -1);
+}
+
+static int alloc_named(struct ddss_ctx *ctx, uint32_t home, size_t nbytes, const char *name,
+		       uint64_t *key_p)
+{
+	uint64_t key;
+	int r = name_acquire(ctx, name, true, key_p);
+
+	if (r != SEG_NAME_CREATE)
+		return r;
+	r = alloc_at(ctx, home, nbytes, name, &key);
+	if (r) {
+		name_send(ctx, SEG_OP_NAME_ABANDON, name, NULL);
+		return r;
+	}
+	r = name_send(ctx, SEG_OP_NAME_BIND, name, &key);
+	if (r) {
+		DDSS_WARN("named segment '%s': directory rank %u did not take it: %s", name,
+			  ddss_name_home(name, ctx->size), ddss_strerror(r));
+		ddss_release_ss(ctx, key);
+		return r;
+	}
+	*key_p = key;
+	return 0;
+}
+
+int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr *attr,
+		     ddss_key_t *key_p)
+{
+	struct ddss_seg_attr dflt = { 0 };
+	uint32_t home;
+	int r;
+
+	if (!ctx || !key_p || nbytes == 0)
+		return -EINVAL;
+	if (!attr)
+		attr = &dflt;
+	if (attr->name && (r = check_name(attr->name)))
+		return r;
+	r = pick_home(ctx, attr, &home);
+	if (r)
+		return r;
+	if (attr->name)
+		return alloc_named(ctx, home, nbytes, attr->name, key_p);
+	return alloc_at(ctx, home, nbytes, NULL, key_p);
+}
+
+int ddss_lookup_ss(ddss_ctx_t *ctx, const char *name, ddss_key_t *key_p)
+{
+	int r;
+
+	if (!ctx || !name || !key_p)
+		return -EINVAL;
+	r = check_name(name);
+	return r ? r : name_acquire(ctx, name, false, key_p);
+}
+
+/* Every rank the home gave the descriptor to drops it; they answer once drained. */
+static void invalidate_cachers(struct ddss_ctx *ctx, uint64_t key, const uint8_t *bitmap)
+{
+	uint8_t body[8];
+
+	wire_put64(body, key);
+	for (uint32_t rank = 1; rank <= ctx->size; rank++) {
+		int r;
+
+		if (!(bitmap[(rank - 1) / 8] & (1u << ((rank - 1) % 8))))
+			continue;
+		r = ddss_rpc_call(ctx->rpc, rank, SEG_OP_INVALIDATE, body, 8, NULL, 0, NULL, -1);
+		if (r)
+			DDSS_WARN("release: rank %u did not confirm dropping segment %#llx: %s", rank,
+				  (unsigned long long)key, ddss_strerror(r));
+	}
+}
+
+int ddss_release_ss(ddss_ctx_t *ctx, ddss_key_t key)
+{
+	struct ddss_key_parts k;
+	uint8_t body[8], reply[DDSS_RPC_BODY_MAX];
+	size_t got = 0;
+	int r;
+
+	if (!ctx)
+		return -EINVAL;
+	if (ddss_key_parse(key, &k) || k.rank > ctx->size)
+		return -EINVAL;
+	wire_put64(body, key);
+	r = ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_RELEASE_BEGIN, body, 8, reply, sizeof(reply),
+			  &got, -1);
+	if (r == 0 && (got != DDSS_NAME_MAX + (ctx->size + 7) / 8 || !memchr(reply, 0, DDSS_NAME_MAX)))
+		r = -EPROTO;
+	if (r)
+		return r;
+	invalidate_cachers(ctx, key, reply + DDSS_NAME_MAX);
+	if (reply[0])
+		name_send(ctx, SEG_OP_NAME_UNBIND, (const char *)reply, &key);
+	return ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_RELEASE_END, body, 8, NULL, 0, NULL, -1);
+}
+
+int ddss_stat_ss(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_seg_info *info_p)
+{
+	const struct ddss_seg_desc *d;
+	int r;
+
+	if (!ctx || !info_p)
+		return -EINVAL;
+	r = ddss_ctx_desc(ctx, key, &d);
+	if (r)
+		return r;
+	info_p->home = d->home;
+	info_p->size = d->size;
+	ddss_seg_cache_put(d);
+	return 0;
+}
