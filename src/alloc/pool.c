@@ -10,6 +10,12 @@
  * pool page is ever unmapped or madvise'd while the pool exists. The pool only grows (the
  * bump is the high-water mark) until the arena is destroyed with it.
  *
+ * jemalloc asks the hook for memory in growing steps (2 MiB, 2.5, 3, 3.5, 4, 5, ... MiB, each
+ * at least the request in hand) and, once the next step no longer fits, for exactly what it
+ * needs. It never merges memory that came from two different hook calls (with opt.retain it
+ * treats each as a separate mapping), so a freed pool is not one free run: one allocation
+ * can only be as large as the free part of one step, or the never-handed-out rest.
+ *
  * Allocations pass MALLOCX_TCACHE_NONE: a thread cache would hold freed regions back from
  * other threads and make the arena's statistics lag behind the truth.
  */
@@ -38,7 +44,7 @@ struct ddss_pool {
 	unsigned arena;
 	int flags;               /* mallocx/dallocx flags naming our arena */
 	pthread_mutex_t bump_mu; /* the alloc hook may run on any thread */
-	size_t bump;             /* bytes handed to jemalloc; stored under bump_mu, read atomically */
+	size_t bump;             /* bytes handed to jemalloc: stored under bump_mu, read atomic */
 	uint64_t live;           /* atomic */
 };
 
@@ -176,12 +182,15 @@ static int pool_arena_create(struct ddss_pool *pool)
 		return -ENOMEM;
 	}
 	/*
-	 * Purging is opted out in the hooks anyway; with decay off jemalloc does not even try,
-	 * and freed extents stay as dirty, ready for the next allocation as they are.
+	 * Decay 0: a freed extent goes at once through the (opted-out) purge path to "retained",
+	 * where jemalloc merges neighbours eagerly and will split any free extent for any request.
+	 * With decay off (-1) it would stay "dirty", where jemalloc neither merges small extents
+	 * nor splits one more than 64 times the request: a pool of freed 64 KiB pieces then
+	 * refused 64-byte allocations after 7% of it (tests/alloc). No page is purged either way.
 	 */
 	if (arena_ctl_write(pool->arena, "dirty_decay_ms", &now, sizeof(now)) ||
 	    arena_ctl_write(pool->arena, "muzzy_decay_ms", &now, sizeof(now)))
-		DDSS_WARN("cannot turn decay off for jemalloc arena %u", pool->arena);
+		DDSS_WARN("cannot set decay to 0 for jemalloc arena %u", pool->arena);
 	r = arena_ctl_write(pool->arena, "extent_hooks", &hooks, sizeof(hooks));
 	if (r) {
 		DDSS_ERR("jemalloc arena.%u.extent_hooks: %s", pool->arena, strerror(r));
@@ -314,8 +323,8 @@ int ddss_pool_free(struct ddss_pool *pool, uint64_t off)
 	size_t mapped = __atomic_load_n(&pool->bump, __ATOMIC_ACQUIRE);
 
 	if (off >= mapped || off % POOL_MIN_ALIGN) {
-		DDSS_ERR("offset %#" PRIx64 " is not an allocation of the pool (%zu of %zu bytes used)",
-			 off, mapped, pool->len);
+		DDSS_ERR("offset %#" PRIx64 " is no allocation (%zu of %zu bytes used)", off,
+			 mapped, pool->len);
 		return -EINVAL;
 	}
 	dallocx(pool->base + off, MALLOCX_TCACHE_NONE);
@@ -350,8 +359,12 @@ int ddss_pool_stats(struct ddss_pool *pool, struct ddss_pool_stats *st_p)
 
 	/* jemalloc's statistics are a snapshot taken at the last "epoch" write. */
 	r = mallctl("epoch", &epoch, &len, &epoch, len);
-	if (r)
-		return r == ENOENT ? -ENOTSUP : -r;
+	if (r == ENOENT)
+		return -ENOTSUP;
+	if (r) {
+		DDSS_ERR("jemalloc epoch: %s", strerror(r));
+		return -r;
+	}
 	r = stats_read(pool->arena, "small.allocated", &small);
 	if (r)
 		return r;

@@ -44,7 +44,7 @@ size_t ddss_pool_len(const struct ddss_pool *pool);
 /**
  * Allocate @size bytes aligned to @align (power of two, >= 8, <= 4096) inside the pool;
  * *off_p = offset from base. Memory is zeroed. -EINVAL (size 0, bad align), -ENOMEM (pool
- * full). Thread-safe.
+ * full, or no free run that long: freed memory is not one run, see pool.c). Thread-safe.
  */
 int ddss_pool_alloc(struct ddss_pool *pool, size_t size, size_t align, uint64_t *off_p);
 

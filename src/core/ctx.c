@@ -7,7 +7,6 @@
 #include "core/log.h"
 
 #include <errno.h>
-#include <urcu/urcu-bp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,9 +51,7 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env, siz
 
 static void ctx_free(struct ddss_ctx *ctx)
 {
-	/* Invalidation answers still queued go out while the transport is up; then none. */
-	if (ctx->cache)
-		urcu_bp_barrier();
+	/* From now on invalidation answers (sent by the last user of an entry) are dropped. */
 	pthread_mutex_lock(&ctx->ack_mu);
 	ctx->closing = true;
 	pthread_mutex_unlock(&ctx->ack_mu);

@@ -2,8 +2,8 @@
  * Descriptor cache (see seg_cache.h). The bulletproof liburcu flavour (urcu-bp) is used
  * because application threads come and go without telling the library: they need no
  * registration. Each entry counts references: one for the table, one per operation in
- * flight; the table's is dropped an RCU grace period after the entry is unlinked, so a
- * reader that found it has its own reference by then.
+ * flight; the table's is dropped a grace period after the entry is unlinked, so a reader
+ * that found it has its own reference by then.
  */
 #define _LGPL_SOURCE
 #include "core/seg_cache.h"
@@ -20,7 +20,6 @@
 struct cache_entry {
 	struct ddss_seg_desc d; /* first: the public view */
 	struct cds_lfht_node node;
-	struct rcu_head rcu;
 	int refs; /* atomic */
 	struct ddss_seg_cache *cache;
 	bool ack;
@@ -80,8 +79,6 @@ void ddss_seg_cache_destroy(struct ddss_seg_cache *c)
 
 	if (!c)
 		return;
-	/* Callbacks queued by invalidations may still reference entries: let them run. */
-	urcu_bp_barrier();
 	urcu_bp_read_lock();
 	cds_lfht_for_each(c->ht, &it, node)
 		if (!cds_lfht_del(c->ht, node))
@@ -199,11 +196,6 @@ int ddss_seg_cache_end(struct ddss_seg_cache *c, struct ddss_seg_pending *p,
 	return 0;
 }
 
-static void drop_table_ref(struct rcu_head *head)
-{
-	ddss_seg_cache_put(&caa_container_of(head, struct cache_entry, rcu)->d);
-}
-
 void ddss_seg_cache_invalidate(struct ddss_seg_cache *c, uint64_t key, uint32_t from,
 			       uint32_t id)
 {
@@ -226,8 +218,15 @@ void ddss_seg_cache_invalidate(struct ddss_seg_cache *c, uint64_t key, uint32_t 
 	}
 	urcu_bp_read_unlock();
 	pthread_mutex_unlock(&c->mu);
-	if (e)
-		urcu_bp_call_rcu(&e->rcu, drop_table_ref);
-	else
+	if (!e) {
 		c->ack(c->arg, from, id);
+		return;
+	}
+	/*
+	 * Wait out readers that may have found the entry but not yet counted themselves: a
+	 * read-side section covers only a lookup and an increment, never a transfer, so this
+	 * is short. (call_rcu would batch callbacks for ~10 ms: too slow for release.)
+	 */
+	urcu_bp_synchronize_rcu();
+	ddss_seg_cache_put(&e->d);
 }

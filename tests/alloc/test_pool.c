@@ -106,7 +106,9 @@ static void test_placement(void)
 			for (size_t a = 0; a < ARRAY_LEN(aligns); a++, n++) {
 				uint64_t off = UINT64_MAX;
 
-				CU_ASSERT_EQUAL_FATAL(ddss_pool_alloc(pool, sizes[s], aligns[a], &off), 0);
+				int r = ddss_pool_alloc(pool, sizes[s], aligns[a], &off);
+
+				CU_ASSERT_EQUAL_FATAL(r, 0);
 				CU_ASSERT_EQUAL(off % aligns[a], 0);
 				CU_ASSERT_FATAL(off < len && sizes[s] <= len - off);
 				/* The second round reuses memory the first one filled. */
@@ -138,7 +140,7 @@ static void test_placement(void)
 	}
 	/* Otherwise the zero check of the second round proved nothing. */
 	CU_ASSERT(reused > N / 2);
-	printf("\n    %zu of %zu second-round allocations reuse first-round memory, mapped %zu KiB ",
+	printf("\n    %zu of %zu second-round pieces reuse first-round memory, mapped %zu KiB ",
 	       reused, (size_t)N, stats_of(pool).mapped / KiB);
 	ddss_pool_destroy(pool);
 }
@@ -187,7 +189,7 @@ static void test_exhaustion(void)
 	CU_ASSERT_EQUAL(ddss_pool_alloc(pool, 64 * KiB, 8, &off), -ENOMEM);
 	CU_ASSERT_EQUAL(stats_of(pool).allocated, big * 64 * KiB);
 
-	/* Everything back, then a different size must be able to use the whole pool again. */
+	/* Everything back: pieces of another size class can use (most of) the pool again. */
 	for (size_t i = 0; i < big; i++)
 		CU_ASSERT_EQUAL(ddss_pool_free(pool, offs[i]), 0);
 	st = stats_of(pool);

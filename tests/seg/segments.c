@@ -6,7 +6,7 @@
  *
  * Ranks pass keys to each other through a named "board" segment: rank r writes at slot r.
  *
- *   ddssrun -n 4 segments [--completion=poll] [--threads-only]
+ *   ddssrun -n 4 segments [--completion=poll] [--threads-only] [--cycles N]
  */
 #include "common/test_util.h"
 #include "core/ctx.h"
@@ -21,7 +21,7 @@
 #include <string.h>
 
 #define BOARD_SLOTS 64 /* keys per rank on the board */
-#define LEAK_CYCLES 10000
+#define LEAK_CYCLES 10000 /* default; --cycles N */
 #define ASYNC_N 64
 #define THREADS 8
 #define THREAD_ITERS 500
@@ -29,6 +29,7 @@
 static ddss_ctx_t *ctx;
 static uint32_t me, nranks;
 static ddss_key_t board;
+static unsigned leak_cycles = LEAK_CYCLES;
 
 static void barrier(void)
 {
@@ -245,7 +246,7 @@ static void test_no_leak(void)
 	CU_ASSERT_EQUAL_FATAL(ddss_pool_stats(ctx->pool, &before), 0);
 	segs_before = ddss_segtab_count(ctx->segtab);
 	barrier();
-	for (unsigned i = 0; i < LEAK_CYCLES; i++) {
+	for (unsigned i = 0; i < leak_cycles; i++) {
 		size_t len = 1 + (i * 37) % 3000;
 		uint64_t v = i;
 		ddss_key_t key;
@@ -267,7 +268,7 @@ static void test_no_leak(void)
 	CU_ASSERT_EQUAL(after.live, before.live);
 	CU_ASSERT_EQUAL(segs_after, segs_before);
 	/* Reused, not grown: far less than 10,000 segments' worth was ever handed out. */
-	CU_ASSERT(after.mapped - before.mapped < (size_t)LEAK_CYCLES * 64);
+	CU_ASSERT(after.mapped - before.mapped < (size_t)leak_cycles * 64);
 	barrier();
 }
 
@@ -492,8 +493,10 @@ int main(int argc, char **argv)
 			attr.completion = DDSS_COMPLETION_POLL;
 		} else if (!strcmp(argv[i], "--threads-only")) {
 			threads_only = true;
+		} else if (!strcmp(argv[i], "--cycles") && i + 1 < argc) {
+			leak_cycles = (unsigned)strtoul(argv[++i], NULL, 0);
 		} else {
-			fprintf(stderr, "usage: %s [--completion=poll] [--threads-only]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--completion=poll] [--threads-only] [--cycles N]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -523,7 +526,7 @@ int main(int argc, char **argv)
 		CU_add_test(s, "new segments read as zeros", test_zeroed);
 		CU_add_test(s, "bad keys, offsets, lengths: refused, nothing changed", test_bad_input);
 		CU_add_test(s, "64 async puts and gets in flight", test_async);
-		CU_add_test(s, "10,000 allocate/release cycles: no leak", test_no_leak);
+		CU_add_test(s, "allocate/release cycles (10,000 by default): no leak", test_no_leak);
 	}
 	CU_add_test(s, "8 threads per rank at once", test_threads);
 	failed = test_run_all();
