@@ -50,7 +50,10 @@ static unsigned long hash_key(uint64_t key)
 
 static int match_key(struct cds_lfht_node *node, const void *key)
 {
-	return caa_container_of(node, struct cache_entry, node)->d.key == *(const uint64_t *)key;
+	/* Acquire: pairs with the release in ddss_seg_cache_end, which TSan can see (it cannot
+	 * see liburcu's own publication barriers). */
+	return __atomic_load_n(&caa_container_of(node, struct cache_entry, node)->d.key,
+			       __ATOMIC_ACQUIRE) == *(const uint64_t *)key;
 }
 
 int ddss_seg_cache_create(ddss_seg_ack_fn ack, void *arg, struct ddss_seg_cache **cache_p)
@@ -177,10 +180,10 @@ int ddss_seg_cache_end(struct ddss_seg_cache *c, struct ddss_seg_pending *p,
 		free(e);
 		return r;
 	}
-	e->d = (struct ddss_seg_desc){ .key = loc->key, .home = home, .data_off = loc->data_off,
-				       .size = loc->size };
+	e->d = (struct ddss_seg_desc){ .home = home, .data_off = loc->data_off, .size = loc->size };
 	e->cache = c;
 	e->refs = 2; /* the table's and the caller's */
+	__atomic_store_n(&e->d.key, loc->key, __ATOMIC_RELEASE); /* last: see match_key */
 	urcu_bp_read_lock();
 	got = cds_lfht_add_unique(c->ht, hash_key(loc->key), match_key, &loc->key, &e->node);
 	if (got != &e->node) {

@@ -6,6 +6,7 @@
  */
 #include "net/tcp/tcp.h"
 #include "core/log.h"
+#include "core/tsan.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -196,10 +197,14 @@ static int local_op(struct tcp_tp *t, struct ddss_tp_req *req)
 
 	switch (req->op) {
 	case DDSS_TP_OP_READ:
+		DDSS_POOL_ACCESS_BEGIN();
 		memcpy(req->local, at, req->len);
+		DDSS_POOL_ACCESS_END();
 		break;
 	case DDSS_TP_OP_WRITE:
+		DDSS_POOL_ACCESS_BEGIN();
 		memcpy(at, req->local, req->len);
+		DDSS_POOL_ACCESS_END();
 		break;
 	case DDSS_TP_OP_CAS:
 		old = req->operand[0];

@@ -10,6 +10,7 @@
  */
 #include "net/tcp/tcp.h"
 #include "core/log.h"
+#include "core/tsan.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -59,7 +60,11 @@ static int served_flush(struct tcp_served *s)
 {
 	while (s->out_iovcnt) {
 		struct msghdr mh = { .msg_iov = s->out_iov, .msg_iovlen = (size_t)s->out_iovcnt };
-		ssize_t n = sendmsg(s->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		ssize_t n;
+
+		DDSS_POOL_ACCESS_BEGIN(); /* a read reply's data is pool bytes */
+		n = sendmsg(s->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		DDSS_POOL_ACCESS_END();
 		size_t left;
 		int i = 0;
 
@@ -183,8 +188,11 @@ static int served_step(struct tcp_tp *t, struct tcp_served *s)
 			n = avail;
 		if (n == 0)
 			return -EAGAIN;
-		if (dst)
+		if (dst) {
+			DDSS_POOL_ACCESS_BEGIN();
 			memcpy(dst, s->rxbuf + s->rx_start, n);
+			DDSS_POOL_ACCESS_END();
+		}
 		s->rx_start += n;
 		s->payload_got += n;
 		if (s->payload_got < s->cur.len)
@@ -216,7 +224,9 @@ static void served_input(struct tcp_tp *t, struct tcp_served *s)
 		dst = s->rxbuf + s->rx_end;
 		room = TCP_RXBUF_LEN - s->rx_end;
 	}
+	DDSS_POOL_ACCESS_BEGIN(); /* large write payloads land in the pool directly */
 	n = recv(s->fd, dst, room, MSG_DONTWAIT);
+	DDSS_POOL_ACCESS_END();
 	if (n == 0) {
 		served_close(t, s, "peer closed the connection");
 		return;

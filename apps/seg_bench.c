@@ -1,0 +1,416 @@
+/*
+ * ddss-seg-bench: what the segment layer adds to a transfer. ddss_get / ddss_put are timed
+ * next to the raw transport read / write of the same bytes at the same pool offset, between
+ * the same two processes, in the same run; the difference of the medians is the library's
+ * cost (key check, lock-free descriptor lookup, reference count, range check).
+ *
+ *   ddssrun -n 2 ddss-seg-bench [--iters N] [--rounds R] [--max-size B] [--no-pin] [--csv]
+ *
+ * Rank 1 measures, rank 2 is the home of one segment of --max-size bytes (default 64 KiB),
+ * which rank 1 allocates there; the raw operations use the segment's data offset from its
+ * descriptor, so both paths move the same bytes. Sizes: 1 B and every power of 8 below
+ * --max-size, then --max-size itself (1, 8, 64, 512, 4 KiB, 32 KiB, 64 KiB by default):
+ * inline, staged and registered-on-the-fly buffers on verbs, one and several segments on
+ * tcp. The local buffer is a plain heap buffer, as a user's would be.
+ *
+ * Each rank pins itself (all its threads) to CPU rank-1: unpinned, the scheduler sometimes
+ * runs both ranks on one core and the numbers measure placement. For each size the four
+ * operations take turns in blocks of 25 (raw read, get, raw write, put, raw read, ...) so
+ * drift on a shared machine hits all alike. The completion mode comes from DDSS_COMPLETION
+ * (event | poll). Prints medians, the added cost and the ratio to raw, then p99 and mean.
+ * Exit status: 0, 1 if an operation failed, 2 on bad usage or a group of other than 2 ranks.
+ */
+#include "core/ctx.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define HOME 2
+#define DEFAULT_MAX_SIZE (64u << 10)
+/* Far below the default 64 MiB pool, so the segment always fits. */
+#define LIMIT_MAX_SIZE (16u << 20)
+/* 1, 8, ..., 8^8 (below LIMIT_MAX_SIZE), and the max itself. */
+#define MAX_SIZES 10
+/* Operations take turns in blocks this long (see tp_bench.c: emulation runs in spells). */
+#define BLOCK 25
+#define WARMUP 200
+/*
+ * Rank 2 waits in one ddss_barrier for the whole measurement, which in the Soft-RoCE guest
+ * takes minutes; the default barrier timeout (30 s) would end it. ddssrun --timeout and
+ * the peer-down check still end a run that hangs or loses rank 1.
+ */
+#define BARRIER_TIMEOUT_MS (60 * 60 * 1000)
+#define TARGET_US 0.5
+
+enum bench_op { B_RAW_READ, B_GET, B_RAW_WRITE, B_PUT, B_COUNT };
+static const char *const op_names[B_COUNT] = { "raw_read", "get", "raw_write", "put" };
+
+struct opts {
+	unsigned iters, rounds;
+	size_t max_size;
+	bool csv;
+	bool pin;
+};
+
+/* One operation's statistics at one size, in TSC ticks until converted. */
+struct op_stat {
+	double med, p99, mean;
+};
+
+struct bench {
+	struct ddss_ctx *ctx;
+	ddss_key_t key;
+	uint64_t data_off; /* the segment's first byte in rank 2's pool */
+	char *buf;
+	double *lat;       /* iters * rounds samples of one operation */
+};
+
+/*
+ * The clock for samples: TSC ticks on x86-64, converted with a rate calibrated against
+ * CLOCK_MONOTONIC over the whole run (clock_gettime costs a microsecond where the clock
+ * source is slow, as in the rxe guest; that would swamp a 0.35 us difference).
+ */
+#if defined(__x86_64__)
+#include <x86intrin.h>
+static uint64_t ticks(void) { return __rdtsc(); }
+#else
+static uint64_t ticks(void) { return (uint64_t)ddss_now_ns(); }
+#endif
+
+static int one_op(struct bench *b, enum bench_op op, size_t size)
+{
+	switch (op) {
+	case B_RAW_READ:
+		return ddss_tp_read(b->ctx->tp, HOME, b->data_off, b->buf, size);
+	case B_GET:
+		return ddss_get(b->ctx, b->key, 0, b->buf, size);
+	case B_RAW_WRITE:
+		return ddss_tp_write(b->ctx->tp, HOME, b->data_off, b->buf, size);
+	case B_PUT:
+		return ddss_put(b->ctx, b->key, 0, b->buf, size);
+	default:
+		return -EINVAL;
+	}
+}
+
+static int op_failed(enum bench_op op, size_t size, const char *when, int err)
+{
+	fprintf(stderr, "ddss-seg-bench: %s of %zu B failed%s: %s\n", op_names[op], size, when,
+		ddss_strerror(err));
+	return 1;
+}
+
+/*
+ * Before timing anything: the raw offset must be the segment's, or the comparison moves
+ * different bytes. A put is read back raw, a raw write is read back with a get.
+ */
+static int check_offset(struct bench *b, size_t size)
+{
+	char *want = malloc(size);
+	int r = want ? 0 : -ENOMEM;
+
+	for (size_t i = 0; !r && i < size; i++)
+		want[i] = (char)(i * 7 + 1);
+	if (!r)
+		r = ddss_put(b->ctx, b->key, 0, want, size);
+	if (!r)
+		r = ddss_tp_read(b->ctx->tp, HOME, b->data_off, b->buf, size);
+	if (!r && memcmp(b->buf, want, size))
+		r = -EPROTO;
+	for (size_t i = 0; !r && i < size; i++)
+		want[i] = (char)(i * 13 + 5);
+	if (!r)
+		r = ddss_tp_write(b->ctx->tp, HOME, b->data_off, want, size);
+	if (!r)
+		r = ddss_get(b->ctx, b->key, 0, b->buf, size);
+	if (!r && memcmp(b->buf, want, size))
+		r = -EPROTO;
+	free(want);
+	if (r)
+		fprintf(stderr, "ddss-seg-bench: raw and library access disagree: %s\n",
+			ddss_strerror(r));
+	return r ? 1 : 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void summarize(double *lat, size_t n, struct op_stat *s)
+{
+	double sum = 0;
+
+	qsort(lat, n, sizeof(double), cmp_double);
+	for (size_t i = 0; i < n; i++)
+		sum += lat[i];
+	s->med = lat[n / 2];
+	s->p99 = lat[n * 99 / 100];
+	s->mean = sum / (double)n;
+}
+
+/*
+ * All four operations at @size, interleaved; one sample array is filled per operation and
+ * reduced before the next, so memory stays at one array whatever the sizes.
+ */
+static int measure_size(struct bench *b, const struct opts *o, size_t size,
+			struct op_stat st[B_COUNT])
+{
+	size_t n = (size_t)o->iters * o->rounds;
+	double *lat[B_COUNT];
+	int rc = 0;
+
+	for (int k = 0; k < B_COUNT; k++) {
+		lat[k] = calloc(n, sizeof(double));
+		if (!lat[k])
+			rc = op_failed((enum bench_op)k, size, " (no memory for samples)", -ENOMEM);
+	}
+	/* Warm up every path (connections, staging slots, the descriptor cache). */
+	for (int k = 0; !rc && k < B_COUNT; k++)
+		for (unsigned i = 0; !rc && i < WARMUP; i++) {
+			int err = one_op(b, (enum bench_op)k, size);
+
+			if (err)
+				rc = op_failed((enum bench_op)k, size, " during warm-up", err);
+		}
+	for (unsigned r = 0; !rc && r < o->rounds; r++)
+		for (unsigned blk = 0; !rc && blk < o->iters; blk += BLOCK)
+			for (int k = 0; !rc && k < B_COUNT; k++)
+				for (unsigned i = blk; i < o->iters && i < blk + BLOCK; i++) {
+					uint64_t t0 = ticks();
+					int err = one_op(b, (enum bench_op)k, size);
+
+					if (err) {
+						rc = op_failed((enum bench_op)k, size, "", err);
+						break;
+					}
+					lat[k][(size_t)r * o->iters + i] = (double)(ticks() - t0);
+				}
+	for (int k = 0; k < B_COUNT; k++) {
+		if (!rc)
+			summarize(lat[k], n, &st[k]);
+		free(lat[k]);
+	}
+	return rc;
+}
+
+/* 1 B, the powers of 8 below @max, then @max. */
+static unsigned size_list(size_t max, size_t sizes[MAX_SIZES])
+{
+	unsigned n = 0;
+
+	for (size_t s = 1; s < max; s *= 8)
+		sizes[n++] = s;
+	sizes[n++] = max;
+	return n;
+}
+
+static const char *completion_name(void)
+{
+	const char *c = getenv("DDSS_COMPLETION");
+
+	return c && *c ? c : "event";
+}
+
+static void report(struct ddss_ctx *ctx, const struct opts *o, const size_t *sizes,
+		   unsigned nsizes, struct op_stat (*st)[B_COUNT])
+{
+	const char *tp = ddss_net_transport_name(ctx->net), *comp = completion_name();
+	const char *target = "target: the library's added cost at 1 B should be < 0.5 us "
+			     "(the DDSS paper: 0.35 us)";
+
+	if (o->csv) {
+		/* stdout stays pure CSV; the target goes with the diagnostics. */
+		fprintf(stderr, "%s\n", target);
+		printf("transport,completion,size,op,median_us,p99_us,mean_us,added_us,ratio_to_raw\n");
+		for (unsigned s = 0; s < nsizes; s++)
+			for (int k = 0; k < B_COUNT; k++) {
+				/* Each library op follows its raw op in enum bench_op. */
+				const struct op_stat *x = &st[s][k], *raw = &st[s][k & ~1];
+
+				printf("%s,%s,%zu,%s,%.3f,%.3f,%.3f,%.3f,%.3f\n", tp, comp, sizes[s],
+				       op_names[k], x->med, x->p99, x->mean, x->med - raw->med,
+				       x->med / raw->med);
+			}
+		return;
+	}
+	printf("ddss-seg-bench: transport=%s completion=%s, %zu samples per op and size, %s\n",
+	       tp, comp, (size_t)o->iters * o->rounds,
+	       o->pin ? "ranks pinned to CPUs 0 and 1" : "unpinned");
+	printf("%s\n", target);
+	printf("medians in us; added = library median - raw median; x_raw = library / raw\n");
+	printf("%8s %12s %10s %12s %7s %12s %10s %12s %7s\n", "size", "raw_read_us", "get_us",
+	       "get_added_us", "get_x", "raw_write_us", "put_us", "put_added_us", "put_x");
+	for (unsigned s = 0; s < nsizes; s++) {
+		const struct op_stat *x = st[s];
+
+		printf("%8zu %12.3f %10.3f %12.3f %7.3f %12.3f %10.3f %12.3f %7.3f\n", sizes[s],
+		       x[B_RAW_READ].med, x[B_GET].med, x[B_GET].med - x[B_RAW_READ].med,
+		       x[B_GET].med / x[B_RAW_READ].med, x[B_RAW_WRITE].med, x[B_PUT].med,
+		       x[B_PUT].med - x[B_RAW_WRITE].med, x[B_PUT].med / x[B_RAW_WRITE].med);
+	}
+	printf("p99 / mean in us\n%8s", "size");
+	for (int k = 0; k < B_COUNT; k++)
+		printf(" %21s", op_names[k]);
+	printf("\n");
+	for (unsigned s = 0; s < nsizes; s++) {
+		printf("%8zu", sizes[s]);
+		for (int k = 0; k < B_COUNT; k++)
+			printf(" %10.3f/%-10.3f", st[s][k].p99, st[s][k].mean);
+		printf("\n");
+	}
+	/* sizes[0] is always 1 B. */
+	printf("added at 1 B: get %.3f us, put %.3f us (target < %.1f us)\n",
+	       st[0][B_GET].med - st[0][B_RAW_READ].med, st[0][B_PUT].med - st[0][B_RAW_WRITE].med,
+	       TARGET_US);
+}
+
+static int measure(struct ddss_ctx *ctx, const struct opts *o)
+{
+	struct ddss_seg_attr sa = { .placement = DDSS_PLACE_RANK, .rank = HOME };
+	const struct ddss_seg_desc *d;
+	struct op_stat (*st)[B_COUNT];
+	struct bench b = { .ctx = ctx };
+	size_t sizes[MAX_SIZES];
+	unsigned nsizes = size_list(o->max_size, sizes);
+	double us_per_tick;
+	uint64_t tick0;
+	int64_t ns0;
+	int r, rc = 0;
+
+	st = calloc(nsizes, sizeof(*st));
+	b.buf = aligned_alloc(64, (o->max_size + 63) & ~(size_t)63);
+	if (!st || !b.buf) {
+		fprintf(stderr, "ddss-seg-bench: out of memory\n");
+		rc = 1;
+		goto out_free;
+	}
+	memset(b.buf, 0x5a, o->max_size);
+	r = ddss_allocate_ss(ctx, o->max_size, &sa, &b.key);
+	if (r) {
+		fprintf(stderr, "ddss-seg-bench: cannot allocate %zu B at rank %d: %s\n",
+			o->max_size, HOME, ddss_strerror(r));
+		rc = 1;
+		goto out_free;
+	}
+	r = ddss_ctx_desc(ctx, b.key, &d);
+	if (r) {
+		fprintf(stderr, "ddss-seg-bench: no descriptor for the segment: %s\n",
+			ddss_strerror(r));
+		rc = 1;
+		goto out_release;
+	}
+	if (d->home != HOME || d->size < o->max_size) {
+		fprintf(stderr, "ddss-seg-bench: segment at rank %u, %llu B; asked rank %d, %zu B\n",
+			d->home, (unsigned long long)d->size, HOME, o->max_size);
+		rc = 1;
+	}
+	b.data_off = d->data_off;
+	ddss_seg_cache_put(d);
+	if (!rc)
+		rc = check_offset(&b, o->max_size);
+	ns0 = ddss_now_ns();
+	tick0 = ticks();
+	for (unsigned s = 0; !rc && s < nsizes; s++)
+		rc = measure_size(&b, o, sizes[s], st[s]);
+	if (!rc) {
+		us_per_tick = (double)(ddss_now_ns() - ns0) / 1000.0 / (double)(ticks() - tick0);
+		for (unsigned s = 0; s < nsizes; s++)
+			for (int k = 0; k < B_COUNT; k++) {
+				st[s][k].med *= us_per_tick;
+				st[s][k].p99 *= us_per_tick;
+				st[s][k].mean *= us_per_tick;
+			}
+		report(ctx, o, sizes, nsizes, st);
+	}
+out_release:
+	r = ddss_release_ss(ctx, b.key);
+	if (r) {
+		fprintf(stderr, "ddss-seg-bench: release failed: %s\n", ddss_strerror(r));
+		rc = 1;
+	}
+out_free:
+	free(b.buf);
+	free(st);
+	return rc;
+}
+
+/* Before any thread exists, so every thread of this rank inherits the mask. */
+static void pin_rank(void)
+{
+	const char *r = getenv("DDSS_RANK");
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+
+	if (!r || ncpu < 2)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET((atoi(r) - 1) % ncpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		perror("sched_setaffinity");
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+	*o = (struct opts){ .iters = 2000, .rounds = 5, .max_size = DEFAULT_MAX_SIZE, .pin = true };
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+			o->iters = (unsigned)strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+			o->rounds = (unsigned)strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--max-size") && i + 1 < argc)
+			o->max_size = strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--no-pin"))
+			o->pin = false;
+		else if (!strcmp(argv[i], "--csv"))
+			o->csv = true;
+		else
+			return -1;
+	}
+	return o->iters && o->rounds && o->max_size && o->max_size <= LIMIT_MAX_SIZE ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct ddss_attr attr;
+	struct ddss_ctx *ctx;
+	struct opts o;
+	int r, f, rc = 0;
+
+	if (parse(argc, argv, &o)) {
+		fprintf(stderr, "usage: ddssrun -n 2 %s [--iters N] [--rounds R] [--max-size B<=%u] "
+			"[--no-pin] [--csv]\n", argv[0], LIMIT_MAX_SIZE);
+		return 2;
+	}
+	if (o.pin)
+		pin_rank();
+	ddss_attr_init(&attr);
+	attr.connect_timeout_ms = BARRIER_TIMEOUT_MS;
+	r = ddss_init(&attr, &ctx);
+	if (r) {
+		fprintf(stderr, "ddss-seg-bench: ddss_init: %s\n", ddss_strerror(r));
+		return 1;
+	}
+	if (ddss_size(ctx) != 2) {
+		if (ddss_rank(ctx) == 1)
+			fprintf(stderr, "ddss-seg-bench: run with exactly 2 ranks (ddssrun -n 2)\n");
+		ddss_finalize(ctx);
+		return 2;
+	}
+	if (ddss_rank(ctx) == 1)
+		rc = measure(ctx, &o);
+	r = ddss_barrier(ctx);
+	if (r)
+		fprintf(stderr, "ddss-seg-bench: rank %u: barrier: %s\n", ddss_rank(ctx),
+			ddss_strerror(r));
+	f = ddss_finalize(ctx);
+	if (f)
+		fprintf(stderr, "ddss-seg-bench: ddss_finalize: %s\n", ddss_strerror(f));
+	return rc ? rc : (r || f ? 1 : 0);
+}
