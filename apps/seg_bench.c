@@ -255,15 +255,17 @@ static void report(struct ddss_ctx *ctx, const struct opts *o, const size_t *siz
 		       x[B_GET].med / x[B_RAW_READ].med, x[B_RAW_WRITE].med, x[B_PUT].med,
 		       x[B_PUT].med - x[B_RAW_WRITE].med, x[B_PUT].med / x[B_RAW_WRITE].med);
 	}
-	printf("p99 / mean in us\n%8s", "size");
-	for (int k = 0; k < B_COUNT; k++)
-		printf(" %21s", op_names[k]);
-	printf("\n");
-	for (unsigned s = 0; s < nsizes; s++) {
-		printf("%8zu", sizes[s]);
+	for (int p99 = 1; p99 >= 0; p99--) {
+		printf("%s in us\n%8s", p99 ? "p99" : "mean", "size");
 		for (int k = 0; k < B_COUNT; k++)
-			printf(" %10.3f/%-10.3f", st[s][k].p99, st[s][k].mean);
+			printf(" %12s", op_names[k]);
 		printf("\n");
+		for (unsigned s = 0; s < nsizes; s++) {
+			printf("%8zu", sizes[s]);
+			for (int k = 0; k < B_COUNT; k++)
+				printf(" %12.3f", p99 ? st[s][k].p99 : st[s][k].mean);
+			printf("\n");
+		}
 	}
 	/* sizes[0] is always 1 B. */
 	printf("added at 1 B: get %.3f us, put %.3f us (target < %.1f us)\n",
