@@ -40,14 +40,16 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 # perftest server on CPU 1, client on CPU 0 (retried until the server listens); prints
 # the client's t_typical for @iters iterations.
+# (Each side under `timeout`: a perftest that crashes mid-handshake can leave its peer
+# waiting forever.)
 perftest() {
   local tool=$1; shift
   local args=(-R -d "$dev" -n "$iters" "$@")
-  taskset -c 1 "$tool" "${args[@]}" >"$work/server.log" 2>&1 & local srv=$!
+  timeout 120 taskset -c 1 "$tool" "${args[@]}" >"$work/server.log" 2>&1 & local srv=$!
   local try ok=0
   for try in $(seq 1 50); do
-    if taskset -c 0 "$tool" "${args[@]}" "$host" >"$work/client.log" 2>&1; then ok=1; break; fi
-    kill -0 $srv 2>/dev/null || { taskset -c 1 "$tool" "${args[@]}" >"$work/server.log" 2>&1 & srv=$!; }
+    if timeout 120 taskset -c 0 "$tool" "${args[@]}" "$host" >"$work/client.log" 2>&1; then ok=1; break; fi
+    kill -0 $srv 2>/dev/null || { timeout 120 taskset -c 1 "$tool" "${args[@]}" >"$work/server.log" 2>&1 & srv=$!; }
   done
   wait $srv || true
   [ $ok = 1 ] || { echo "bench-verbs: $tool failed:" >&2; cat "$work/client.log" >&2; exit 1; }
