@@ -1,92 +1,83 @@
 /*
- * ddss-hello: several ranks share state through one rank's registered pool, with
- * one-sided operations only (rank 1's CPU serves nothing by hand):
- *   - a leader is elected with compare&swap on a word at rank 1,
- *   - a visitor counter is bumped with fetch&add,
- *   - every rank writes a line on a shared board, and every rank reads the whole board.
+ * ddss-hello: several ranks share state through DDSS segments, using only the public API
+ * (include/ddss/ddss.h), as a service linking the library would:
+ *   - every rank allocates the same named segment, "board", and gets the same key;
+ *   - each writes a line at its own offset with one put (one RDMA write);
+ *   - after a barrier each reads the whole board with one get and checks every line;
+ *   - each allocates a private segment placed round robin, and says where it landed.
  *
  *   ddssrun -n 4 ddss-hello
  */
-#include "net/net.h"
+#include <ddss/ddss.h>
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#define HOME 1
-#define W_LEADER 0
-#define W_VISITORS 8
-#define BOARD_OFF 64
 #define LINE_LEN 64
-#define MAX_RANKS 64
-#define POOL_LEN (BOARD_OFF + MAX_RANKS * LINE_LEN)
 
 static int fail(const char *what, int r)
 {
-	fprintf(stderr, "ddss-hello: %s: %s\n", what, strerror(-r));
+	fprintf(stderr, "ddss-hello: %s: %s\n", what, ddss_strerror(r));
 	return 1;
 }
 
 int main(void)
 {
-	struct ddss_net *net;
-	struct ddss_tp *tp;
-	char host[32] = "?", line[LINE_LEN], board[MAX_RANKS * LINE_LEN];
-	uint64_t old, visitors, leader;
+	struct ddss_seg_info info;
+	ddss_ctx_t *ctx;
+	ddss_key_t board, mine;
 	uint32_t me, n;
-	void *pool;
-	int r;
+	char line[LINE_LEN], *all;
+	int r, bad = 0;
 
-	r = ddss_net_open(NULL, &net);
+	r = ddss_init(NULL, &ctx);
 	if (r)
-		return fail("cannot join the group (run me under ddssrun)", r);
-	tp = ddss_net_tp(net);
-	me = ddss_net_rank(net);
-	n = ddss_net_size(net);
-	if (n > MAX_RANKS)
-		return fail("too many ranks for the board", -EINVAL);
-	pool = aligned_alloc(64, POOL_LEN);
-	memset(pool, 0, POOL_LEN);
-	r = ddss_net_start(net, pool, POOL_LEN);
-	if (!r)
-		r = ddss_net_barrier(net, -1);
-	if (r)
-		return fail("cannot start", r);
+		return fail("ddss_init", r);
+	me = ddss_rank(ctx);
+	n = ddss_size(ctx);
+	all = calloc(n, LINE_LEN);
+	if (!all)
+		return fail("calloc", -12);
 
-	r = ddss_tp_cas(tp, HOME, W_LEADER, 0, me, &old);
+	r = ddss_allocate_ss(ctx, (size_t)n * LINE_LEN, &(struct ddss_seg_attr){ .name = "board" },
+			     &board);
 	if (r)
-		return fail("compare&swap", r);
-	r = ddss_tp_fadd(tp, HOME, W_VISITORS, 1, &old);
+		return fail("allocate the board", r);
+	snprintf(line, sizeof(line), "hello from rank %u of %u", me, n);
+	r = ddss_put(ctx, board, (size_t)(me - 1) * LINE_LEN, line, LINE_LEN);
 	if (r)
-		return fail("fetch&add", r);
-	gethostname(host, sizeof(host) - 1);
-	snprintf(line, sizeof(line), "rank %u of %u on %s, visitor #%llu", me, n, host,
-		 (unsigned long long)old + 1);
-	r = ddss_tp_write(tp, HOME, BOARD_OFF + (uint64_t)(me - 1) * LINE_LEN, line, sizeof(line));
-	if (r)
-		return fail("write", r);
-	r = ddss_net_barrier(net, -1);
+		return fail("put my line", r);
+	r = ddss_barrier(ctx);
 	if (r)
 		return fail("barrier", r);
 
-	if ((r = ddss_tp_read(tp, HOME, W_LEADER, &leader, 8)) ||
-	    (r = ddss_tp_read(tp, HOME, W_VISITORS, &visitors, 8)) ||
-	    (r = ddss_tp_read(tp, HOME, BOARD_OFF, board, (size_t)n * LINE_LEN)))
-		return fail("read", r);
-	if (me == n) { /* one rank prints the shared view */
-		printf("transport %s: leader is rank %llu, %llu visitors; the board at rank %u:\n",
-		       ddss_net_transport_name(net), (unsigned long long)leader,
-		       (unsigned long long)visitors, HOME);
-		for (uint32_t i = 0; i < n; i++)
-			printf("  %.*s\n", LINE_LEN, board + (size_t)i * LINE_LEN);
-	}
-	r = visitors == n && leader >= 1 && leader <= n ? 0 : -EPROTO;
+	r = ddss_get(ctx, board, 0, all, (size_t)n * LINE_LEN);
 	if (r)
-		fprintf(stderr, "rank %u: inconsistent shared state\n", me);
-	ddss_net_barrier(net, -1);
-	ddss_net_close(net);
-	free(pool);
-	return r ? 1 : 0;
+		return fail("get the board", r);
+	for (uint32_t i = 1; i <= n; i++) {
+		snprintf(line, sizeof(line), "hello from rank %u of %u", i, n);
+		bad += strcmp(all + (size_t)(i - 1) * LINE_LEN, line) != 0;
+	}
+	r = ddss_allocate_ss(ctx, 4096, NULL, &mine);
+	if (!r)
+		r = ddss_stat_ss(ctx, mine, &info);
+	if (r)
+		return fail("allocate a private segment", r);
+	printf("rank %u: board key %#llx, %u/%u lines correct; my segment %#llx lives on rank %u\n",
+	       me, (unsigned long long)board, n - bad, n, (unsigned long long)mine, info.home);
+	if (me == 1)
+		for (uint32_t i = 0; i < n; i++)
+			printf("  board[%u] = \"%s\"\n", i + 1, all + (size_t)i * LINE_LEN);
+	r = ddss_release_ss(ctx, mine);
+	if (r)
+		return fail("release", r);
+	r = ddss_barrier(ctx);
+	if (!r && me == 1)
+		r = ddss_release_ss(ctx, board);
+	free(all);
+	r = r ? r : ddss_finalize(ctx);
+	if (r)
+		return fail("finish", r);
+	return bad ? 1 : 0;
 }

@@ -6,7 +6,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$top/build}
 "$top/scripts/install-deps.sh"
 "$top/scripts/build.sh" >/dev/null
-echo "== 4 ranks share state through one-sided operations (tcp provider) =="
+echo "== 4 ranks share a named segment: one put and one get each (tcp provider) =="
 "$build/apps/ddssrun" -n 4 --transport tcp "$build/apps/ddss-hello"
 echo
 echo "== transport latency next to a raw TCP ping-pong, same run =="
