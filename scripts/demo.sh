@@ -11,3 +11,6 @@ echo "== 4 ranks share a named segment: one put and one get each (tcp provider) 
 echo
 echo "== transport latency next to a raw TCP ping-pong, same run =="
 "$build/apps/ddssrun" -n 2 --transport tcp "$build/apps/ddss-tp-bench"
+echo
+echo "== get/put latency next to the raw transport read/write, same run =="
+"$build/apps/ddssrun" -n 2 --transport tcp "$build/apps/ddss-seg-bench"
