@@ -22,6 +22,8 @@
  */
 #include "core/ctx.h"
 
+#include "bench_util.h"
+
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -68,18 +70,6 @@ struct bench {
 	char *buf;
 	double *lat;       /* iters * rounds samples of one operation */
 };
-
-/*
- * The clock for samples: TSC ticks on x86-64, converted with a rate calibrated against
- * CLOCK_MONOTONIC over the whole run (clock_gettime costs a microsecond where the clock
- * source is slow, as in the rxe guest; that would swamp a 0.35 us difference).
- */
-#if defined(__x86_64__)
-#include <x86intrin.h>
-static uint64_t ticks(void) { return __rdtsc(); }
-#else
-static uint64_t ticks(void) { return (uint64_t)ddss_now_ns(); }
-#endif
 
 static int one_op(struct bench *b, enum bench_op op, size_t size)
 {
@@ -136,18 +126,11 @@ static int check_offset(struct bench *b, size_t size)
 	return r ? 1 : 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 static void summarize(double *lat, size_t n, struct op_stat *s)
 {
 	double sum = 0;
 
-	qsort(lat, n, sizeof(double), cmp_double);
+	qsort(lat, n, sizeof(double), bench_cmp_double);
 	for (size_t i = 0; i < n; i++)
 		sum += lat[i];
 	s->med = lat[n / 2];
@@ -183,14 +166,14 @@ static int measure_size(struct bench *b, const struct opts *o, size_t size,
 		for (unsigned blk = 0; !rc && blk < o->iters; blk += BLOCK)
 			for (int k = 0; !rc && k < B_COUNT; k++)
 				for (unsigned i = blk; i < o->iters && i < blk + BLOCK; i++) {
-					uint64_t t0 = ticks();
+					uint64_t t0 = bench_ticks();
 					int err = one_op(b, (enum bench_op)k, size);
 
 					if (err) {
 						rc = op_failed((enum bench_op)k, size, "", err);
 						break;
 					}
-					lat[k][(size_t)r * o->iters + i] = (double)(ticks() - t0);
+					lat[k][(size_t)r * o->iters + i] = (double)(bench_ticks() - t0);
 				}
 	for (int k = 0; k < B_COUNT; k++) {
 		if (!rc)
@@ -318,11 +301,11 @@ static int measure(struct ddss_ctx *ctx, const struct opts *o)
 	if (!rc)
 		rc = check_offset(&b, o->max_size);
 	ns0 = ddss_now_ns();
-	tick0 = ticks();
+	tick0 = bench_ticks();
 	for (unsigned s = 0; !rc && s < nsizes; s++)
 		rc = measure_size(&b, o, sizes[s], st[s]);
 	if (!rc) {
-		us_per_tick = (double)(ddss_now_ns() - ns0) / 1000.0 / (double)(ticks() - tick0);
+		us_per_tick = (double)(ddss_now_ns() - ns0) / 1000.0 / (double)(bench_ticks() - tick0);
 		for (unsigned s = 0; s < nsizes; s++)
 			for (int k = 0; k < B_COUNT; k++) {
 				st[s][k].med *= us_per_tick;
@@ -341,21 +324,6 @@ out_free:
 	free(b.buf);
 	free(st);
 	return rc;
-}
-
-/* Before any thread exists, so every thread of this rank inherits the mask. */
-static void pin_rank(void)
-{
-	const char *r = getenv("DDSS_RANK");
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	cpu_set_t set;
-
-	if (!r || ncpu < 2)
-		return;
-	CPU_ZERO(&set);
-	CPU_SET((atoi(r) - 1) % ncpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set))
-		perror("sched_setaffinity");
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -391,7 +359,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (o.pin)
-		pin_rank();
+		bench_pin_rank();
 	ddss_attr_init(&attr);
 	attr.connect_timeout_ms = BARRIER_TIMEOUT_MS;
 	r = ddss_init(&attr, &ctx);

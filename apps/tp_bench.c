@@ -15,6 +15,8 @@
 #include "net/net.h"
 
 #include <arpa/inet.h>
+#include "bench_util.h"
+
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -155,26 +157,6 @@ static int one_op(struct ddss_tp *tp, enum bench_op op, int raw_fd, void *buf, s
 	}
 }
 
-/*
- * The clock for samples. clock_gettime can cost a microsecond where the clock source is
- * slow (an emulated HPET in the rxe guest), which perftest does not pay (it reads the
- * cycle counter), so on x86-64 samples are TSC ticks, converted with a rate calibrated
- * against CLOCK_MONOTONIC over the whole run.
- */
-#if defined(__x86_64__)
-#include <x86intrin.h>
-static uint64_t ticks(void) { return __rdtsc(); }
-#else
-static uint64_t ticks(void) { return (uint64_t)ddss_now_ns(); }
-#endif
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 static int measure(struct ddss_net *net, const struct opts *o)
 {
 	struct ddss_tp *tp = ddss_net_tp(net);
@@ -200,24 +182,24 @@ static int measure(struct ddss_net *net, const struct opts *o)
 				return 1;
 			}
 	ns0 = ddss_now_ns();
-	tick0 = ticks();
+	tick0 = bench_ticks();
 	for (unsigned r = 0; r < o->rounds; r++) {
 		for (unsigned b = 0; b < o->iters; b += BLOCK) {
 			for (int k = 0; k < B_COUNT; k++) {
 				for (unsigned i = b; i < o->iters && i < b + BLOCK; i++) {
-					uint64_t t0 = ticks();
+					uint64_t t0 = bench_ticks();
 					int err = one_op(tp, (enum bench_op)k, raw_fd, buf, o->size);
 
 					if (err) {
 						fprintf(stderr, "%s failed: %s\n", op_names[k], strerror(-err));
 						return 1;
 					}
-					lat[k][(size_t)r * o->iters + i] = (double)(ticks() - t0);
+					lat[k][(size_t)r * o->iters + i] = (double)(bench_ticks() - t0);
 				}
 			}
 		}
 	}
-	us_per_tick = (double)(ddss_now_ns() - ns0) / 1000.0 / (double)(ticks() - tick0);
+	us_per_tick = (double)(ddss_now_ns() - ns0) / 1000.0 / (double)(bench_ticks() - tick0);
 	close(raw_fd);
 	for (int k = 0; k < B_COUNT; k++) {
 		double sum = 0;
@@ -225,7 +207,7 @@ static int measure(struct ddss_net *net, const struct opts *o)
 		for (size_t i = 0; i < n; i++)
 			lat[k][i] *= us_per_tick;
 
-		qsort(lat[k], n, sizeof(double), cmp_double);
+		qsort(lat[k], n, sizeof(double), bench_cmp_double);
 		for (size_t i = 0; i < n; i++)
 			sum += lat[k][i];
 		med[k] = lat[k][n / 2];
@@ -252,21 +234,6 @@ static int measure(struct ddss_net *net, const struct opts *o)
 	}
 	free(buf);
 	return 0;
-}
-
-/* Before any thread exists, so every thread of this rank inherits the mask. */
-static void pin_rank(void)
-{
-	const char *r = getenv("DDSS_RANK");
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	cpu_set_t set;
-
-	if (!r || ncpu < 2)
-		return;
-	CPU_ZERO(&set);
-	CPU_SET((atoi(r) - 1) % ncpu, &set);
-	if (sched_setaffinity(0, sizeof(set), &set))
-		perror("sched_setaffinity");
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -303,7 +270,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (o.pin)
-		pin_rank();
+		bench_pin_rank();
 	r = ddss_net_open(NULL, &net);
 	if (r) {
 		fprintf(stderr, "cannot open the transport: %s\n", strerror(-r));

@@ -73,8 +73,8 @@ static void on_reply(void *arg, uint32_t from, const void *buf, size_t len)
 	if (c && !c->done) {
 		c->status = (int32_t)wire_get32(p + 4);
 		if (len > c->reply_cap) {
-			DDSS_WARN("rpc: %zu-byte reply from rank %u for a %zu-byte buffer", len, from,
-				  c->reply_cap);
+			DDSS_WARN("rpc: %zu-byte reply from rank %u for a %zu-byte buffer", len,
+				  from, c->reply_cap);
 			c->status = -EPROTO;
 			len = 0;
 		}

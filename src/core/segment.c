@@ -214,8 +214,8 @@ static void invalidate_cachers(struct ddss_ctx *ctx, uint64_t key, const uint8_t
 			continue;
 		r = ddss_rpc_call(ctx->rpc, rank, SEG_OP_INVALIDATE, body, 8, NULL, 0, NULL, -1);
 		if (r)
-			DDSS_WARN("release: rank %u did not confirm dropping segment %#llx: %s", rank,
-				  (unsigned long long)key, ddss_strerror(r));
+			DDSS_WARN("release: rank %u did not confirm dropping segment %#llx: %s",
+				  rank, (unsigned long long)key, ddss_strerror(r));
 	}
 }
 
@@ -233,7 +233,8 @@ int ddss_release_ss(ddss_ctx_t *ctx, ddss_key_t key)
 	wire_put64(body, key);
 	r = ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_RELEASE_BEGIN, body, 8, reply, sizeof(reply),
 			  &got, -1);
-	if (r == 0 && (got != DDSS_NAME_MAX + (ctx->size + 7) / 8 || !memchr(reply, 0, DDSS_NAME_MAX)))
+	if (r == 0 && (got != DDSS_NAME_MAX + (ctx->size + 7) / 8 ||
+		       !memchr(reply, 0, DDSS_NAME_MAX)))
 		r = -EPROTO;
 	if (r)
 		return r;

@@ -1,0 +1,24 @@
+/* What the benchmark programs share: pinning, the sample clock, sorting samples. */
+#ifndef DDSS_APPS_BENCH_UTIL_H
+#define DDSS_APPS_BENCH_UTIL_H
+
+#include <stdint.h>
+
+/*
+ * Pin this rank (all its threads: call it before any exist) to CPU rank-1, so both sides
+ * of every measured pair cross between the same two CPUs run after run.
+ */
+void bench_pin_rank(void);
+
+/*
+ * The clock for samples: TSC ticks on x86-64, converted with a rate calibrated against
+ * CLOCK_MONOTONIC over the whole run (clock_gettime costs a microsecond where the clock
+ * source is slow, as in the rxe guest; perftest reads the cycle counter too). Elsewhere
+ * nanoseconds.
+ */
+uint64_t bench_ticks(void);
+
+/* qsort comparison for doubles. */
+int bench_cmp_double(const void *a, const void *b);
+
+#endif /* DDSS_APPS_BENCH_UTIL_H */
