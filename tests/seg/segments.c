@@ -30,6 +30,7 @@ static ddss_ctx_t *ctx;
 static uint32_t me, nranks;
 static ddss_key_t board;
 static unsigned leak_cycles = LEAK_CYCLES;
+static int init_bad_completion, init_small_pool, init_no_ctx; /* checked before the real init */
 
 static void barrier(void)
 {
@@ -53,6 +54,19 @@ static ddss_key_t fetch(uint32_t from, unsigned i)
 
 	CU_ASSERT_EQUAL(ddss_get(ctx, board, ((from - 1) * BOARD_SLOTS + i) * 8, &key, 8), 0);
 	return key;
+}
+
+/* ---- context ---- */
+
+static void test_init_errors(void)
+{
+	CU_ASSERT_EQUAL(init_bad_completion, -EINVAL);
+	CU_ASSERT_EQUAL(init_small_pool, -EINVAL);
+	CU_ASSERT_EQUAL(init_no_ctx, -EINVAL);
+	CU_ASSERT(me >= 1 && me <= nranks);
+	CU_ASSERT_EQUAL(ddss_rank(NULL), 0);
+	CU_ASSERT_EQUAL(ddss_barrier(NULL), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_finalize(NULL), -EINVAL);
 }
 
 /* ---- named segments ---- */
@@ -500,6 +514,17 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	{
+		/* Refused before anything is opened (so no collective step is half done). */
+		struct ddss_attr bad = attr;
+
+		bad.completion = 7;
+		init_bad_completion = ddss_init(&bad, &ctx);
+		bad = attr;
+		bad.pool_size = 4096;
+		init_small_pool = getenv("DDSS_POOL_SIZE") ? -EINVAL : ddss_init(&bad, &ctx);
+		init_no_ctx = ddss_init(&attr, NULL);
+	}
 	r = ddss_init(&attr, &ctx);
 	if (r) {
 		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
@@ -518,6 +543,7 @@ int main(int argc, char **argv)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	s = CU_add_suite(suite_name, NULL, NULL);
+	CU_add_test(s, "ddss_init refuses bad attributes", test_init_errors);
 	if (!threads_only) {
 		CU_add_test(s, "named segments: concurrent creation, one key", test_named_concurrent);
 		CU_add_test(s, "named segments: errors, reuse after release", test_named_errors);
