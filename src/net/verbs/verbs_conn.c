@@ -315,7 +315,7 @@ static void out_teardown(struct verbs_out *o)
 		verbs_out_fail(o, -ECONNRESET);
 		verbs_drain(o, 5000);
 	}
-	/* fail is set and sq_used is 0: no poster can still be using the QP (verbs_post). */
+	/* fail is set and the queue is empty: no poster can still be using the QP (verbs_post). */
 	pthread_mutex_lock(&o->sq_mu);
 	qp = o->qp;
 	__atomic_store_n(&o->qp, NULL, __ATOMIC_RELEASE);

@@ -146,7 +146,9 @@ static void handle_send_wc(struct verbs_tp *vt, const struct ibv_wc *wc)
 		/* The QP is in error now: every later WR flushes; the connection is lost. */
 		verbs_out_fail(o, status);
 	}
-	__atomic_fetch_sub(&o->sq_used, 1, __ATOMIC_SEQ_CST);
+	/* Owner only (poll_scq): an increment published by a plain store (no locked op). */
+	__atomic_store_n(&o->sq_done, __atomic_load_n(&o->sq_done, __ATOMIC_RELAXED) + 1,
+			 __ATOMIC_RELEASE);
 	if (!req)
 		return;
 	if (status == 0 && (req->op == DDSS_TP_OP_CAS || req->op == DDSS_TP_OP_FADD)) {
@@ -171,6 +173,11 @@ static bool try_own(struct verbs_tp *vt)
 
 static void release_own(struct verbs_tp *vt)
 {
+	/* Polling waiters never sleep on own_cv (sleep_while_owned), so nobody to wake. */
+	if (vt->base.cfg.completion == DDSS_TP_COMPLETION_POLL) {
+		__atomic_store_n(&vt->owner, 0, __ATOMIC_RELEASE);
+		return;
+	}
 	__atomic_store_n(&vt->owner, 0, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&vt->sleepers, __ATOMIC_SEQ_CST)) {
 		pthread_mutex_lock(&vt->own_mu);
@@ -343,8 +350,8 @@ int verbs_wait(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms)
 
 /*
  * Lock-free on purpose: a mutex here costs a few percent of an emulated round trip. A
- * poster first reserves its WRs in sq_used and only then looks at fail and qp. Teardown
- * sets fail first and destroys the QP only once sq_used is back to 0, so (both sides
+ * poster first reserves its WRs in sq_posted and only then looks at fail and qp. Teardown
+ * sets fail first and destroys the QP only once nothing is in the queue, so (both sides
  * sequentially consistent) a poster either reserved early enough to be waited for, or sees
  * fail and backs out.
  */
@@ -360,10 +367,11 @@ int verbs_post(struct verbs_out *o, struct ibv_send_wr *wr)
 	for (struct ibv_send_wr *w = wr; w; w = w->next)
 		n++;
 	/* A full send queue drains as completions are polled; help that along. */
-	while (__atomic_add_fetch(&o->sq_used, n, __ATOMIC_SEQ_CST) > vt->sq_depth) {
+	while (__atomic_add_fetch(&o->sq_posted, n, __ATOMIC_SEQ_CST) -
+	       __atomic_load_n(&o->sq_done, __ATOMIC_SEQ_CST) > vt->sq_depth) {
 		int64_t now;
 
-		__atomic_fetch_sub(&o->sq_used, n, __ATOMIC_SEQ_CST);
+		__atomic_fetch_sub(&o->sq_posted, n, __ATOMIC_SEQ_CST);
 		r = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE);
 		if (r)
 			return r;
@@ -384,7 +392,7 @@ int verbs_post(struct verbs_out *o, struct ibv_send_wr *wr)
 			DDSS_WARN("verbs: ibv_post_send to rank %u: %s", o->peer, strerror(-r));
 	}
 	if (r)
-		__atomic_fetch_sub(&o->sq_used, n, __ATOMIC_SEQ_CST);
+		__atomic_fetch_sub(&o->sq_posted, n, __ATOMIC_SEQ_CST);
 	return r;
 }
 
@@ -394,7 +402,8 @@ void verbs_drain(struct verbs_out *o, int timeout_ms)
 	int64_t deadline = ddss_now_ns() + (int64_t)timeout_ms * 1000000;
 
 	for (;;) {
-		unsigned used = __atomic_load_n(&o->sq_used, __ATOMIC_SEQ_CST);
+		unsigned used = __atomic_load_n(&o->sq_posted, __ATOMIC_SEQ_CST) -
+				__atomic_load_n(&o->sq_done, __ATOMIC_SEQ_CST);
 
 		if (used == 0)
 			return;
@@ -404,7 +413,7 @@ void verbs_drain(struct verbs_out *o, int timeout_ms)
 			 * connection starts with an empty send queue.
 			 */
 			DDSS_WARN("verbs: %u operations to rank %u never completed", used, o->peer);
-			__atomic_fetch_sub(&o->sq_used, used, __ATOMIC_SEQ_CST);
+			__atomic_fetch_sub(&o->sq_posted, used, __ATOMIC_SEQ_CST);
 			return;
 		}
 		progress_step(vt, NULL, 10);

@@ -92,12 +92,15 @@ struct verbs_out {
 	unsigned inline_max; /* inline bytes the QP accepts per send */
 
 	/*
-	 * sq_used (atomic) counts WRs reserved or posted and not yet polled: every WR is
-	 * signaled, so it is exact. Posting takes no lock (see verbs_post); sq_mu only keeps
-	 * the control paths (fail -> QP to error state, teardown, creation) apart.
+	 * WRs in the send queue = sq_posted - sq_done (every WR is signaled, so it is exact).
+	 * Posters reserve in sq_posted (atomic) and take no lock (see verbs_post); sq_done is
+	 * written only by the thread that owns the send CQ, so completing costs no atomic
+	 * read-modify-write. sq_mu only keeps the control paths (fail -> QP to error state,
+	 * teardown, creation) apart.
 	 */
 	pthread_mutex_t sq_mu;
-	unsigned sq_used;
+	unsigned sq_posted;
+	unsigned sq_done;
 	int fail;           /* atomic: sticky error of the current connection (0 = healthy) */
 	int up;             /* atomic: established and not failed since (reports DOWN once) */
 };
