@@ -45,11 +45,11 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 perftest() {
   local tool=$1; shift
   local args=(-R -d "$dev" -n "$iters" "$@")
-  timeout 120 taskset -c 1 "$tool" "${args[@]}" >"$work/server.log" 2>&1 & local srv=$!
+  timeout 60 taskset -c 1 "$tool" "${args[@]}" >"$work/server.log" 2>&1 & local srv=$!
   local try ok=0
   for try in $(seq 1 50); do
-    if timeout 120 taskset -c 0 "$tool" "${args[@]}" "$host" >"$work/client.log" 2>&1; then ok=1; break; fi
-    kill -0 $srv 2>/dev/null || { timeout 120 taskset -c 1 "$tool" "${args[@]}" >"$work/server.log" 2>&1 & srv=$!; }
+    if timeout 60 taskset -c 0 "$tool" "${args[@]}" "$host" >"$work/client.log" 2>&1; then ok=1; break; fi
+    kill -0 $srv 2>/dev/null || { timeout 60 taskset -c 1 "$tool" "${args[@]}" >"$work/server.log" 2>&1 & srv=$!; }
   done
   wait $srv || true
   [ $ok = 1 ] || { echo "bench-verbs: $tool failed:" >&2; cat "$work/client.log" >&2; exit 1; }
