@@ -46,6 +46,8 @@ struct ddss_pool {
 	pthread_mutex_t bump_mu; /* the alloc hook may run on any thread */
 	size_t bump;             /* bytes handed to jemalloc: stored under bump_mu, read atomic */
 	uint64_t live;           /* atomic */
+	pthread_mutex_t prime_mu; /* see prime() */
+	bool primed;              /* atomic */
 };
 
 static struct ddss_pool *hooks_pool(extent_hooks_t *hooks)
@@ -241,6 +243,7 @@ int ddss_pool_create(size_t len, struct ddss_pool **pool_p)
 	pool->hooks = pool_hooks_template;
 	pool->len = len;
 	r = pthread_mutex_init(&pool->bump_mu, NULL);
+	pthread_mutex_init(&pool->prime_mu, NULL);
 	if (r) {
 		r = -r;
 		goto free_pool;
@@ -258,6 +261,7 @@ unmap:
 	munmap(pool->base, pool->len);
 destroy_mutex:
 	pthread_mutex_destroy(&pool->bump_mu);
+	pthread_mutex_destroy(&pool->prime_mu);
 free_pool:
 	free(pool);
 	return r;
@@ -275,6 +279,7 @@ void ddss_pool_destroy(struct ddss_pool *pool)
 		return;
 	munmap(pool->base, pool->len);
 	pthread_mutex_destroy(&pool->bump_mu);
+	pthread_mutex_destroy(&pool->prime_mu);
 	free(pool);
 }
 
@@ -290,6 +295,31 @@ size_t ddss_pool_len(const struct ddss_pool *pool)
 
 /* ---- allocations ---- */
 
+/*
+ * jemalloc takes memory from the hooks in growing steps and never merges memory from two
+ * hook calls, so after churn a mostly free pool could not serve one large allocation (a
+ * 1 GiB pool then refused 128 MiB). So the first allocation first takes (and frees) the
+ * largest block that fits: nearly the whole pool comes from one hook call, and what is
+ * freed later merges back into it.
+ */
+static void prime(struct ddss_pool *pool)
+{
+	if (__atomic_load_n(&pool->primed, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&pool->prime_mu);
+	/* Size classes round up by up to 25% (plus a page): start below that, then halve. */
+	for (size_t want = pool->len / 8 * 6; !pool->primed && want >= (2u << 20); want /= 2) {
+		void *p = mallocx(want, pool->flags);
+
+		if (p) {
+			dallocx(p, MALLOCX_TCACHE_NONE);
+			break;
+		}
+	}
+	__atomic_store_n(&pool->primed, true, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&pool->prime_mu);
+}
+
 int ddss_pool_alloc(struct ddss_pool *pool, size_t size, size_t align, uint64_t *off_p)
 {
 	uint8_t *p;
@@ -301,6 +331,7 @@ int ddss_pool_alloc(struct ddss_pool *pool, size_t size, size_t align, uint64_t 
 	/* Cannot fit, and would only send jemalloc asking the hooks for it. */
 	if (size > pool->len)
 		return -ENOMEM;
+	prime(pool);
 	p = mallocx(size, pool->flags | MALLOCX_ALIGN(align) | MALLOCX_ZERO);
 	if (!p) {
 		DDSS_DBG("pool full: %zu bytes aligned to %zu", size, align);
