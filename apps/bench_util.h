@@ -2,7 +2,24 @@
 #ifndef DDSS_APPS_BENCH_UTIL_H
 #define DDSS_APPS_BENCH_UTIL_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+/* The options every benchmark takes. */
+struct bench_opts {
+	unsigned iters, rounds; /* --iters, --rounds */
+	size_t size;            /* the benchmark's size option (@size_flag below) */
+	bool csv;               /* --csv */
+	bool pin;               /* unless --no-pin */
+};
+
+/*
+ * Parse --iters N, --rounds R, @size_flag B (default @size, at most @size_max), --csv and
+ * --no-pin. Returns -1 on anything else or a zero / too large value.
+ */
+int bench_parse(int argc, char **argv, const char *size_flag, size_t size, size_t size_max,
+		struct bench_opts *o);
 
 /*
  * Pin this rank (all its threads: call it before any exist) to CPU rank-1, so both sides

@@ -51,13 +51,6 @@
 enum bench_op { B_RAW_READ, B_GET, B_RAW_WRITE, B_PUT, B_COUNT };
 static const char *const op_names[B_COUNT] = { "raw_read", "get", "raw_write", "put" };
 
-struct opts {
-	unsigned iters, rounds;
-	size_t max_size;
-	bool csv;
-	bool pin;
-};
-
 /* One operation's statistics at one size, in TSC ticks until converted. */
 struct op_stat {
 	double med, p99, mean;
@@ -142,7 +135,7 @@ static void summarize(double *lat, size_t n, struct op_stat *s)
  * All four operations at @size, interleaved; one sample array is filled per operation and
  * reduced before the next, so memory stays at one array whatever the sizes.
  */
-static int measure_size(struct bench *b, const struct opts *o, size_t size,
+static int measure_size(struct bench *b, const struct bench_opts *o, size_t size,
 			struct op_stat st[B_COUNT])
 {
 	size_t n = (size_t)o->iters * o->rounds;
@@ -201,7 +194,7 @@ static const char *completion_name(void)
 	return c && *c ? c : "event";
 }
 
-static void report(struct ddss_ctx *ctx, const struct opts *o, const size_t *sizes,
+static void report(struct ddss_ctx *ctx, const struct bench_opts *o, const size_t *sizes,
 		   unsigned nsizes, struct op_stat (*st)[B_COUNT])
 {
 	const char *tp = ddss_net_transport_name(ctx->net), *comp = completion_name();
@@ -256,31 +249,31 @@ static void report(struct ddss_ctx *ctx, const struct opts *o, const size_t *siz
 	       TARGET_US);
 }
 
-static int measure(struct ddss_ctx *ctx, const struct opts *o)
+static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 {
 	struct ddss_seg_attr sa = { .placement = DDSS_PLACE_RANK, .rank = HOME };
 	const struct ddss_seg_desc *d;
 	struct op_stat (*st)[B_COUNT];
 	struct bench b = { .ctx = ctx };
 	size_t sizes[MAX_SIZES];
-	unsigned nsizes = size_list(o->max_size, sizes);
+	unsigned nsizes = size_list(o->size, sizes);
 	double us_per_tick;
 	uint64_t tick0;
 	int64_t ns0;
 	int r, rc = 0;
 
 	st = calloc(nsizes, sizeof(*st));
-	b.buf = aligned_alloc(64, (o->max_size + 63) & ~(size_t)63);
+	b.buf = aligned_alloc(64, (o->size + 63) & ~(size_t)63);
 	if (!st || !b.buf) {
 		fprintf(stderr, "ddss-seg-bench: out of memory\n");
 		rc = 1;
 		goto out_free;
 	}
-	memset(b.buf, 0x5a, o->max_size);
-	r = ddss_allocate_ss(ctx, o->max_size, &sa, &b.key);
+	memset(b.buf, 0x5a, o->size);
+	r = ddss_allocate_ss(ctx, o->size, &sa, &b.key);
 	if (r) {
 		fprintf(stderr, "ddss-seg-bench: cannot allocate %zu B at rank %d: %s\n",
-			o->max_size, HOME, ddss_strerror(r));
+			o->size, HOME, ddss_strerror(r));
 		rc = 1;
 		goto out_free;
 	}
@@ -291,15 +284,15 @@ static int measure(struct ddss_ctx *ctx, const struct opts *o)
 		rc = 1;
 		goto out_release;
 	}
-	if (d->home != HOME || d->size < o->max_size) {
+	if (d->home != HOME || d->size < o->size) {
 		fprintf(stderr, "ddss-seg-bench: segment at rank %u, %llu B; asked rank %d, %zu B\n",
-			d->home, (unsigned long long)d->size, HOME, o->max_size);
+			d->home, (unsigned long long)d->size, HOME, o->size);
 		rc = 1;
 	}
 	b.data_off = d->data_off;
 	ddss_seg_cache_put(d);
 	if (!rc)
-		rc = check_offset(&b, o->max_size);
+		rc = check_offset(&b, o->size);
 	ns0 = ddss_now_ns();
 	tick0 = bench_ticks();
 	for (unsigned s = 0; !rc && s < nsizes; s++)
@@ -326,34 +319,14 @@ out_free:
 	return rc;
 }
 
-static int parse(int argc, char **argv, struct opts *o)
-{
-	*o = (struct opts){ .iters = 2000, .rounds = 5, .max_size = DEFAULT_MAX_SIZE, .pin = true };
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
-			o->iters = (unsigned)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
-			o->rounds = (unsigned)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--max-size") && i + 1 < argc)
-			o->max_size = strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--no-pin"))
-			o->pin = false;
-		else if (!strcmp(argv[i], "--csv"))
-			o->csv = true;
-		else
-			return -1;
-	}
-	return o->iters && o->rounds && o->max_size && o->max_size <= LIMIT_MAX_SIZE ? 0 : -1;
-}
-
 int main(int argc, char **argv)
 {
 	struct ddss_attr attr;
 	struct ddss_ctx *ctx;
-	struct opts o;
+	struct bench_opts o;
 	int r, f, rc = 0;
 
-	if (parse(argc, argv, &o)) {
+	if (bench_parse(argc, argv, "--max-size", DEFAULT_MAX_SIZE, LIMIT_MAX_SIZE, &o)) {
 		fprintf(stderr, "usage: ddssrun -n 2 %s [--iters N] [--rounds R] [--max-size B<=%u] "
 			"[--no-pin] [--csv]\n", argv[0], LIMIT_MAX_SIZE);
 		return 2;

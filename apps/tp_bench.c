@@ -40,13 +40,6 @@
 enum bench_op { B_RAW, B_READ, B_WRITE, B_CAS, B_FADD, B_COUNT };
 static const char *const op_names[B_COUNT] = { "raw_tcp_pingpong", "read", "write", "cas", "fadd" };
 
-struct opts {
-	unsigned iters, rounds;
-	size_t size;
-	bool csv;
-	bool pin;
-};
-
 /* ---- the raw TCP ping-pong: rank 2 echoes, rank 1 measures ---- */
 
 static pthread_mutex_t port_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -157,7 +150,7 @@ static int one_op(struct ddss_tp *tp, enum bench_op op, int raw_fd, void *buf, s
 	}
 }
 
-static int measure(struct ddss_net *net, const struct opts *o)
+static int measure(struct ddss_net *net, const struct bench_opts *o)
 {
 	struct ddss_tp *tp = ddss_net_tp(net);
 	size_t n = (size_t)o->iters * o->rounds;
@@ -236,35 +229,15 @@ static int measure(struct ddss_net *net, const struct opts *o)
 	return 0;
 }
 
-static int parse(int argc, char **argv, struct opts *o)
-{
-	*o = (struct opts){ .iters = 2000, .rounds = 5, .size = 1, .pin = true };
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
-			o->iters = (unsigned)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
-			o->rounds = (unsigned)strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--size") && i + 1 < argc)
-			o->size = strtoul(argv[++i], NULL, 0);
-		else if (!strcmp(argv[i], "--no-pin"))
-			o->pin = false;
-		else if (!strcmp(argv[i], "--csv"))
-			o->csv = true;
-		else
-			return -1;
-	}
-	return o->iters && o->rounds && o->size && o->size <= MAX_SIZE ? 0 : -1;
-}
-
 int main(int argc, char **argv)
 {
 	struct ddss_net *net;
-	struct opts o;
+	struct bench_opts o;
 	pthread_t echo;
 	void *pool;
 	int lfd = -1, r, rc = 0;
 
-	if (parse(argc, argv, &o)) {
+	if (bench_parse(argc, argv, "--size", 1, MAX_SIZE, &o)) {
 		fprintf(stderr, "usage: ddssrun -n 2 %s [--iters N] [--rounds R] [--size B<=%u] [--no-pin] [--csv]\n",
 			argv[0], MAX_SIZE);
 		return 2;

@@ -38,11 +38,12 @@ int ddss_ctx_desc(struct ddss_ctx *ctx, uint64_t key, const struct ddss_seg_desc
 	size_t got = 0;
 	int r;
 
-	if (ddss_key_parse(key, &k) || k.rank > ctx->size)
-		return -EINVAL;
+	/* A cached key was checked when it was cached: the CRC is only worth it on a miss. */
 	*desc_p = ddss_seg_cache_get(ctx->cache, key);
 	if (*desc_p)
 		return 0;
+	if (ddss_key_parse(key, &k) || k.rank > ctx->size)
+		return -EINVAL;
 	pend = ddss_seg_cache_begin(ctx->cache, key);
 	if (!pend)
 		return -ENOMEM;
