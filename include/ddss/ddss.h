@@ -39,13 +39,25 @@ enum ddss_completion {
 	DDSS_COMPLETION_POLL,        /* spin (lowest latency, one busy core per waiter) */
 };
 
+/*
+ * Lock schemes (docs/locks.md). Every rank of a group must use the same one.
+ * NCOSED is the library's: shared and exclusive modes on one 64-bit word per segment,
+ * remote atomics only. The other two are baselines for the benchmarks.
+ */
+enum ddss_lock_scheme {
+	DDSS_LOCK_SCHEME_DEFAULT = 0, /* DDSS_LOCK_SCHEME ("ncosed", "dqnl", "srsl"), else ncosed */
+	DDSS_LOCK_NCOSED,             /* distributed queue + shared count (N-CoSED) */
+	DDSS_LOCK_DQNL,               /* distributed queue, exclusive only: shared = exclusive */
+	DDSS_LOCK_SRSL,               /* the home rank's CPU queues requests (two-sided) */
+};
+
 /**
  * struct ddss_attr - configuration for ddss_init().
  *
  * Zero (or ddss_attr_init()) means "default" in every field. An environment variable, when
  * set, overrides the field (so a deployed program can be retuned without a rebuild):
  * DDSS_POOL_SIZE, DDSS_TRANSPORT, DDSS_COMPLETION, DDSS_OP_TIMEOUT_MS,
- * DDSS_CONNECT_TIMEOUT_MS. The group itself (DDSS_RANK, DDSS_SIZE, DDSS_NODES...) always
+ * DDSS_CONNECT_TIMEOUT_MS, DDSS_LOCK_SCHEME, DDSS_LOCK_FAIR. The group itself (DDSS_RANK, DDSS_SIZE, DDSS_NODES...) always
  * comes from the environment, which ddssrun sets.
  */
 struct ddss_attr {
@@ -54,6 +66,8 @@ struct ddss_attr {
 	enum ddss_completion completion;
 	int op_timeout_ms;         /* one operation; 0: 30000 */
 	int connect_timeout_ms;    /* first contact with a peer, barriers; 0: 30000 */
+	enum ddss_lock_scheme lock_scheme; /* how segment locks work; 0: DDSS_LOCK_SCHEME */
+	int lock_fair;             /* 1: starvation-free exclusive queueing (ticket); 0: env */
 };
 
 /** ddss_attr_init() - set every field of @attr to its default. */
@@ -174,6 +188,55 @@ DDSS_API int ddss_wait_ss(ddss_ctx_t *ctx, ddss_req_t *req);
  * otherwise frees it and returns its result.
  */
 DDSS_API int ddss_test_ss(ddss_ctx_t *ctx, ddss_req_t *req);
+
+/* ---- locks ---- */
+
+/*
+ * Every segment has one lock, at its home rank. Shared holders may overlap each other,
+ * never an exclusive holder; exclusive requests are granted in the order they reached the
+ * lock (FIFO), and shared requests queued behind an exclusive one are all granted together
+ * when it releases. A lock belongs to the context that took it: any thread of that context
+ * may release it. Locks are advisory: get/put do not check them (issue: coherence models).
+ */
+/* Locks one context may hold or wait for at once (each takes a waiter slot). */
+#define DDSS_LOCK_SLOTS 256
+
+enum ddss_lock_mode {
+	DDSS_LOCK_SHARED = 1,
+	DDSS_LOCK_EXCLUSIVE = 2,
+};
+
+/**
+ * ddss_acquire_lock_ss() - wait until @key's lock is held in @mode.
+ *
+ * Returns 0, -EINVAL (bad key or mode), -ESTALE (released segment), -ENOLCK (this context
+ * already holds or waits for DDSS_LOCK_SLOTS locks), -EHOSTDOWN / -ECONNRESET (the home or
+ * the rank this request waits behind is gone). Waits without limit otherwise.
+ */
+DDSS_API int ddss_acquire_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode);
+
+/**
+ * ddss_acquire_lock_timed_ss() - ddss_acquire_lock_ss() waiting at most @timeout_ms
+ * (>= 0). -ETIMEDOUT if the lock was not granted by then: the request is withdrawn (if it
+ * is granted later, the library releases it at once, in the background).
+ */
+DDSS_API int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key,
+					enum ddss_lock_mode mode, int timeout_ms);
+
+/**
+ * ddss_try_lock_ss() - take @key's lock in @mode only if that needs no waiting.
+ * -EBUSY if it is held in a conflicting mode or has waiters (nothing is queued);
+ * otherwise as ddss_acquire_lock_ss().
+ */
+DDSS_API int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode);
+
+/**
+ * ddss_release_lock_ss() - release @key's lock held by this context (the exclusive hold if
+ * there is one, else one shared hold). -EPERM if this context does not hold it (nothing
+ * changes), -EINVAL for a bad key; -ESTALE if the segment was released meanwhile (the hold
+ * is dropped and waiters already queued are still handed the lock).
+ */
+DDSS_API int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key);
 
 /* ---- errors and version ---- */
 

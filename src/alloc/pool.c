@@ -39,8 +39,11 @@
 
 struct ddss_pool {
 	extent_hooks_t hooks;    /* first: the hooks find their pool with container_of */
-	uint8_t *base;
+	uint8_t *base;           /* the whole pool: what peers reach */
 	size_t len;
+	size_t reserve;          /* [base, base + reserve) is not the allocator's */
+	uint8_t *abase;          /* the allocator's part: base + reserve, len - reserve bytes */
+	size_t alen;
 	unsigned arena;
 	int flags;               /* mallocx/dallocx flags naming our arena */
 	pthread_mutex_t bump_mu; /* the alloc hook may run on any thread */
@@ -58,9 +61,9 @@ static struct ddss_pool *hooks_pool(extent_hooks_t *hooks)
 /* Is [addr, addr + size) inside the pool? */
 static bool pool_holds(const struct ddss_pool *pool, const void *addr, size_t size)
 {
-	uintptr_t a = (uintptr_t)addr, b = (uintptr_t)pool->base;
+	uintptr_t a = (uintptr_t)addr, b = (uintptr_t)pool->abase;
 
-	return a >= b && a - b <= pool->len && size <= pool->len - (a - b);
+	return a >= b && a - b <= pool->alen && size <= pool->alen - (a - b);
 }
 
 /* ---- extent hooks (called by jemalloc, possibly with its locks held: no malloc, no log) ---- */
@@ -69,7 +72,7 @@ static void *pool_extent_alloc(extent_hooks_t *hooks, void *new_addr, size_t siz
 			       size_t alignment, bool *zero, bool *commit, unsigned arena_ind)
 {
 	struct ddss_pool *pool = hooks_pool(hooks);
-	uintptr_t base = (uintptr_t)pool->base;
+	uintptr_t base = (uintptr_t)pool->abase;
 	uintptr_t cur, start;
 	void *p = NULL;
 
@@ -87,7 +90,7 @@ static void *pool_extent_alloc(extent_hooks_t *hooks, void *new_addr, size_t siz
 			goto out;
 		start = (cur + (alignment - 1)) & ~(uintptr_t)(alignment - 1);
 	}
-	if (start - base > pool->len || size > pool->len - (start - base))
+	if (start - base > pool->alen || size > pool->alen - (start - base))
 		goto out;
 	__atomic_store_n(&pool->bump, start - base + size, __ATOMIC_RELEASE);
 	p = (void *)start;
@@ -226,7 +229,7 @@ static int pool_map(size_t len, uint8_t **base_p)
 	return 0;
 }
 
-int ddss_pool_create(size_t len, struct ddss_pool **pool_p)
+int ddss_pool_create(size_t len, size_t reserve, struct ddss_pool **pool_p)
 {
 	struct ddss_pool *pool;
 	int r;
@@ -236,12 +239,17 @@ int ddss_pool_create(size_t len, struct ddss_pool **pool_p)
 	if (len > SIZE_MAX - 2 * POOL_ALIGN)
 		return -ENOMEM;
 	len = (len + POOL_ALIGN - 1) & ~(POOL_ALIGN - 1);
+	reserve = (reserve + POOL_MAX_ALIGN - 1) & ~(size_t)(POOL_MAX_ALIGN - 1);
+	if (reserve > len / 2)
+		return -EINVAL;
 
 	pool = calloc(1, sizeof(*pool));
 	if (!pool)
 		return -ENOMEM;
 	pool->hooks = pool_hooks_template;
 	pool->len = len;
+	pool->reserve = reserve;
+	pool->alen = len - reserve;
 	r = pthread_mutex_init(&pool->bump_mu, NULL);
 	pthread_mutex_init(&pool->prime_mu, NULL);
 	if (r) {
@@ -251,6 +259,7 @@ int ddss_pool_create(size_t len, struct ddss_pool **pool_p)
 	r = pool_map(len, &pool->base);
 	if (r)
 		goto destroy_mutex;
+	pool->abase = pool->base + reserve;
 	r = pool_arena_create(pool);
 	if (r)
 		goto unmap;
@@ -308,7 +317,7 @@ static void prime(struct ddss_pool *pool)
 		return;
 	pthread_mutex_lock(&pool->prime_mu);
 	/* Size classes round up by up to 25% (plus a page): start below that, then halve. */
-	for (size_t want = pool->len / 8 * 6; !pool->primed && want >= (2u << 20); want /= 2) {
+	for (size_t want = pool->alen / 8 * 6; !pool->primed && want >= (2u << 20); want /= 2) {
 		void *p = mallocx(want, pool->flags);
 
 		if (p) {
@@ -329,7 +338,7 @@ int ddss_pool_alloc(struct ddss_pool *pool, size_t size, size_t align, uint64_t 
 		return -EINVAL;
 	}
 	/* Cannot fit, and would only send jemalloc asking the hooks for it. */
-	if (size > pool->len)
+	if (size > pool->alen)
 		return -ENOMEM;
 	prime(pool);
 	p = mallocx(size, pool->flags | MALLOCX_ALIGN(align) | MALLOCX_ZERO);
@@ -353,7 +362,7 @@ int ddss_pool_free(struct ddss_pool *pool, uint64_t off)
 	/* Nothing at or past the high-water mark was ever allocated (it covers off >= len). */
 	size_t mapped = __atomic_load_n(&pool->bump, __ATOMIC_ACQUIRE);
 
-	if (off >= mapped || off % POOL_MIN_ALIGN) {
+	if (off < pool->reserve || off - pool->reserve >= mapped || off % POOL_MIN_ALIGN) {
 		DDSS_ERR("offset %#" PRIx64 " is no allocation (%zu of %zu bytes used)", off,
 			 mapped, pool->len);
 		return -EINVAL;

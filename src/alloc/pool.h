@@ -25,9 +25,11 @@ struct ddss_pool_stats {
 
 /**
  * Map @len bytes (rounded up to 2 MiB, base 2 MiB-aligned, MAP_PRIVATE|MAP_ANONYMOUS, so
- * zeroed) and make an arena over them. -EINVAL for @len 0, -ENOMEM.
+ * zeroed) and make an arena over all but the first @reserve bytes (rounded up to 4 KiB),
+ * which stay the caller's (the lock module's waiter records, at the same offset on every
+ * rank). -EINVAL for @len 0 or @reserve over half the pool, -ENOMEM.
  */
-int ddss_pool_create(size_t len, struct ddss_pool **pool_p);
+int ddss_pool_create(size_t len, size_t reserve, struct ddss_pool **pool_p);
 
 /**
  * Destroy the arena and unmap. NULL is fine. Every allocation dies with it; no other thread

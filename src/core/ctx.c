@@ -18,8 +18,43 @@ void ddss_attr_init(struct ddss_attr *attr)
 		memset(attr, 0, sizeof(*attr));
 }
 
+/* What configure() decides beyond the net's settings. */
+struct ctx_conf {
+	size_t pool_len;
+	enum ddss_lock_scheme lock_scheme;
+	bool lock_fair;
+};
+
+static int configure_locks(const struct ddss_attr *attr, struct ctx_conf *conf)
+{
+	static const char *const names[] = { [DDSS_LOCK_NCOSED] = "ncosed",
+					     [DDSS_LOCK_DQNL] = "dqnl",
+					     [DDSS_LOCK_SRSL] = "srsl" };
+	const char *s = getenv("DDSS_LOCK_SCHEME");
+	long fair;
+	int r;
+
+	if (attr->lock_scheme > DDSS_LOCK_SRSL || attr->lock_fair < 0 || attr->lock_fair > 1)
+		return -EINVAL;
+	conf->lock_scheme = attr->lock_scheme ? attr->lock_scheme : DDSS_LOCK_NCOSED;
+	if (s && *s) {
+		conf->lock_scheme = DDSS_LOCK_SCHEME_DEFAULT;
+		for (int i = DDSS_LOCK_NCOSED; i <= DDSS_LOCK_SRSL; i++)
+			if (!strcmp(s, names[i]))
+				conf->lock_scheme = i;
+		if (!conf->lock_scheme) {
+			DDSS_ERR("DDSS_LOCK_SCHEME=%s: expected ncosed, dqnl or srsl", s);
+			return -EINVAL;
+		}
+	}
+	r = ddss_env_long("DDSS_LOCK_FAIR", 0, 1, attr->lock_fair, &fair);
+	conf->lock_fair = fair;
+	return r;
+}
+
 /* The environment wins over @attr; @attr over the defaults ddss_net_env_load put in @env. */
-static int configure(const struct ddss_attr *attr, struct ddss_net_env *env, size_t *pool_p)
+static int configure(const struct ddss_attr *attr, struct ddss_net_env *env,
+		     struct ctx_conf *conf)
 {
 	long v;
 	int r;
@@ -27,6 +62,9 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env, siz
 	if (attr->completion > DDSS_COMPLETION_POLL || attr->op_timeout_ms < 0 ||
 	    attr->connect_timeout_ms < 0)
 		return -EINVAL;
+	r = configure_locks(attr, conf);
+	if (r)
+		return r;
 	if (attr->transport && !getenv("DDSS_TRANSPORT")) {
 		if (strlen(attr->transport) >= sizeof(env->transport))
 			return -EINVAL;
@@ -45,7 +83,7 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env, siz
 		return r;
 	if (attr->pool_size && attr->pool_size < (1ul << 20) && !getenv("DDSS_POOL_SIZE"))
 		return -EINVAL;
-	*pool_p = (size_t)v;
+	conf->pool_len = (size_t)v;
 	return 0;
 }
 
@@ -55,8 +93,10 @@ static void ctx_free(struct ddss_ctx *ctx)
 	pthread_mutex_lock(&ctx->ack_mu);
 	ctx->closing = true;
 	pthread_mutex_unlock(&ctx->ack_mu);
+	ddss_lock_stop(ctx->lock); /* background lock work uses the net */
 	if (ctx->net)
 		ddss_net_close(ctx->net); /* no handler runs after this */
+	ddss_lock_destroy(ctx->lock);
 	ddss_seg_cache_destroy(ctx->cache);
 	ddss_rpc_close(ctx->rpc);
 	ddss_names_destroy(ctx->names);
@@ -71,7 +111,7 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 	struct ddss_attr dflt = { 0 };
 	struct ddss_net_env env;
 	struct ddss_ctx *ctx;
-	size_t pool_len = 0;
+	struct ctx_conf conf = { 0 };
 	int r;
 
 	if (!ctx_p)
@@ -79,7 +119,7 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 	r = ddss_net_env_load(&env);
 	if (r)
 		return r;
-	r = configure(attr ? attr : &dflt, &env, &pool_len);
+	r = configure(attr ? attr : &dflt, &env, &conf);
 	if (r) {
 		ddss_net_env_free(&env);
 		return r;
@@ -99,7 +139,7 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 	if (r)
 		goto fail;
 	ctx->tp = ddss_net_tp(ctx->net);
-	r = ddss_pool_create(pool_len, &ctx->pool);
+	r = ddss_pool_create(conf.pool_len, ddss_lock_area_len(), &ctx->pool);
 	if (!r)
 		r = ddss_segtab_create(ctx->pool, ctx->rank, ctx->size, &ctx->segtab);
 	if (!r)
@@ -108,6 +148,8 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 		r = ddss_seg_cache_create(ddss_seg_ack, ctx, &ctx->cache);
 	if (!r)
 		r = ddss_rpc_open(ctx->net, ddss_seg_serve, ctx, &ctx->rpc);
+	if (!r)
+		r = ddss_lock_create(ctx, conf.lock_scheme, conf.lock_fair, &ctx->lock);
 	if (!r)
 		r = ddss_net_start(ctx->net, ddss_pool_base(ctx->pool), ddss_pool_len(ctx->pool));
 	if (!r)

@@ -7,6 +7,7 @@
 #include "alloc/segtab.h"
 #include "core/rpc.h"
 #include "core/seg_cache.h"
+#include "lock/lock.h"
 #include "ddss/ddss.h"
 #include "net/net.h"
 
@@ -21,6 +22,7 @@ struct ddss_ctx {
 	struct ddss_segtab *segtab;     /* the segments homed here */
 	struct ddss_names *names;       /* the names whose directory is here */
 	struct ddss_seg_cache *cache;   /* descriptors of segments anywhere */
+	struct ddss_lock *lock;         /* segment locks (src/lock) */
 	uint32_t rank, size;
 	uint32_t next_home;             /* atomic: round-robin placement */
 	int connect_timeout_ms;

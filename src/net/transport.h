@@ -12,6 +12,8 @@
  *  - cas/fadd are 64-bit, on 8-byte-aligned offsets, atomic with respect to every other
  *    cas/fadd on the same pool (from any rank, this one included); the old value is
  *    returned in host byte order.
+ *  - A write of exactly 8 bytes to an 8-byte-aligned offset lands as one store: a CPU
+ *    reading the word sees the old or the new value, never a mix (lock records rely on it).
  *  - Operations from one rank to one peer are executed by the peer in the order posted
  *    (one ordered channel per peer, like an RC QP): a notify posted after a write is seen
  *    after the write's bytes have landed.

@@ -52,7 +52,7 @@ static struct ddss_pool *pool_new(size_t len)
 {
 	struct ddss_pool *pool = NULL;
 
-	CU_ASSERT_EQUAL_FATAL(ddss_pool_create(len, &pool), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_pool_create(len, 0, &pool), 0);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(pool);
 	return pool;
 }
@@ -343,7 +343,7 @@ static void test_bad_input(void)
 	uint64_t off = 0x1234, keep;
 	struct ddss_pool *none = (struct ddss_pool *)&off;
 
-	CU_ASSERT_EQUAL(ddss_pool_create(0, &none), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_pool_create(0, 0, &none), -EINVAL);
 	CU_ASSERT_PTR_EQUAL(none, (struct ddss_pool *)&off);
 	ddss_pool_destroy(NULL);
 

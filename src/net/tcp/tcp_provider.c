@@ -203,7 +203,14 @@ static int local_op(struct tcp_tp *t, struct ddss_tp_req *req)
 		break;
 	case DDSS_TP_OP_WRITE:
 		DDSS_POOL_ACCESS_BEGIN();
-		memcpy(at, req->local, req->len);
+		if (req->len == 8 && !((uintptr_t)at & 7)) { /* one store, as tcp_serve.c does */
+			uint64_t v;
+
+			memcpy(&v, req->local, 8);
+			__atomic_store_n((uint64_t *)at, v, __ATOMIC_RELEASE);
+		} else {
+			memcpy(at, req->local, req->len);
+		}
 		DDSS_POOL_ACCESS_END();
 		break;
 	case DDSS_TP_OP_CAS:

@@ -188,7 +188,18 @@ static int served_step(struct tcp_tp *t, struct tcp_served *s)
 			n = avail;
 		if (n == 0)
 			return -EAGAIN;
-		if (dst) {
+		/* An aligned 8-byte write lands as one store, like a NIC's: lock records are
+		 * read by spinning CPUs that must never see half of one (docs/locks.md). */
+		if (n == 8 && s->cur.len == 8 && dst && !((uintptr_t)dst & 7)) {
+			uint64_t v;
+
+			memcpy(&v, s->rxbuf + s->rx_start, 8);
+			DDSS_POOL_ACCESS_BEGIN();
+			__atomic_store_n((uint64_t *)dst, v, __ATOMIC_RELEASE);
+			DDSS_POOL_ACCESS_END();
+		} else if (s->cur.len == 8 && n < 8) {
+			return -EAGAIN; /* wait for all 8 bytes */
+		} else if (dst) {
 			DDSS_POOL_ACCESS_BEGIN();
 			memcpy(dst, s->rxbuf + s->rx_start, n);
 			DDSS_POOL_ACCESS_END();

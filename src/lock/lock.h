@@ -1,0 +1,34 @@
+/*
+ * Segment locks (docs/locks.md): the context's lock module. The public calls live in
+ * lock_api.c; this header is what the rest of the library and the benchmarks see.
+ */
+#ifndef DDSS_LOCK_LOCK_H
+#define DDSS_LOCK_LOCK_H
+
+#include "ddss/ddss.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct ddss_ctx;
+struct ddss_lock;
+
+/* Bytes each rank reserves at the start of its pool for its waiter records. */
+size_t ddss_lock_area_len(void);
+
+/** Create the context's lock module (before the net starts: it registers handlers). */
+int ddss_lock_create(struct ddss_ctx *ctx, enum ddss_lock_scheme scheme, bool fair,
+		     struct ddss_lock **lock_p);
+/** Stop the background work (before the net closes); waiters get -ESHUTDOWN. */
+void ddss_lock_stop(struct ddss_lock *lock);
+/** Free (after the net is closed). */
+void ddss_lock_destroy(struct ddss_lock *lock);
+
+/**
+ * Switch the scheme (benchmarks only). Collective in spirit: every rank must switch while no
+ * lock is held or awaited anywhere (barrier before and after). -EBUSY if this context
+ * holds or waits for a lock.
+ */
+int ddss_lock_scheme_set(ddss_ctx_t *ctx, enum ddss_lock_scheme scheme, bool fair);
+
+#endif /* DDSS_LOCK_LOCK_H */

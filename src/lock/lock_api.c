@@ -1,0 +1,308 @@
+/*
+ * The public lock calls: find the segment's lock word, run the context's scheme, remember
+ * the hold. An acquire that times out after it joined a queue cannot leave it (peers may
+ * already be writing to its record); a janitor thread finishes it and releases at once.
+ */
+#include "core/ctx.h"
+#include "core/key.h"
+#include "core/log.h"
+#include "lock/lock_int.h"
+#include "lock/srsl.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+size_t ddss_lock_area_len(void)
+{
+	return (size_t)DDSS_LOCK_SLOTS * REC_LEN;
+}
+
+int ddss_lock_create(struct ddss_ctx *ctx, enum ddss_lock_scheme scheme, bool fair,
+		     struct ddss_lock **lock_p)
+{
+	struct ddss_lock *lk = calloc(1, sizeof(*lk));
+	int r;
+
+	if (!lk)
+		return -ENOMEM;
+	lk->ctx = ctx;
+	lk->tp = ctx->tp;
+	lk->rank = ctx->rank;
+	lk->scheme = scheme;
+	lk->fair = fair;
+	lk->poll = ctx->tp->cfg.completion == DDSS_TP_COMPLETION_POLL;
+	lk->recs = ddss_pool_base(ctx->pool);
+	pthread_mutex_init(&lk->mu, NULL);
+	pthread_cond_init(&lk->cv, NULL);
+	lock_slots_init(lk);
+	r = lock_holds_init(lk);
+	if (!r)
+		r = ddss_srsl_create(ctx->net, &lk->srsl);
+	if (r) {
+		ddss_lock_destroy(lk);
+		return r;
+	}
+	ddss_net_on_notify(ctx->net, lock_on_notify, lk);
+	*lock_p = lk;
+	return 0;
+}
+
+void ddss_lock_stop(struct ddss_lock *lk)
+{
+	if (!lk)
+		return;
+	__atomic_store_n(&lk->stopping, true, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&lk->mu);
+	while (lk->janitors)
+		pthread_cond_wait(&lk->cv, &lk->mu);
+	pthread_mutex_unlock(&lk->mu);
+}
+
+void ddss_lock_destroy(struct ddss_lock *lk)
+{
+	if (!lk)
+		return;
+	ddss_srsl_destroy(lk->srsl);
+	lock_holds_fini(lk);
+	pthread_cond_destroy(&lk->cv);
+	pthread_mutex_destroy(&lk->mu);
+	free(lk);
+}
+
+int ddss_lock_scheme_set(ddss_ctx_t *ctx, enum ddss_lock_scheme scheme, bool fair)
+{
+	struct ddss_lock *lk;
+	int r = 0;
+
+	if (!ctx || scheme < DDSS_LOCK_NCOSED || scheme > DDSS_LOCK_SRSL)
+		return -EINVAL;
+	lk = ctx->lock;
+	pthread_mutex_lock(&lk->mu);
+	if (lk->nholds || lk->nwaits || lk->janitors) {
+		r = -EBUSY;
+	} else {
+		__atomic_store_n(&lk->scheme, scheme, __ATOMIC_RELAXED);
+		__atomic_store_n(&lk->fair, fair, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&lk->mu);
+	return r;
+}
+
+/* Read without the mutex: it changes only while no lock is held or awaited. */
+static enum ddss_lock_scheme lk_scheme(struct ddss_lock *lk)
+{
+	return __atomic_load_n(&lk->scheme, __ATOMIC_RELAXED);
+}
+
+/* ---- janitor: finish a timed-out request, then release it ---- */
+
+struct janitor_job {
+	struct ddss_lock *lk;
+	struct lock_req rq;
+};
+
+static void *janitor(void *arg)
+{
+	struct janitor_job *job = arg;
+	struct ddss_lock *lk = job->lk;
+	int r = lock_queue_acquire(lk, &job->rq, false, INT64_MAX);
+
+	if (!r)
+		r = lock_queue_release(lk, &job->rq);
+	if (r)
+		DDSS_WARN("lock: finishing a timed-out request failed: %s", ddss_strerror(r));
+	lock_slot_put(lk, job->rq.slot, r ? SLOT_LOST : SLOT_FREE);
+	pthread_mutex_lock(&lk->mu);
+	lk->janitors--;
+	pthread_cond_broadcast(&lk->cv);
+	pthread_mutex_unlock(&lk->mu);
+	free(job);
+	return NULL;
+}
+
+static void abandon(struct ddss_lock *lk, const struct lock_req *rq)
+{
+	struct janitor_job *job = malloc(sizeof(*job));
+	pthread_attr_t attr;
+	pthread_t th;
+
+	if (job) {
+		job->lk = lk;
+		job->rq = *rq;
+		pthread_mutex_lock(&lk->mu);
+		lk->janitors++;
+		lk->slot[rq->slot].state = SLOT_ABANDONED;
+		pthread_mutex_unlock(&lk->mu);
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		if (!pthread_create(&th, &attr, janitor, job)) {
+			pthread_attr_destroy(&attr);
+			return;
+		}
+		pthread_attr_destroy(&attr);
+		pthread_mutex_lock(&lk->mu);
+		lk->janitors--;
+		pthread_mutex_unlock(&lk->mu);
+		free(job);
+	}
+	/* Without a janitor the queue behind this request is stuck: say so loudly. */
+	DDSS_ERR("lock: cannot finish a timed-out request; its lock stays taken");
+	lock_slot_put(lk, rq->slot, SLOT_LOST);
+}
+
+/* ---- acquire / release ---- */
+
+static int lock_word_of(struct ddss_ctx *ctx, ddss_key_t key, uint32_t *home_p, uint64_t *hdr_p)
+{
+	const struct ddss_seg_desc *d;
+	int r = ddss_ctx_desc(ctx, key, &d);
+
+	if (r)
+		return r;
+	*home_p = d->home;
+	*hdr_p = d->data_off - DDSS_SEG_HDR_LEN;
+	ddss_seg_cache_put(d);
+	return 0;
+}
+
+static void waits_add(struct ddss_lock *lk, int n)
+{
+	pthread_mutex_lock(&lk->mu);
+	lk->nwaits += n;
+	pthread_mutex_unlock(&lk->mu);
+}
+
+static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *rq,
+			 bool try_only, int timeout_ms)
+{
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX :
+			   ddss_now_ns() + (int64_t)timeout_ms * 1000000ll;
+	int r = lock_slot_take(lk, &rq->slot);
+
+	if (r)
+		return r;
+	r = lock_queue_acquire(lk, rq, try_only, deadline);
+	if (r == 0) {
+		bool x = rq->mode == DDSS_LOCK_EXCLUSIVE;
+
+		pthread_mutex_lock(&lk->mu);
+		r = lock_holds_add(lk, key, rq->home, rq->hdr, rq->mode, x ? (int)rq->slot : -1);
+		pthread_mutex_unlock(&lk->mu);
+		if (r) {
+			lock_queue_release(lk, rq);
+			lock_slot_put(lk, rq->slot, SLOT_FREE);
+		} else if (!x) {
+			lock_slot_put(lk, rq->slot, SLOT_FREE); /* shared holders need no record */
+		}
+		return r;
+	}
+	if (rq->stage == STAGE_START || r == -EBUSY)
+		lock_slot_put(lk, rq->slot, SLOT_FREE); /* never published */
+	else if (r == -ETIMEDOUT && deadline != INT64_MAX && ddss_now_ns() >= deadline)
+		abandon(lk, rq);
+	else
+		lock_slot_put(lk, rq->slot, SLOT_LOST);
+	return r;
+}
+
+static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bool try_only,
+		   int timeout_ms)
+{
+	struct lock_req rq = { .mode = mode };
+	enum ddss_lock_scheme scheme;
+	struct ddss_lock *lk;
+	int r;
+
+	if (!ctx || (mode != DDSS_LOCK_SHARED && mode != DDSS_LOCK_EXCLUSIVE))
+		return -EINVAL;
+	lk = ctx->lock;
+	r = lock_word_of(ctx, key, &rq.home, &rq.hdr);
+	if (r)
+		return r;
+	waits_add(lk, 1);
+	scheme = lk_scheme(lk);
+	if (scheme == DDSS_LOCK_SRSL) {
+		r = ddss_srsl_acquire(lk->srsl, rq.home, key, mode, try_only,
+				      try_only ? 0 : timeout_ms);
+		if (!r) {
+			pthread_mutex_lock(&lk->mu);
+			r = lock_holds_add(lk, key, rq.home, rq.hdr, mode, -1);
+			pthread_mutex_unlock(&lk->mu);
+			if (r)
+				ddss_srsl_release(lk->srsl, rq.home, key, mode);
+		}
+	} else {
+		if (scheme == DDSS_LOCK_DQNL)
+			rq.mode = DDSS_LOCK_EXCLUSIVE; /* the baseline has no shared mode */
+		r = queue_acquire(lk, key, &rq, try_only, timeout_ms);
+	}
+	waits_add(lk, -1);
+	return r;
+}
+
+int ddss_acquire_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
+{
+	return acquire(ctx, key, mode, false, -1);
+}
+
+int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode,
+			       int timeout_ms)
+{
+	if (timeout_ms < 0)
+		return -EINVAL;
+	return acquire(ctx, key, mode, false, timeout_ms);
+}
+
+int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
+{
+	return acquire(ctx, key, mode, true, 0);
+}
+
+int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
+{
+	struct lock_req rq = { .stage = STAGE_DONE };
+	struct ddss_key_parts parts;
+	struct ddss_lock *lk;
+	struct lock_hold *h;
+	uint32_t home;
+	uint64_t hdr;
+	bool srsl;
+	int r;
+
+	if (!ctx)
+		return -EINVAL;
+	lk = ctx->lock;
+	pthread_mutex_lock(&lk->mu);
+	h = lock_holds_find(lk, key);
+	if (!h) {
+		pthread_mutex_unlock(&lk->mu);
+		return ddss_key_parse(key, &parts) ? -EINVAL : -EPERM;
+	}
+	/* Take the hold out first: a concurrent second release then finds nothing (-EPERM). */
+	rq.mode = h->excl ? DDSS_LOCK_EXCLUSIVE : DDSS_LOCK_SHARED;
+	rq.slot = h->xslot >= 0 ? (unsigned)h->xslot : 0;
+	srsl = h->xslot < 0 && h->excl ? true : lk_scheme(lk) == DDSS_LOCK_SRSL;
+	rq.home = h->home;
+	rq.hdr = h->hdr;
+	lock_holds_drop(lk, h, rq.mode);
+	pthread_mutex_unlock(&lk->mu);
+
+	r = lock_word_of(ctx, key, &home, &hdr);
+	if (srsl) {
+		/* The home's CPU keeps SRSL state by key: release it even for a stale key. */
+		int r2 = ddss_srsl_release(lk->srsl, rq.home, key, rq.mode);
+
+		return r ? r : r2;
+	}
+	if (r == -ESTALE) {
+		/* The words may be someone else's memory now: touch them no more, but hand
+		 * over to a successor that already queued (it waits on its own record). */
+		if (rq.mode == DDSS_LOCK_EXCLUSIVE && lock_rec_load(lk, rq.slot, REC_NEXT))
+			lock_queue_release(lk, &rq);
+	} else {
+		r = lock_queue_release(lk, &rq);
+	}
+	if (rq.mode == DDSS_LOCK_EXCLUSIVE)
+		lock_slot_put(lk, rq.slot, r && r != -ESTALE ? SLOT_LOST : SLOT_FREE);
+	return r;
+}

@@ -1,0 +1,92 @@
+/*
+ * Which locks this context holds: key -> (home, header offset, exclusive slot, shared
+ * holds). Release needs it to know the mode and, for an exclusive hold, the waiter record
+ * that successors announce themselves in. All calls hold ddss_lock.mu.
+ */
+#include "lock/lock_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define HOLD_BUCKETS 256u
+
+static unsigned bucket(uint64_t key)
+{
+	key ^= key >> 29;
+	key *= 0xbf58476d1ce4e5b9ull;
+	return (unsigned)(key >> 56) % HOLD_BUCKETS;
+}
+
+int lock_holds_init(struct ddss_lock *lk)
+{
+	lk->holds = calloc(HOLD_BUCKETS, sizeof(*lk->holds));
+	return lk->holds ? 0 : -ENOMEM;
+}
+
+void lock_holds_fini(struct ddss_lock *lk)
+{
+	if (!lk->holds)
+		return;
+	for (unsigned b = 0; b < HOLD_BUCKETS; b++) {
+		while (lk->holds[b]) {
+			struct lock_hold *h = lk->holds[b];
+
+			lk->holds[b] = h->next;
+			free(h);
+		}
+	}
+	free(lk->holds);
+	lk->holds = NULL;
+}
+
+struct lock_hold *lock_holds_find(struct ddss_lock *lk, uint64_t key)
+{
+	for (struct lock_hold *h = lk->holds[bucket(key)]; h; h = h->next)
+		if (h->key == key)
+			return h;
+	return NULL;
+}
+
+int lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home, uint64_t hdr, int mode,
+		   int xslot)
+{
+	struct lock_hold *h = lock_holds_find(lk, key);
+
+	if (!h) {
+		h = calloc(1, sizeof(*h));
+		if (!h)
+			return -ENOMEM;
+		h->key = key;
+		h->home = home;
+		h->hdr = hdr;
+		h->xslot = -1;
+		h->next = lk->holds[bucket(key)];
+		lk->holds[bucket(key)] = h;
+	}
+	if (mode == DDSS_LOCK_EXCLUSIVE) {
+		h->excl = true;
+		h->xslot = xslot;
+	} else
+		h->shared++;
+	lk->nholds++;
+	return 0;
+}
+
+void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode)
+{
+	struct lock_hold **pp;
+
+	if (mode == DDSS_LOCK_EXCLUSIVE) {
+		h->excl = false;
+		h->xslot = -1;
+	} else {
+		h->shared--;
+	}
+	lk->nholds--;
+	if (h->excl || h->shared)
+		return;
+	for (pp = &lk->holds[bucket(h->key)]; *pp != h; pp = &(*pp)->next)
+		;
+	*pp = h->next;
+	free(h);
+}

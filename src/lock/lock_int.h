@@ -1,0 +1,147 @@
+/*
+ * The lock module's private state, shared by its files:
+ *   lock_slot.c   waiter slots, their records in the pool, notifications and waiting
+ *   lock_queue.c  the N-CoSED / DQNL protocol on the lock word (docs/locks.md)
+ *   lock_holds.c  which locks this context holds
+ *   lock_api.c    the public calls, scheme choice, timed-out requests finished in background
+ *   srsl.c        the server-based baseline
+ */
+#ifndef DDSS_LOCK_LOCK_INT_H
+#define DDSS_LOCK_LOCK_INT_H
+
+#include "lock/lock.h"
+#include "net/transport.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Words in the segment header (offsets from the header's start), docs/locks.md "Words". */
+#define LOCK_W 0u  /* [T : 32 | S : 32] */
+#define LOCK_D 32u /* [closer : 32 | releases : 32] */
+#define LOCK_K 40u /* fair mode: next ticket */
+#define LOCK_N 48u /* fair mode: turn */
+
+#define LOCK_TAIL(v) ((uint32_t)((v) >> 32))
+#define LOCK_COUNT(v) ((uint32_t)(v))
+#define LOCK_WORD(t, s) (((uint64_t)(t) << 32) | (uint32_t)(s))
+
+/* A waiter record: REC_LEN bytes at pool offset slot * REC_LEN on the waiter's rank. */
+#define REC_NEXT_S 0u   /* shared requests between me and my successor */
+#define REC_NEXT 8u     /* my exclusive successor's id */
+#define REC_GRANT 16u   /* nonzero: the lock is mine */
+#define REC_ENTRY 64u   /* entry[k]: [k+1 : 32 | id : 32] of shared request k behind me */
+#define REC_ENTRIES 64u
+#define REC_LEN (REC_ENTRY + 8u * REC_ENTRIES)
+
+#define LOCK_ID(rank, slot) (((uint32_t)(rank) << 16) | (uint32_t)(slot))
+#define LOCK_ID_RANK(id) ((id) >> 16)
+#define LOCK_ID_SLOT(id) ((id) & 0xffffu)
+
+/* Notification values: kind in the top 4 bits, slot below. */
+#define LOCK_NOTE_WAKE 1u  /* a record of the slot was written */
+#define LOCK_NOTE_DRAIN 2u /* one shared holder of the slot's epoch released */
+#define LOCK_NOTE(kind, slot) (((uint32_t)(kind) << 28) | (uint32_t)(slot))
+
+enum lock_slot_state {
+	SLOT_FREE = 0,
+	SLOT_BUSY,      /* a thread waits with it, or an exclusive holder owns it */
+	SLOT_ABANDONED, /* its request timed out: the janitor finishes and releases it */
+	SLOT_LOST,      /* its request failed mid-queue: writes may still land, never reused */
+};
+
+struct lock_slot {
+	uint32_t wake;    /* futex word: bumped on every notification for the slot */
+	uint32_t drained; /* drain notifications since the slot was taken (atomic) */
+	int state;        /* enum lock_slot_state, under ddss_lock.mu */
+	int next_free;
+};
+
+/* Progress of one queue request, so a timed-out one can be resumed by the janitor. */
+enum lock_stage {
+	STAGE_START = 0,
+	STAGE_TICKET,    /* fair: ticket taken, waiting for its turn */
+	STAGE_TURN,      /* fair: our ticket's turn came */
+	STAGE_SWAPPED,   /* exclusive: swapped in as tail; shared: counted in W */
+	STAGE_ANNOUNCED, /* told the predecessor (or no predecessor) */
+	STAGE_GRANTED,   /* the lock was handed over (or taken at once) */
+	STAGE_DRAINING,  /* exclusive: registered as the epoch's closer */
+	STAGE_DONE,      /* held */
+};
+
+struct lock_req {
+	unsigned slot;
+	uint32_t home;
+	uint64_t hdr;      /* the segment header's offset in the home's pool */
+	int mode;          /* DDSS_LOCK_SHARED / DDSS_LOCK_EXCLUSIVE, as queued */
+	enum lock_stage stage;
+	uint64_t ticket;   /* fair */
+	uint32_t pred;     /* exclusive: predecessor id; shared: the tail we queue behind */
+	uint32_t count;    /* exclusive: shared requests to drain; shared: our index k */
+	uint32_t drain;    /* exclusive: drain notifications still to come */
+};
+
+struct lock_hold;
+
+struct ddss_lock {
+	struct ddss_ctx *ctx;
+	struct ddss_tp *tp;
+	uint32_t rank;
+	enum ddss_lock_scheme scheme;
+	bool fair;
+	bool poll;              /* spin instead of sleeping */
+	uint8_t *recs;          /* this rank's records: the pool's first bytes */
+	struct ddss_srsl *srsl;
+
+	pthread_mutex_t mu;     /* slots' states and free list, holds, janitors */
+	pthread_cond_t cv;      /* a janitor ended */
+	struct lock_slot slot[DDSS_LOCK_SLOTS];
+	int free_head;
+	struct lock_hold **holds; /* hash buckets */
+	unsigned nholds, nwaits;  /* holds and acquires in progress (scheme switch check) */
+	unsigned janitors;        /* background threads running */
+	bool stopping;            /* atomic */
+};
+
+/* lock_slot.c */
+void lock_slots_init(struct ddss_lock *lk);
+int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p);
+void lock_slot_put(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why);
+void lock_on_notify(void *arg, uint32_t from, uint32_t value);
+uint64_t lock_rec_load(struct ddss_lock *lk, unsigned slot, unsigned field);
+void lock_rec_store(struct ddss_lock *lk, unsigned slot, unsigned field, uint64_t v);
+/* Wait until record word @field of @slot is nonzero (returned in *v_p). */
+int lock_wait_rec(struct ddss_lock *lk, unsigned slot, unsigned field, uint32_t watch,
+		  int64_t deadline_ns, uint64_t *v_p);
+/* Wait until @slot has had @n drain notifications. */
+int lock_wait_drained(struct ddss_lock *lk, unsigned slot, uint32_t n, int64_t deadline_ns);
+/* Wait for a change on @slot (its wake word showed @seen); see lock_slot.c. */
+int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t watch,
+		   int64_t deadline_ns, unsigned *spins);
+uint32_t lock_wake_seen(struct ddss_lock *lk, unsigned slot);
+/* Write 8 bytes into @id's record (field), then notify its rank. */
+int lock_rec_send(struct ddss_lock *lk, uint32_t id, unsigned field, const uint64_t *val);
+
+/* lock_queue.c: 0, -EBUSY (try), -ETIMEDOUT (@req can be resumed), or an error. */
+int lock_queue_acquire(struct ddss_lock *lk, struct lock_req *req, bool try_only,
+		       int64_t deadline_ns);
+int lock_queue_release(struct ddss_lock *lk, const struct lock_req *req);
+
+/* lock_holds.c (callers hold lk->mu) */
+struct lock_hold {
+	struct lock_hold *next;
+	uint64_t key;
+	uint32_t home;
+	uint64_t hdr;
+	bool excl;        /* held exclusively */
+	int xslot;        /* ... with this waiter slot (-1: SRSL needs none) */
+	uint32_t shared;  /* shared holds */
+};
+int lock_holds_init(struct ddss_lock *lk);
+void lock_holds_fini(struct ddss_lock *lk);
+struct lock_hold *lock_holds_find(struct ddss_lock *lk, uint64_t key);
+int lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home, uint64_t hdr, int mode,
+		   int xslot);
+void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode);
+
+#endif /* DDSS_LOCK_LOCK_INT_H */

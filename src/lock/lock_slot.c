@@ -1,0 +1,209 @@
+/*
+ * Waiter slots: each is a record in this rank's pool (peers write into it with RDMA) plus
+ * a little local state. A waiter waits on its own record: in poll mode it spins on the
+ * record, in event mode it sleeps on a futex that every notification for the slot bumps
+ * (a notification is posted after each record write and arrives after the bytes).
+ */
+#include "core/log.h"
+#include "core/tsan.h"
+#include "lock/lock_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How often a waiter looks at the clock, the peers and shutdown. */
+#define CHECK_NS (50 * 1000000ll)
+#define POLL_SPINS 512
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+void lock_slots_init(struct ddss_lock *lk)
+{
+	for (int i = 0; i < DDSS_LOCK_SLOTS; i++)
+		lk->slot[i].next_free = i + 1 < DDSS_LOCK_SLOTS ? i + 1 : -1;
+	lk->free_head = 0;
+}
+
+int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p)
+{
+	int i;
+
+	pthread_mutex_lock(&lk->mu);
+	i = lk->free_head;
+	if (i >= 0) {
+		lk->free_head = lk->slot[i].next_free;
+		lk->slot[i].state = SLOT_BUSY;
+		__atomic_store_n(&lk->slot[i].drained, 0, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&lk->mu);
+	if (i < 0)
+		return -ENOLCK;
+	*slot_p = (unsigned)i;
+	return 0;
+}
+
+void lock_slot_put(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why)
+{
+	pthread_mutex_lock(&lk->mu);
+	lk->slot[slot].state = why;
+	if (why == SLOT_FREE) {
+		lk->slot[slot].next_free = lk->free_head;
+		lk->free_head = (int)slot;
+	} else if (why == SLOT_LOST) {
+		DDSS_WARN("lock waiter slot %u retired (its request failed mid-queue)", slot);
+	}
+	pthread_mutex_unlock(&lk->mu);
+}
+
+static uint64_t *rec_word(struct ddss_lock *lk, unsigned slot, unsigned field)
+{
+	return (uint64_t *)(lk->recs + (size_t)slot * REC_LEN + field);
+}
+
+/* Record words are pool memory that peers' RDMA writes change: see core/tsan.h. */
+uint64_t lock_rec_load(struct ddss_lock *lk, unsigned slot, unsigned field)
+{
+	uint64_t v;
+
+	DDSS_POOL_ACCESS_BEGIN();
+	v = __atomic_load_n(rec_word(lk, slot, field), __ATOMIC_ACQUIRE);
+	DDSS_POOL_ACCESS_END();
+	return v;
+}
+
+/* Only for words no peer can be writing now (our own record before we publish it). */
+void lock_rec_store(struct ddss_lock *lk, unsigned slot, unsigned field, uint64_t v)
+{
+	DDSS_POOL_ACCESS_BEGIN();
+	__atomic_store_n(rec_word(lk, slot, field), v, __ATOMIC_RELEASE);
+	DDSS_POOL_ACCESS_END();
+}
+
+static void wake_slot(struct lock_slot *sl)
+{
+	__atomic_add_fetch(&sl->wake, 1, __ATOMIC_RELEASE);
+	syscall(SYS_futex, &sl->wake, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Progress thread: must not block. A bad value from a peer is logged and dropped. */
+void lock_on_notify(void *arg, uint32_t from, uint32_t value)
+{
+	struct ddss_lock *lk = arg;
+	uint32_t kind = value >> 28, slot = value & 0x0fffffffu;
+
+	if (slot >= DDSS_LOCK_SLOTS || (kind != LOCK_NOTE_WAKE && kind != LOCK_NOTE_DRAIN)) {
+		DDSS_WARN("rank %u sent a bad lock notification %#x: ignored", from, value);
+		return;
+	}
+	if (kind == LOCK_NOTE_DRAIN)
+		__atomic_add_fetch(&lk->slot[slot].drained, 1, __ATOMIC_RELEASE);
+	wake_slot(&lk->slot[slot]);
+}
+
+static bool peer_down(struct ddss_lock *lk, uint32_t rank)
+{
+	struct ddss_tp_peer_info info;
+
+	if (!rank || rank == lk->rank)
+		return false;
+	return ddss_tp_peer_info(lk->tp, rank, &info) == 0 && info.state == DDSS_TP_PEER_DOWN;
+}
+
+/*
+ * One step of waiting for something on @sl, which last showed @seen in its wake word.
+ * Returns 0 to look again, or -ETIMEDOUT, -EHOSTDOWN (@watch went down), -ESHUTDOWN.
+ */
+int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t watch,
+		   int64_t deadline_ns, unsigned *spins)
+{
+	struct lock_slot *sl = &lk->slot[slot];
+	int64_t now;
+
+	if (lk->poll && ++*spins % POLL_SPINS) {
+		cpu_relax();
+		return 0;
+	}
+	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
+		return -ESHUTDOWN;
+	if (peer_down(lk, watch))
+		return -EHOSTDOWN;
+	now = ddss_now_ns();
+	if (now >= deadline_ns)
+		return -ETIMEDOUT;
+	if (lk->poll) {
+		sched_yield(); /* other waiters may share this core */
+		return 0;
+	}
+	int64_t until = deadline_ns - now < CHECK_NS ? deadline_ns - now : CHECK_NS;
+	struct timespec ts = { until / 1000000000ll, until % 1000000000ll };
+
+	syscall(SYS_futex, &sl->wake, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+	return 0;
+}
+
+uint32_t lock_wake_seen(struct ddss_lock *lk, unsigned slot)
+{
+	return __atomic_load_n(&lk->slot[slot].wake, __ATOMIC_ACQUIRE);
+}
+
+int lock_wait_rec(struct ddss_lock *lk, unsigned slot, unsigned field, uint32_t watch,
+		  int64_t deadline_ns, uint64_t *v_p)
+{
+	struct lock_slot *sl = &lk->slot[slot];
+	unsigned spins = 0;
+
+	for (;;) {
+		uint32_t seen = __atomic_load_n(&sl->wake, __ATOMIC_ACQUIRE);
+		uint64_t v = lock_rec_load(lk, slot, field);
+		int r;
+
+		if (v) {
+			*v_p = v;
+			return 0;
+		}
+		r = lock_wait_step(lk, slot, seen, watch, deadline_ns, &spins);
+		if (r)
+			return r;
+	}
+}
+
+int lock_wait_drained(struct ddss_lock *lk, unsigned slot, uint32_t n, int64_t deadline_ns)
+{
+	struct lock_slot *sl = &lk->slot[slot];
+	unsigned spins = 0;
+
+	for (;;) {
+		uint32_t seen = __atomic_load_n(&sl->wake, __ATOMIC_ACQUIRE);
+		int r;
+
+		if (__atomic_load_n(&sl->drained, __ATOMIC_ACQUIRE) >= n)
+			return 0;
+		/* Releasers of the epoch may be anywhere: no single peer to watch. */
+		r = lock_wait_step(lk, slot, seen, 0, deadline_ns, &spins);
+		if (r)
+			return r;
+	}
+}
+
+int lock_rec_send(struct ddss_lock *lk, uint32_t id, unsigned field, const uint64_t *val)
+{
+	uint32_t rank = LOCK_ID_RANK(id), slot = LOCK_ID_SLOT(id);
+	int r;
+
+	if (!ddss_tp_valid_rank(lk->tp, rank) || slot >= DDSS_LOCK_SLOTS)
+		return -EPROTO; /* a corrupt lock word: never write somewhere random */
+	r = ddss_tp_write(lk->tp, rank, (uint64_t)slot * REC_LEN + field, val, 8);
+	if (!r)
+		r = ddss_tp_notify(lk->tp, rank, LOCK_NOTE(LOCK_NOTE_WAKE, slot));
+	return r;
+}
