@@ -371,6 +371,40 @@ static void test_bad_input(void)
 	ddss_pool_destroy(pool);
 }
 
+/* ---- 4b. a reserved head: never handed out, not freeable ---- */
+
+static void test_reserve(void)
+{
+	enum { N = 1024 };
+	struct ddss_pool *pool = NULL, *none = NULL;
+	uint8_t *base;
+	uint64_t offs[N];
+	size_t n;
+
+	CU_ASSERT_EQUAL(ddss_pool_create(4 * MiB, 2 * MiB + 1, &none), -EINVAL);
+	CU_ASSERT_PTR_NULL(none);
+	CU_ASSERT_EQUAL_FATAL(ddss_pool_create(4 * MiB, 100000, &pool), 0);
+	base = ddss_pool_base(pool);
+	memset(base, 0x5A, 100000); /* the owner's bytes: allocations must not reach them */
+	n = fill_until_full(pool, 8 * KiB, offs, N);
+	CU_ASSERT(n > 100);
+	for (size_t i = 0; i < n; i++) {
+		CU_ASSERT(offs[i] >= 102400); /* 100000 rounded up to 4 KiB */
+		CU_ASSERT(all_zero(base + offs[i], 8 * KiB));
+	}
+	for (size_t i = 0; i < 100000; i++)
+		if (base[i] != 0x5A) {
+			CU_FAIL("reserved byte changed");
+			break;
+		}
+	CU_ASSERT_EQUAL(ddss_pool_free(pool, 0), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_pool_free(pool, 4096), -EINVAL);
+	for (size_t i = 0; i < n; i++)
+		CU_ASSERT_EQUAL(ddss_pool_free(pool, offs[i]), 0);
+	CU_ASSERT_EQUAL(stats_of(pool).live, 0);
+	ddss_pool_destroy(pool);
+}
+
 /* ---- 5. two pools at once ---- */
 
 static void test_two_pools(void)
@@ -613,6 +647,7 @@ int main(void)
 	CU_add_test(s, "no leak, 16 live pieces", test_no_leak_window);
 	CU_add_test(s, "one large piece after filling with small ones", test_large_after_fill);
 	CU_add_test(s, "bad input", test_bad_input);
+	CU_add_test(s, "reserved head", test_reserve);
 	CU_add_test(s, "two pools", test_two_pools);
 	CU_add_test(s, "threads", test_threads);
 
