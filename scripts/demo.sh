@@ -14,3 +14,6 @@ echo "== transport latency next to a raw TCP ping-pong, same run =="
 echo
 echo "== get/put latency next to the raw transport read/write, same run =="
 "$build/apps/ddssrun" -n 2 --transport tcp "$build/apps/ddss-seg-bench"
+echo
+echo "== lock schemes side by side: latency, cascades, throughput under contention =="
+"$build/apps/ddssrun" -n 4 --transport tcp "$build/apps/ddss-lock-bench"

@@ -185,9 +185,14 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 	if (r == 0) {
 		bool x = rq->mode == DDSS_LOCK_EXCLUSIVE;
 
+		struct lock_hold *h;
+
 		pthread_mutex_lock(&lk->mu);
-		r = lock_holds_add(lk, key, rq->home, rq->hdr, rq->mode, x ? (int)rq->slot : -1);
+		h = lock_holds_add(lk, key, rq->home, rq->hdr, rq->mode, x ? (int)rq->slot : -1);
+		if (h && !x && !rq->pred && rq->count >= LOCK_S_RESET)
+			h->reset = true;
 		pthread_mutex_unlock(&lk->mu);
+		r = h ? 0 : -ENOMEM;
 		if (r) {
 			lock_queue_release(lk, rq);
 			lock_slot_put(lk, rq->slot, SLOT_FREE);
@@ -226,7 +231,7 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 				      try_only ? 0 : timeout_ms);
 		if (!r) {
 			pthread_mutex_lock(&lk->mu);
-			r = lock_holds_add(lk, key, rq.home, rq.hdr, mode, -1);
+			r = lock_holds_add(lk, key, rq.home, rq.hdr, mode, -1) ? 0 : -ENOMEM;
 			pthread_mutex_unlock(&lk->mu);
 			if (r)
 				ddss_srsl_release(lk->srsl, rq.home, key, mode);
@@ -258,6 +263,23 @@ int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
 	return acquire(ctx, key, mode, true, 0);
 }
 
+/* An empty exclusive acquire and release: swaps S out and resets D (see LOCK_S_RESET). */
+static void reset_word(struct ddss_lock *lk, const struct lock_req *held)
+{
+	struct lock_req rq = { .home = held->home, .hdr = held->hdr,
+			       .mode = DDSS_LOCK_EXCLUSIVE };
+	int r = lock_slot_take(lk, &rq.slot);
+
+	if (!r)
+		r = lock_queue_acquire(lk, &rq, false, INT64_MAX);
+	if (!r)
+		r = lock_queue_release(lk, &rq);
+	if (r)
+		DDSS_WARN("lock: resetting a lock word's shared count failed: %s", ddss_strerror(r));
+	if (r != -ENOLCK)
+		lock_slot_put(lk, rq.slot, r ? SLOT_LOST : SLOT_FREE);
+}
+
 int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
 {
 	struct lock_req rq = { .stage = STAGE_DONE };
@@ -266,7 +288,7 @@ int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
 	struct lock_hold *h;
 	uint32_t home;
 	uint64_t hdr;
-	bool srsl;
+	bool srsl, reset;
 	int r;
 
 	if (!ctx)
@@ -284,6 +306,9 @@ int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
 	srsl = h->xslot < 0 && h->excl ? true : lk_scheme(lk) == DDSS_LOCK_SRSL;
 	rq.home = h->home;
 	rq.hdr = h->hdr;
+	reset = rq.mode == DDSS_LOCK_SHARED && h->reset;
+	if (reset)
+		h->reset = false;
 	lock_holds_drop(lk, h, rq.mode);
 	pthread_mutex_unlock(&lk->mu);
 
@@ -301,6 +326,8 @@ int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
 			lock_queue_release(lk, &rq);
 	} else {
 		r = lock_queue_release(lk, &rq);
+		if (!r && reset)
+			reset_word(lk, &rq);
 	}
 	if (rq.mode == DDSS_LOCK_EXCLUSIVE)
 		lock_slot_put(lk, rq.slot, r && r != -ESTALE ? SLOT_LOST : SLOT_FREE);

@@ -47,15 +47,15 @@ struct lock_hold *lock_holds_find(struct ddss_lock *lk, uint64_t key)
 	return NULL;
 }
 
-int lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home, uint64_t hdr, int mode,
-		   int xslot)
+struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home,
+				  uint64_t hdr, int mode, int xslot)
 {
 	struct lock_hold *h = lock_holds_find(lk, key);
 
 	if (!h) {
 		h = calloc(1, sizeof(*h));
 		if (!h)
-			return -ENOMEM;
+			return NULL;
 		h->key = key;
 		h->home = home;
 		h->hdr = hdr;
@@ -69,7 +69,7 @@ int lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home, uint64_t h
 	} else
 		h->shared++;
 	lk->nholds++;
-	return 0;
+	return h;
 }
 
 void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode)

@@ -22,6 +22,14 @@
 #define LOCK_K 40u /* fair mode: next ticket */
 #define LOCK_N 48u /* fair mode: turn */
 
+/*
+ * Shared arrivals count up in S until an exclusive request swaps them out. A shared holder
+ * that saw S at or past this (2^31 acquisitions with no exclusive one) runs one empty
+ * exclusive acquire/release after its release, which resets S and D long before S could
+ * carry into T.
+ */
+#define LOCK_S_RESET (1u << 31)
+
 #define LOCK_TAIL(v) ((uint32_t)((v) >> 32))
 #define LOCK_COUNT(v) ((uint32_t)(v))
 #define LOCK_WORD(t, s) (((uint64_t)(t) << 32) | (uint32_t)(s))
@@ -34,13 +42,21 @@
 #define REC_ENTRIES 64u
 #define REC_LEN (REC_ENTRY + 8u * REC_ENTRIES)
 
+/*
+ * A waiter id: [rank : 16 | how : 1 | slot : 15]. "how" says how the waiter waits, so the
+ * one who hands it the lock uses the single operation that wakes it: a notification (the
+ * waiter's progress thread sets the grant word and wakes it from its futex) for a sleeping
+ * waiter, an RDMA write of the grant word for a spinning one.
+ */
+#define LOCK_ID_SLEEPS 0x8000u
 #define LOCK_ID(rank, slot) (((uint32_t)(rank) << 16) | (uint32_t)(slot))
 #define LOCK_ID_RANK(id) ((id) >> 16)
-#define LOCK_ID_SLOT(id) ((id) & 0xffffu)
+#define LOCK_ID_SLOT(id) ((id) & 0x7fffu)
 
 /* Notification values: kind in the top 4 bits, slot below. */
 #define LOCK_NOTE_WAKE 1u  /* a record of the slot was written */
 #define LOCK_NOTE_DRAIN 2u /* one shared holder of the slot's epoch released */
+#define LOCK_NOTE_GRANT 3u /* the lock is the slot's: set its grant word */
 #define LOCK_NOTE(kind, slot) (((uint32_t)(kind) << 28) | (uint32_t)(slot))
 
 enum lock_slot_state {
@@ -121,6 +137,8 @@ int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t 
 uint32_t lock_wake_seen(struct ddss_lock *lk, unsigned slot);
 /* Write 8 bytes into @id's record (field), then notify its rank. */
 int lock_rec_send(struct ddss_lock *lk, uint32_t id, unsigned field, const uint64_t *val);
+/* Hand the lock to waiter @id the way it waits (see LOCK_ID_SLEEPS). */
+int lock_grant(struct ddss_lock *lk, uint32_t id);
 
 /* lock_queue.c: 0, -EBUSY (try), -ETIMEDOUT (@req can be resumed), or an error. */
 int lock_queue_acquire(struct ddss_lock *lk, struct lock_req *req, bool try_only,
@@ -136,12 +154,13 @@ struct lock_hold {
 	bool excl;        /* held exclusively */
 	int xslot;        /* ... with this waiter slot (-1: SRSL needs none) */
 	uint32_t shared;  /* shared holds */
+	bool reset;       /* a shared hold saw S >= LOCK_S_RESET: reset the word on release */
 };
 int lock_holds_init(struct ddss_lock *lk);
 void lock_holds_fini(struct ddss_lock *lk);
 struct lock_hold *lock_holds_find(struct ddss_lock *lk, uint64_t key);
-int lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home, uint64_t hdr, int mode,
-		   int xslot);
+struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home,
+				  uint64_t hdr, int mode, int xslot);
 void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode);
 
 #endif /* DDSS_LOCK_LOCK_INT_H */

@@ -19,7 +19,7 @@ static const uint64_t zero;
 
 static uint32_t my_id(const struct ddss_lock *lk, const struct lock_req *rq)
 {
-	return LOCK_ID(lk->rank, rq->slot);
+	return LOCK_ID(lk->rank, rq->slot | (lk->poll ? 0 : LOCK_ID_SLEEPS));
 }
 
 static bool id_ok(const struct ddss_lock *lk, uint32_t id)
@@ -129,26 +129,34 @@ static int grant_shared(struct ddss_lock *lk, unsigned slot, uint32_t s)
 			}
 		}
 	}
+	/* Sleeping waiters get one notification each; spinning ones one write each, all
+	 * posted before any is waited for. */
 	for (uint32_t i = 0; i < s; i++) {
 		uint32_t id = ids[i];
+		int e;
 
 		if (!id_ok(lk, id)) {
 			DDSS_ERR("lock: bad shared waiter id %#x in a record: skipped", id);
-			reqs[i].status = -EPROTO;
 			ids[i] = 0;
 			continue;
 		}
-		reqs[i].status = ddss_tp_post_write(lk->tp, LOCK_ID_RANK(id),
-						    (uint64_t)LOCK_ID_SLOT(id) * REC_LEN + REC_GRANT,
-						    &one, 8, &reqs[i]);
-		if (reqs[i].status)
-			ids[i] = 0;
+		if (id & LOCK_ID_SLEEPS) {
+			e = ddss_tp_notify(lk->tp, LOCK_ID_RANK(id),
+					   LOCK_NOTE(LOCK_NOTE_GRANT, LOCK_ID_SLOT(id)));
+			ids[i] = 0; /* nothing to wait for */
+		} else {
+			e = ddss_tp_post_write(lk->tp, LOCK_ID_RANK(id),
+					       (uint64_t)LOCK_ID_SLOT(id) * REC_LEN + REC_GRANT,
+					       &one, 8, &reqs[i]);
+			if (e)
+				ids[i] = 0;
+		}
+		if (e)
+			DDSS_WARN("lock: grant to waiter %#x failed: %s", id, ddss_strerror(e));
 	}
 	for (uint32_t i = 0; i < s; i++) {
 		if (!ids[i])
 			continue;
-		ddss_tp_notify(lk->tp, LOCK_ID_RANK(ids[i]), LOCK_NOTE(LOCK_NOTE_WAKE,
-								       LOCK_ID_SLOT(ids[i])));
 		if (ddss_tp_wait(lk->tp, &reqs[i], DDSS_TP_TIMEOUT_DEFAULT) == 0 && reqs[i].status)
 			DDSS_WARN("lock: grant to waiter %#x failed: %s", ids[i],
 				  ddss_strerror(reqs[i].status));
@@ -285,13 +293,24 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 	return -EINVAL;
 }
 
+/* Shared requests queued behind @slot that have registered so far: the likely count. */
+static uint32_t queued_guess(struct ddss_lock *lk, unsigned slot)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < REC_ENTRIES; i++)
+		n += lock_rec_load(lk, slot, REC_ENTRY + 8 * i) != 0;
+	return n;
+}
+
 static int x_release(struct ddss_lock *lk, const struct lock_req *rq)
 {
-	uint32_t me = my_id(lk, rq), x = 0;
+	uint32_t me = my_id(lk, rq), x;
 	uint64_t next = lock_rec_load(lk, rq->slot, REC_NEXT), old;
 	int r;
 
 	if (!next) {
+		x = queued_guess(lk, rq->slot); /* a wrong guess costs one more CAS */
 		for (;;) {
 			r = cas(lk, rq, LOCK_W, LOCK_WORD(me, x), LOCK_WORD(0, x), &old);
 			if (r)
@@ -316,7 +335,7 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq)
 	r = grant_shared(lk, rq->slot, (uint32_t)lock_rec_load(lk, rq->slot, REC_NEXT_S));
 	if (r)
 		return r;
-	return lock_rec_send(lk, (uint32_t)next, REC_GRANT, &one);
+	return lock_grant(lk, (uint32_t)next);
 }
 
 /* ---- shared ---- */
@@ -381,7 +400,7 @@ static int s_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 			return r;
 		rq->pred = LOCK_TAIL(old);
 		rq->count = LOCK_COUNT(old);
-		if (rq->count == UINT32_MAX)
+		if (rq->count == UINT32_MAX) /* cannot happen: see LOCK_S_RESET */
 			DDSS_ERR("lock word at rank %u: shared count overflowed", rq->home);
 		if (rq->pred && !id_ok(lk, rq->pred)) {
 			DDSS_ERR("lock word at rank %u holds a bad tail %#x", rq->home, rq->pred);
@@ -411,28 +430,16 @@ static int s_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 	}
 }
 
+/*
+ * One fetch&add on the drain word, whatever the epoch: releases are counted in R, arrivals
+ * in S, and whoever closes the epoch waits for the difference (docs/locks.md). A closer
+ * that already registered gets a drain notification.
+ */
 static int s_release(struct ddss_lock *lk, const struct lock_req *rq)
 {
-	uint32_t x = 1;
 	uint64_t old;
-	int r;
+	int r = fadd(lk, rq, LOCK_D, 1, &old);
 
-	for (;;) {
-		r = cas(lk, rq, LOCK_W, LOCK_WORD(0, x), LOCK_WORD(0, x - 1), &old);
-		if (r)
-			return r;
-		if (old == LOCK_WORD(0, x))
-			return 0; /* still counted in the idle epoch: uncounted */
-		if (LOCK_TAIL(old))
-			break;
-		x = LOCK_COUNT(old);
-		if (!x) {
-			DDSS_ERR("lock word at rank %u: shared release with a zero count", rq->home);
-			return -EPROTO;
-		}
-	}
-	/* An exclusive request closed our epoch: count the release where its closer looks. */
-	r = fadd(lk, rq, LOCK_D, 1, &old);
 	if (r || !LOCK_TAIL(old))
 		return r;
 	if (!id_ok(lk, LOCK_TAIL(old))) {

@@ -101,12 +101,14 @@ void lock_on_notify(void *arg, uint32_t from, uint32_t value)
 	struct ddss_lock *lk = arg;
 	uint32_t kind = value >> 28, slot = value & 0x0fffffffu;
 
-	if (slot >= DDSS_LOCK_SLOTS || (kind != LOCK_NOTE_WAKE && kind != LOCK_NOTE_DRAIN)) {
+	if (slot >= DDSS_LOCK_SLOTS || kind < LOCK_NOTE_WAKE || kind > LOCK_NOTE_GRANT) {
 		DDSS_WARN("rank %u sent a bad lock notification %#x: ignored", from, value);
 		return;
 	}
 	if (kind == LOCK_NOTE_DRAIN)
 		__atomic_add_fetch(&lk->slot[slot].drained, 1, __ATOMIC_RELEASE);
+	else if (kind == LOCK_NOTE_GRANT)
+		lock_rec_store(lk, slot, REC_GRANT, 1); /* only the granter writes it now */
 	wake_slot(&lk->slot[slot]);
 }
 
@@ -206,4 +208,16 @@ int lock_rec_send(struct ddss_lock *lk, uint32_t id, unsigned field, const uint6
 	if (!r)
 		r = ddss_tp_notify(lk->tp, rank, LOCK_NOTE(LOCK_NOTE_WAKE, slot));
 	return r;
+}
+
+int lock_grant(struct ddss_lock *lk, uint32_t id)
+{
+	static const uint64_t one = 1;
+	uint32_t rank = LOCK_ID_RANK(id), slot = LOCK_ID_SLOT(id);
+
+	if (!ddss_tp_valid_rank(lk->tp, rank) || slot >= DDSS_LOCK_SLOTS)
+		return -EPROTO;
+	if (id & LOCK_ID_SLEEPS)
+		return ddss_tp_notify(lk->tp, rank, LOCK_NOTE(LOCK_NOTE_GRANT, slot));
+	return ddss_tp_write(lk->tp, rank, (uint64_t)slot * REC_LEN + REC_GRANT, &one, 8);
 }

@@ -420,8 +420,12 @@ static void home_cancel(struct ddss_srsl *s, uint32_t from, uint64_t lock_id, ui
 	if (!lk)
 		return;
 	e = queue_take(lk, from, req);
-	if (!e && (pp = hold_find(lk, from, req, 0)))
-		e = hold_take(lk, pp); /* the grant crossed the withdrawal */
+	if (!e && (pp = hold_find(lk, from, req, 0))) {
+		/* The grant crossed the withdrawal: release it for the rank. */
+		DDSS_DBG("srsl: rank %u withdrew request %llu for lock %#llx after its grant",
+			 from, (unsigned long long)req, (unsigned long long)lock_id);
+		e = hold_take(lk, pp);
+	}
 	if (!e)
 		return;
 	free(e);
@@ -735,6 +739,9 @@ int ddss_srsl_acquire(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int 
 	if (!r)
 		r = rec->status;
 	rec_unlink(pending_bucket(s, rec->req), rec);
+	/* Unlinked, nobody signals it any more; and once it is a hold, any thread's release
+	 * may free it, so it is not touched after that. */
+	pthread_cond_destroy(&rec->cv);
 	if (!r) {
 		struct srsl_rec **b = hold_bucket(s, home, lock_id);
 
@@ -742,7 +749,6 @@ int ddss_srsl_acquire(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int 
 		*b = rec;
 	}
 	pthread_mutex_unlock(&s->mu);
-	pthread_cond_destroy(&rec->cv);
 
 	/* Withdraw: if the grant is on its way, the home releases it on our behalf. */
 	if (r == -ETIMEDOUT) {
