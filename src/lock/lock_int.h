@@ -2,6 +2,7 @@
  * The lock module's private state, shared by its files:
  *   lock_slot.c   waiter slots, their records in the pool, notifications and waiting
  *   lock_queue.c  the N-CoSED / DQNL protocol on the lock word (docs/locks.md)
+ *   lock_grant.c  granting the shared requests queued behind an exclusive waiter
  *   lock_holds.c  which locks this context holds
  *   lock_api.c    the public calls, scheme choice, timed-out requests finished in background
  *   srsl.c        the server-based baseline
@@ -38,7 +39,9 @@
 #define REC_NEXT_S 0u   /* shared requests between me and my successor */
 #define REC_NEXT 8u     /* my exclusive successor's id */
 #define REC_GRANT 16u   /* nonzero: the lock is mine */
-#define REC_ENTRY 64u   /* entry[k]: [k+1 : 32 | id : 32] of shared request k behind me */
+#define REC_OVF 24u     /* id of the last shared request k >= 64 that queued behind me */
+#define REC_LINK 32u    /* mine, while I am on someone's overflow stack: the id below me */
+#define REC_ENTRY 64u   /* entry[k]: [k+1 : 32 | id : 32] of shared request k < 64 */
 #define REC_ENTRIES 64u
 #define REC_LEN (REC_ENTRY + 8u * REC_ENTRIES)
 
@@ -139,6 +142,11 @@ uint32_t lock_wake_seen(struct ddss_lock *lk, unsigned slot);
 int lock_rec_send(struct ddss_lock *lk, uint32_t id, unsigned field, const uint64_t *val);
 /* Hand the lock to waiter @id the way it waits (see LOCK_ID_SLEEPS). */
 int lock_grant(struct ddss_lock *lk, uint32_t id);
+
+/* lock_grant.c: grant the shared requests registered behind @slot so far (how many, or
+ * -errno); grant exactly @n more, waiting for them to register. */
+int lock_grant_ready(struct ddss_lock *lk, unsigned slot);
+int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n);
 
 /* lock_queue.c: 0, -EBUSY (try), -ETIMEDOUT (@req can be resumed), or an error. */
 int lock_queue_acquire(struct ddss_lock *lk, struct lock_req *req, bool try_only,

@@ -14,7 +14,6 @@
 #include <sched.h>
 #include <stdlib.h>
 
-static const uint64_t one = 1;
 static const uint64_t zero;
 
 static uint32_t my_id(const struct ddss_lock *lk, const struct lock_req *rq)
@@ -70,103 +69,6 @@ static int wait_turn(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 		}
 		sched_yield();
 	}
-}
-
-/* ---- granting shared waiters ---- */
-
-/*
- * Hand the lock to the @s shared requests queued behind @slot: collect their entries (they
- * may still be on their way), then post every grant at once and wait for them together.
- */
-static int grant_shared(struct ddss_lock *lk, unsigned slot, uint32_t s)
-{
-	struct ddss_tp_req stack_reqs[16], *reqs = stack_reqs;
-	uint32_t stack_ids[16], *ids = stack_ids;
-	uint32_t got = 0, scan = s < REC_ENTRIES ? s : REC_ENTRIES;
-	int64_t deadline = transient_deadline(lk);
-	unsigned spins = 0;
-	int r = 0;
-
-	if (!s)
-		return 0;
-	if (s > 16) {
-		reqs = calloc(s, sizeof(*reqs));
-		ids = calloc(s, sizeof(*ids));
-		if (!reqs || !ids) {
-			free(reqs == stack_reqs ? NULL : reqs);
-			free(ids == stack_ids ? NULL : ids);
-			return -ENOMEM;
-		}
-	}
-	while (got < s) {
-		uint32_t seen = lock_wake_seen(lk, slot);
-		uint32_t before = got;
-
-		for (uint32_t i = 0; i < scan && got < s; i++) {
-			uint64_t e = lock_rec_load(lk, slot, REC_ENTRY + 8 * i);
-
-			if (!e)
-				continue;
-			ids[got++] = (uint32_t)e;
-			if (s <= REC_ENTRIES) {
-				lock_rec_store(lk, slot, REC_ENTRY + 8 * i, 0); /* nobody else writes it */
-			} else {
-				/* Overflow requests CAS into taken entries: clear with an atomic too. */
-				uint64_t old;
-
-				r = ddss_tp_cas(lk->tp, lk->rank, (uint64_t)slot * REC_LEN + REC_ENTRY + 8 * i,
-						e, 0, &old);
-				if (r)
-					goto out;
-			}
-		}
-		if (got == before) {
-			r = lock_wait_step(lk, slot, seen, 0, deadline, &spins);
-			if (r) {
-				DDSS_ERR("lock: %u of %u shared waiters never queued: %s", s - got, s,
-					 ddss_strerror(r));
-				goto out;
-			}
-		}
-	}
-	/* Sleeping waiters get one notification each; spinning ones one write each, all
-	 * posted before any is waited for. */
-	for (uint32_t i = 0; i < s; i++) {
-		uint32_t id = ids[i];
-		int e;
-
-		if (!id_ok(lk, id)) {
-			DDSS_ERR("lock: bad shared waiter id %#x in a record: skipped", id);
-			ids[i] = 0;
-			continue;
-		}
-		if (id & LOCK_ID_SLEEPS) {
-			e = ddss_tp_notify(lk->tp, LOCK_ID_RANK(id),
-					   LOCK_NOTE(LOCK_NOTE_GRANT, LOCK_ID_SLOT(id)));
-			ids[i] = 0; /* nothing to wait for */
-		} else {
-			e = ddss_tp_post_write(lk->tp, LOCK_ID_RANK(id),
-					       (uint64_t)LOCK_ID_SLOT(id) * REC_LEN + REC_GRANT,
-					       &one, 8, &reqs[i]);
-			if (e)
-				ids[i] = 0;
-		}
-		if (e)
-			DDSS_WARN("lock: grant to waiter %#x failed: %s", id, ddss_strerror(e));
-	}
-	for (uint32_t i = 0; i < s; i++) {
-		if (!ids[i])
-			continue;
-		if (ddss_tp_wait(lk->tp, &reqs[i], DDSS_TP_TIMEOUT_DEFAULT) == 0 && reqs[i].status)
-			DDSS_WARN("lock: grant to waiter %#x failed: %s", ids[i],
-				  ddss_strerror(reqs[i].status));
-	}
-out:
-	if (reqs != stack_reqs)
-		free(reqs);
-	if (ids != stack_ids)
-		free(ids);
-	return r;
 }
 
 /* ---- exclusive ---- */
@@ -293,30 +195,31 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 	return -EINVAL;
 }
 
-/* Shared requests queued behind @slot that have registered so far: the likely count. */
-static uint32_t queued_guess(struct ddss_lock *lk, unsigned slot)
-{
-	uint32_t n = 0;
-
-	for (uint32_t i = 0; i < REC_ENTRIES; i++)
-		n += lock_rec_load(lk, slot, REC_ENTRY + 8 * i) != 0;
-	return n;
-}
-
+/*
+ * Hand over: the shared requests queued behind us first, then the exclusive successor.
+ * Without an announced successor we must also take our id out of the tail, by CAS; the
+ * shared requests already registered are granted before that CAS, so its round trip is
+ * not in their wait (the ones that arrive meanwhile are granted after it).
+ */
 static int x_release(struct ddss_lock *lk, const struct lock_req *rq)
 {
-	uint32_t me = my_id(lk, rq), x;
+	uint32_t me = my_id(lk, rq), x = 0, granted = 0;
 	uint64_t next = lock_rec_load(lk, rq->slot, REC_NEXT), old;
 	int r;
 
 	if (!next) {
-		x = queued_guess(lk, rq->slot); /* a wrong guess costs one more CAS */
 		for (;;) {
+			r = lock_grant_ready(lk, rq->slot);
+			if (r < 0)
+				return r;
+			granted += (uint32_t)r;
+			if (x < granted)
+				x = granted; /* at least that many arrived: a better first guess */
 			r = cas(lk, rq, LOCK_W, LOCK_WORD(me, x), LOCK_WORD(0, x), &old);
 			if (r)
 				return r;
-			if (old == LOCK_WORD(me, x))
-				return grant_shared(lk, rq->slot, x); /* they become the idle epoch */
+			if (old == LOCK_WORD(me, x)) /* they become the idle epoch */
+				return lock_grant_more(lk, rq->slot, x - granted);
 			if (LOCK_TAIL(old) != me)
 				break;
 			x = LOCK_COUNT(old);
@@ -332,7 +235,13 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq)
 		DDSS_ERR("lock: bad successor id %#llx in our record", (unsigned long long)next);
 		return -EPROTO;
 	}
-	r = grant_shared(lk, rq->slot, (uint32_t)lock_rec_load(lk, rq->slot, REC_NEXT_S));
+	x = (uint32_t)lock_rec_load(lk, rq->slot, REC_NEXT_S);
+	if (x < granted) {
+		DDSS_ERR("lock: successor counts %u shared requests, %u already granted", x,
+			 granted);
+		return -EPROTO;
+	}
+	r = lock_grant_more(lk, rq->slot, x - granted);
 	if (r)
 		return r;
 	return lock_grant(lk, (uint32_t)next);
@@ -360,29 +269,32 @@ static int s_try(struct ddss_lock *lk, struct lock_req *rq)
 	return 0;
 }
 
-/* Put our id into the queued-behind waiter's entry k (k % 64: taken only on overflow). */
+/*
+ * Tell the exclusive waiter we queue behind (rq->pred) that we are its shared request k:
+ * one write into its entry k, or for k >= 64 a push on its overflow stack (lock_grant.c).
+ */
 static int s_register(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns)
 {
 	uint32_t k = rq->count, prank = LOCK_ID_RANK(rq->pred);
-	uint64_t at = (uint64_t)LOCK_ID_SLOT(rq->pred) * REC_LEN + REC_ENTRY + 8 * (k % REC_ENTRIES);
-	uint64_t val = LOCK_WORD(k + 1, my_id(lk, rq)), old;
-	unsigned spins = 0;
+	uint64_t rec = (uint64_t)LOCK_ID_SLOT(rq->pred) * REC_LEN;
+	uint64_t val = LOCK_WORD(k + 1, my_id(lk, rq)), head = 0, old;
 	int r;
 
-	for (;;) {
-		r = ddss_tp_cas(lk->tp, prank, at, 0, val, &old);
-		if (r)
-			return r;
-		if (!old)
-			break;
-		if (++spins % 64 == 0) {
-			if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
-				return -ESHUTDOWN;
+	if (k < REC_ENTRIES) {
+		r = ddss_tp_write(lk->tp, prank, rec + REC_ENTRY + 8 * k, &val, 8);
+	} else {
+		for (;;) {
+			lock_rec_store(lk, rq->slot, REC_LINK, head); /* read once we are pushed */
+			r = ddss_tp_cas(lk->tp, prank, rec + REC_OVF, head, my_id(lk, rq), &old);
+			if (r || old == head)
+				break;
+			head = old;
 			if (ddss_now_ns() >= deadline_ns)
 				return -ETIMEDOUT;
 		}
-		sched_yield();
 	}
+	if (r)
+		return r;
 	return ddss_tp_notify(lk->tp, prank, LOCK_NOTE(LOCK_NOTE_WAKE, LOCK_ID_SLOT(rq->pred)));
 }
 

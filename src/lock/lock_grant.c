@@ -1,0 +1,169 @@
+/*
+ * Handing a lock to the shared requests queued behind an exclusive waiter, all at once.
+ *
+ * Shared request k of an epoch registers in the exclusive waiter's record: k < 64 writes
+ * [k+1 | id] into entry[k] (each entry is written once per epoch, so the owner clears it
+ * with a plain store); k >= 64 pushes itself on the record's overflow stack with a remote
+ * CAS (its own record's link word holds the one below), which the owner empties with one
+ * CAS through its loopback (never a CPU atomic on a word remote atomics touch).
+ */
+#include "core/log.h"
+#include "lock/lock_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+struct fanout {
+	uint32_t *ids;
+	uint32_t n, cap;
+};
+
+static int fanout_add(struct fanout *f, uint32_t id)
+{
+	if (f->n == f->cap) {
+		uint32_t cap = f->cap ? 2 * f->cap : 64;
+		uint32_t *ids = realloc(f->ids, cap * sizeof(*ids));
+
+		if (!ids)
+			return -ENOMEM;
+		f->ids = ids;
+		f->cap = cap;
+	}
+	f->ids[f->n++] = id;
+	return 0;
+}
+
+/* Take the whole overflow stack of @slot and follow it; the ids go to @f. */
+static int take_overflow(struct ddss_lock *lk, unsigned slot, struct fanout *f)
+{
+	uint64_t at = (uint64_t)slot * REC_LEN + REC_OVF, head = 0, old;
+	int r;
+
+	if (!lock_rec_load(lk, slot, REC_OVF))
+		return 0;
+	for (;;) {
+		r = ddss_tp_cas(lk->tp, lk->rank, at, head, 0, &old);
+		if (r)
+			return r;
+		if (old == head)
+			break;
+		head = old;
+	}
+	for (uint32_t id = (uint32_t)head; id;) {
+		uint64_t link;
+
+		if (!ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id)) ||
+		    LOCK_ID_SLOT(id) >= DDSS_LOCK_SLOTS)
+			return -EPROTO;
+		r = fanout_add(f, id);
+		if (!r)
+			r = ddss_tp_read(lk->tp, LOCK_ID_RANK(id),
+					 (uint64_t)LOCK_ID_SLOT(id) * REC_LEN + REC_LINK, &link, 8);
+		if (r)
+			return r;
+		id = (uint32_t)link;
+	}
+	return 0;
+}
+
+/* Move every registered request of @slot into @f. */
+static int collect(struct ddss_lock *lk, unsigned slot, struct fanout *f)
+{
+	for (uint32_t i = 0; i < REC_ENTRIES; i++) {
+		uint64_t e = lock_rec_load(lk, slot, REC_ENTRY + 8 * i);
+		int r;
+
+		if (!e)
+			continue;
+		r = fanout_add(f, (uint32_t)e);
+		if (r)
+			return r;
+		lock_rec_store(lk, slot, REC_ENTRY + 8 * i, 0);
+	}
+	return take_overflow(lk, slot, f);
+}
+
+/* Grant everyone in @f: sleeping waiters by one notification each, spinning ones by one
+ * RDMA write each, all posted before any is waited for. */
+static void send_grants(struct ddss_lock *lk, const struct fanout *f)
+{
+	static const uint64_t one = 1;
+	struct ddss_tp_req stack_reqs[16], *reqs = stack_reqs;
+	bool *posted;
+
+	if (!f->n)
+		return;
+	if (f->n > 16 && !(reqs = calloc(f->n, sizeof(*reqs)))) {
+		for (uint32_t i = 0; i < f->n; i++) /* no memory: one at a time */
+			lock_grant(lk, f->ids[i]);
+		return;
+	}
+	posted = calloc(f->n, sizeof(*posted));
+	for (uint32_t i = 0; i < f->n; i++) {
+		uint32_t id = f->ids[i], rank = LOCK_ID_RANK(id), slot = LOCK_ID_SLOT(id);
+		int e;
+
+		if (!ddss_tp_valid_rank(lk->tp, rank) || slot >= DDSS_LOCK_SLOTS) {
+			DDSS_ERR("lock: bad shared waiter id %#x in a record: skipped", id);
+			continue;
+		}
+		if (id & LOCK_ID_SLEEPS || !posted) {
+			e = lock_grant(lk, id);
+		} else {
+			e = ddss_tp_post_write(lk->tp, rank, (uint64_t)slot * REC_LEN + REC_GRANT,
+					       &one, 8, &reqs[i]);
+			posted[i] = !e;
+		}
+		if (e)
+			DDSS_WARN("lock: grant to waiter %#x failed: %s", id, ddss_strerror(e));
+	}
+	for (uint32_t i = 0; posted && i < f->n; i++) {
+		if (posted[i] && ddss_tp_wait(lk->tp, &reqs[i], DDSS_TP_TIMEOUT_DEFAULT) == 0 &&
+		    reqs[i].status)
+			DDSS_WARN("lock: grant to waiter %#x failed: %s", f->ids[i],
+				  ddss_strerror(reqs[i].status));
+	}
+	free(posted);
+	if (reqs != stack_reqs)
+		free(reqs);
+}
+
+int lock_grant_ready(struct ddss_lock *lk, unsigned slot)
+{
+	struct fanout f = { 0 };
+	int r = collect(lk, slot, &f);
+
+	send_grants(lk, &f); /* even after an error: those collected are waiting */
+	free(f.ids);
+	return r ? r : (int)f.n;
+}
+
+int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n)
+{
+	int64_t deadline = ddss_now_ns() + (int64_t)lk->tp->cfg.op_timeout_ms * 1000000ll;
+	struct fanout f = { 0 };
+	unsigned spins = 0;
+	int r = 0;
+
+	while (f.n < n) {
+		uint32_t seen = lock_wake_seen(lk, slot), before = f.n;
+
+		r = collect(lk, slot, &f);
+		if (r)
+			break;
+		if (f.n == before) {
+			/* Requests counted in the word but not registered yet: on their way. */
+			r = lock_wait_step(lk, slot, seen, 0, deadline, &spins);
+			if (r) {
+				DDSS_ERR("lock: %u of %u shared waiters never queued: %s", n - f.n, n,
+					 ddss_strerror(r));
+				break;
+			}
+		}
+	}
+	if (f.n > n)
+		DDSS_ERR("lock: %u shared waiters registered, %u expected", f.n, n);
+	send_grants(lk, &f);
+	free(f.ids);
+	return r;
+}
