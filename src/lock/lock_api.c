@@ -78,7 +78,7 @@ int ddss_lock_scheme_set(ddss_ctx_t *ctx, enum ddss_lock_scheme scheme, bool fai
 		return -EINVAL;
 	lk = ctx->lock;
 	pthread_mutex_lock(&lk->mu);
-	if (lk->nholds || lk->nwaits || lk->janitors) {
+	if (lk->nholds || lk->slots_taken || lk->janitors) {
 		r = -EBUSY;
 	} else {
 		__atomic_store_n(&lk->scheme, scheme, __ATOMIC_RELAXED);
@@ -165,13 +165,6 @@ static int lock_word_of(struct ddss_ctx *ctx, ddss_key_t key, uint32_t *home_p, 
 	return 0;
 }
 
-static void waits_add(struct ddss_lock *lk, int n)
-{
-	pthread_mutex_lock(&lk->mu);
-	lk->nwaits += n;
-	pthread_mutex_unlock(&lk->mu);
-}
-
 static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *rq,
 			 bool try_only, int timeout_ms)
 {
@@ -191,15 +184,15 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 		h = lock_holds_add(lk, key, rq->home, rq->hdr, rq->mode, x ? (int)rq->slot : -1);
 		if (h && !x && !rq->pred && rq->count >= LOCK_S_RESET)
 			h->reset = true;
+		if (h && !x)
+			lock_slot_put_locked(lk, rq->slot, SLOT_FREE); /* shared holds need none */
 		pthread_mutex_unlock(&lk->mu);
-		r = h ? 0 : -ENOMEM;
-		if (r) {
+		if (!h) {
 			lock_queue_release(lk, rq);
 			lock_slot_put(lk, rq->slot, SLOT_FREE);
-		} else if (!x) {
-			lock_slot_put(lk, rq->slot, SLOT_FREE); /* shared holders need no record */
+			return -ENOMEM;
 		}
-		return r;
+		return 0;
 	}
 	if (rq->stage == STAGE_START || r == -EBUSY)
 		lock_slot_put(lk, rq->slot, SLOT_FREE); /* never published */
@@ -224,7 +217,6 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 	r = lock_word_of(ctx, key, &rq.home, &rq.hdr);
 	if (r)
 		return r;
-	waits_add(lk, 1);
 	scheme = lk_scheme(lk);
 	if (scheme == DDSS_LOCK_SRSL) {
 		r = ddss_srsl_acquire(lk->srsl, rq.home, key, mode, try_only,
@@ -241,7 +233,6 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 			rq.mode = DDSS_LOCK_EXCLUSIVE; /* the baseline has no shared mode */
 		r = queue_acquire(lk, key, &rq, try_only, timeout_ms);
 	}
-	waits_add(lk, -1);
 	return r;
 }
 

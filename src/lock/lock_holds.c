@@ -37,6 +37,12 @@ void lock_holds_fini(struct ddss_lock *lk)
 	}
 	free(lk->holds);
 	lk->holds = NULL;
+	while (lk->hold_free) {
+		struct lock_hold *h = lk->hold_free;
+
+		lk->hold_free = h->next;
+		free(h);
+	}
 }
 
 struct lock_hold *lock_holds_find(struct ddss_lock *lk, uint64_t key)
@@ -53,9 +59,13 @@ struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t ho
 	struct lock_hold *h = lock_holds_find(lk, key);
 
 	if (!h) {
-		h = calloc(1, sizeof(*h));
-		if (!h)
+		/* Entries are recycled: a lock/unlock pair then costs no malloc. */
+		h = lk->hold_free;
+		if (h)
+			lk->hold_free = h->next;
+		else if (!(h = malloc(sizeof(*h))))
 			return NULL;
+		*h = (struct lock_hold){ 0 };
 		h->key = key;
 		h->home = home;
 		h->hdr = hdr;
@@ -88,5 +98,6 @@ void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode)
 	for (pp = &lk->holds[bucket(h->key)]; *pp != h; pp = &(*pp)->next)
 		;
 	*pp = h->next;
-	free(h);
+	h->next = lk->hold_free;
+	lk->hold_free = h;
 }

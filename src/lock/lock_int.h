@@ -72,6 +72,7 @@ enum lock_slot_state {
 struct lock_slot {
 	uint32_t wake;    /* futex word: bumped on every notification for the slot */
 	uint32_t drained; /* drain notifications since the slot was taken (atomic) */
+	uint32_t wake_mark; /* wake as last seen by lock_grant_ready (its owner's thread) */
 	int state;        /* enum lock_slot_state, under ddss_lock.mu */
 	int next_free;
 };
@@ -117,7 +118,9 @@ struct ddss_lock {
 	struct lock_slot slot[DDSS_LOCK_SLOTS];
 	int free_head;
 	struct lock_hold **holds; /* hash buckets */
-	unsigned nholds, nwaits;  /* holds and acquires in progress (scheme switch check) */
+	struct lock_hold *hold_free; /* recycled entries */
+	unsigned nholds;          /* holds (for the scheme switch check) */
+	unsigned slots_taken;     /* waiter slots not free (waiting, holding, abandoned) */
 	unsigned janitors;        /* background threads running */
 	bool stopping;            /* atomic */
 };
@@ -126,6 +129,7 @@ struct ddss_lock {
 void lock_slots_init(struct ddss_lock *lk);
 int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p);
 void lock_slot_put(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why);
+void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why);
 void lock_on_notify(void *arg, uint32_t from, uint32_t value);
 uint64_t lock_rec_load(struct ddss_lock *lk, unsigned slot, unsigned field);
 void lock_rec_store(struct ddss_lock *lk, unsigned slot, unsigned field, uint64_t v);

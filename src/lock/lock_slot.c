@@ -43,6 +43,7 @@ int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p)
 	if (i >= 0) {
 		lk->free_head = lk->slot[i].next_free;
 		lk->slot[i].state = SLOT_BUSY;
+		lk->slots_taken++;
 		__atomic_store_n(&lk->slot[i].drained, 0, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&lk->mu);
@@ -52,16 +53,22 @@ int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p)
 	return 0;
 }
 
-void lock_slot_put(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why)
+void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why)
 {
-	pthread_mutex_lock(&lk->mu);
 	lk->slot[slot].state = why;
 	if (why == SLOT_FREE) {
 		lk->slot[slot].next_free = lk->free_head;
 		lk->free_head = (int)slot;
+		lk->slots_taken--;
 	} else if (why == SLOT_LOST) {
 		DDSS_WARN("lock waiter slot %u retired (its request failed mid-queue)", slot);
 	}
+}
+
+void lock_slot_put(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why)
+{
+	pthread_mutex_lock(&lk->mu);
+	lock_slot_put_locked(lk, slot, why);
 	pthread_mutex_unlock(&lk->mu);
 }
 

@@ -680,6 +680,10 @@ static void leave(struct ddss_srsl *s)
 int ddss_srsl_acquire(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int mode,
 		      bool try_only, int timeout_ms)
 {
+	/* A try, or a wait of 0 ms, must not queue; but its answer still takes a round trip,
+	 * which only the operation timeout bounds. */
+	bool no_queue = try_only || timeout_ms == 0;
+	int wait_ms = no_queue && timeout_ms <= 0 ? s->tp->cfg.op_timeout_ms : timeout_ms;
 	int64_t deadline, probe_at;
 	struct srsl_rec *rec;
 	pthread_condattr_t ca;
@@ -709,9 +713,9 @@ int ddss_srsl_acquire(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int 
 	*pending_bucket(s, rec->req) = rec;
 	pthread_mutex_unlock(&s->mu);
 
-	deadline = timeout_ms < 0 ? INT64_MAX : ddss_now_ns() + (int64_t)timeout_ms * 1000000;
+	deadline = wait_ms <= 0 ? INT64_MAX : ddss_now_ns() + (int64_t)wait_ms * 1000000;
 	probe_at = ddss_now_ns() + SRSL_PROBE_MS * 1000000ll;
-	r = send_msg(s, home, SRSL_REQ, (uint32_t)mode | (try_only ? SRSL_F_TRY : 0), lock_id,
+	r = send_msg(s, home, SRSL_REQ, (uint32_t)mode | (no_queue ? SRSL_F_TRY : 0), lock_id,
 		     rec->req);
 
 	pthread_mutex_lock(&s->mu);
@@ -726,7 +730,7 @@ int ddss_srsl_acquire(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int 
 			r = -EHOSTDOWN;
 			break;
 		}
-		if (!try_only && now >= probe_at) {
+		if (!no_queue && now >= probe_at) {
 			/* Outside mu: sending may connect. A lost probe is retried next time. */
 			pthread_mutex_unlock(&s->mu);
 			send_msg(s, home, SRSL_PROBE, 0, lock_id, rec->req);
@@ -738,6 +742,8 @@ int ddss_srsl_acquire(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int 
 	}
 	if (!r)
 		r = rec->status;
+	if (r == -EBUSY && !try_only)
+		r = -ETIMEDOUT; /* 0 ms: not grantable at once */
 	rec_unlink(pending_bucket(s, rec->req), rec);
 	/* Unlinked, nobody signals it any more; and once it is a hold, any thread's release
 	 * may free it, so it is not touched after that. */

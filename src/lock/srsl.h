@@ -46,7 +46,10 @@ void ddss_srsl_destroy(struct ddss_srsl *srsl);
  * DDSS_LOCK_EXCLUSIVE). Any thread; blocks the caller.
  *
  * @try_only: never queue; -EBUSY if the lock is not grantable at once (held in a
- * conflicting mode, or others are queued). @timeout_ms < 0: no limit.
+ * conflicting mode, or others are queued). @timeout_ms < 0: no limit; 0: not queued either,
+ * -ETIMEDOUT if not grantable at once. A request that is not queued still waits for the
+ * home's answer (one round trip): at most @timeout_ms if positive, else the transport's
+ * operation timeout.
  *
  * Returns 0 (held), -EBUSY, -ETIMEDOUT (the request is withdrawn; a grant that crosses the
  * withdrawal is released by the home, so nothing leaks), -EHOSTDOWN (the home, or a rank
