@@ -11,6 +11,7 @@ pkgs=(
   liburcu-dev                        # lock-free metadata
   libcunit1-dev                      # tests
   python3                            # launcher test helper
+  spin                               # lock protocol model checking
 )
 if dpkg -s "${pkgs[@]}" >/dev/null 2>&1; then
   exit 0

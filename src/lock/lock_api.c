@@ -219,15 +219,31 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 		return r;
 	scheme = lk_scheme(lk);
 	if (scheme == DDSS_LOCK_SRSL) {
+		/* SRSL needs no record, but takes a slot all the same: the same limit
+		 * (DDSS_LOCK_SLOTS) then holds for every scheme. */
+		r = lock_slot_take(lk, &rq.slot);
+		if (r)
+			return r;
 		r = ddss_srsl_acquire(lk->srsl, rq.home, key, mode, try_only,
 				      try_only ? 0 : timeout_ms);
+		pthread_mutex_lock(&lk->mu);
 		if (!r) {
-			pthread_mutex_lock(&lk->mu);
-			r = lock_holds_add(lk, key, rq.home, rq.hdr, mode, -1) ? 0 : -ENOMEM;
-			pthread_mutex_unlock(&lk->mu);
-			if (r)
-				ddss_srsl_release(lk->srsl, rq.home, key, mode);
+			bool x = mode == DDSS_LOCK_EXCLUSIVE;
+			struct lock_hold *h = lock_holds_add(lk, key, rq.home, rq.hdr, mode,
+							     x ? (int)rq.slot : -1);
+
+			if (h)
+				h->srsl = true;
+			else
+				r = -ENOMEM;
+			if (!h || !x)
+				lock_slot_put_locked(lk, rq.slot, SLOT_FREE);
+		} else {
+			lock_slot_put_locked(lk, rq.slot, SLOT_FREE);
 		}
+		pthread_mutex_unlock(&lk->mu);
+		if (r == -ENOMEM)
+			ddss_srsl_release(lk->srsl, rq.home, key, mode);
 	} else {
 		if (scheme == DDSS_LOCK_DQNL)
 			rq.mode = DDSS_LOCK_EXCLUSIVE; /* the baseline has no shared mode */
@@ -294,7 +310,7 @@ int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
 	/* Take the hold out first: a concurrent second release then finds nothing (-EPERM). */
 	rq.mode = h->excl ? DDSS_LOCK_EXCLUSIVE : DDSS_LOCK_SHARED;
 	rq.slot = h->xslot >= 0 ? (unsigned)h->xslot : 0;
-	srsl = h->xslot < 0 && h->excl ? true : lk_scheme(lk) == DDSS_LOCK_SRSL;
+	srsl = h->srsl;
 	rq.home = h->home;
 	rq.hdr = h->hdr;
 	reset = rq.mode == DDSS_LOCK_SHARED && h->reset;
@@ -308,6 +324,8 @@ int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
 		/* The home's CPU keeps SRSL state by key: release it even for a stale key. */
 		int r2 = ddss_srsl_release(lk->srsl, rq.home, key, rq.mode);
 
+		if (rq.mode == DDSS_LOCK_EXCLUSIVE)
+			lock_slot_put(lk, rq.slot, SLOT_FREE);
 		return r ? r : r2;
 	}
 	if (r == -ESTALE) {

@@ -164,7 +164,8 @@ struct lock_hold {
 	uint32_t home;
 	uint64_t hdr;
 	bool excl;        /* held exclusively */
-	int xslot;        /* ... with this waiter slot (-1: SRSL needs none) */
+	int xslot;        /* ... with this waiter slot */
+	bool srsl;        /* taken with the SRSL scheme */
 	uint32_t shared;  /* shared holds */
 	bool reset;       /* a shared hold saw S >= LOCK_S_RESET: reset the word on release */
 };

@@ -73,15 +73,35 @@ static int wait_turn(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 
 /* ---- exclusive ---- */
 
+/*
+ * Free means no tail and every shared arrival released (R == S). The second CAS only
+ * succeeds if no shared request arrived since D was read, so nobody holds then either;
+ * we become the epoch's closer with nothing left to drain, and reset D.
+ */
 static int x_try(struct ddss_lock *lk, struct lock_req *rq)
 {
-	uint64_t old;
+	uint64_t old, d;
 	int r = cas(lk, rq, LOCK_W, 0, LOCK_WORD(my_id(lk, rq), 0), &old);
 
 	if (r)
 		return r;
-	if (old)
-		return -EBUSY;
+	if (old) {
+		if (LOCK_TAIL(old))
+			return -EBUSY;
+		r = ddss_tp_read(lk->tp, rq->home, rq->hdr + LOCK_D, &d, 8);
+		if (r)
+			return r;
+		if (d != LOCK_WORD(0, LOCK_COUNT(old)))
+			return -EBUSY; /* shared holders, or a closer draining them */
+		r = cas(lk, rq, LOCK_W, old, LOCK_WORD(my_id(lk, rq), 0), &d);
+		if (r)
+			return r;
+		if (d != old)
+			return -EBUSY;
+		r = ddss_tp_write(lk->tp, rq->home, rq->hdr + LOCK_D, &zero, 8);
+		if (r)
+			return r;
+	}
 	rq->stage = STAGE_DONE;
 	return 0;
 }
