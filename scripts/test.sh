@@ -13,11 +13,11 @@ fi
 rm -rf "$build"
 BUILD_DIR=$build "$top/scripts/build.sh"
 ctest --test-dir "$build" --output-on-failure --timeout 900
-# ThreadSanitizer: the segment suite (8 threads x 4 ranks among its tests) in a separate
+# ThreadSanitizer: the segment and lock suites (8 threads x 4 ranks among them) in a separate
 # build of just what it needs, over tcp (the verbs path under TSan is future work).
 tsan=$build-tsan
 rm -rf "$tsan"
 cmake -S "$top" -B "$tsan" -DDDSS_SANITIZER=thread -DDDSS_WITH_VERBS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$tsan" -j"$(nproc)" --target seg_segments ddssrun >/dev/null
+cmake --build "$tsan" -j"$(nproc)" --target seg_segments lock_locks ddssrun >/dev/null
 ctest --test-dir "$tsan" -L tsan --output-on-failure --timeout 900
