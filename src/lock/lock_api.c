@@ -52,6 +52,7 @@ void ddss_lock_stop(struct ddss_lock *lk)
 	if (!lk)
 		return;
 	__atomic_store_n(&lk->stopping, true, __ATOMIC_RELEASE);
+	ddss_srsl_stop(lk->srsl); /* its waiters return; nothing of it uses the net after */
 	pthread_mutex_lock(&lk->mu);
 	while (lk->janitors)
 		pthread_cond_wait(&lk->cv, &lk->mu);
