@@ -3,16 +3,19 @@
 #
 # usage: check.sh [workdir]      (ctest passes its binary dir; default: a temporary dir)
 # env:   DDSS_MODEL_JOBS=n       parallel pan runs (default: min(2, nproc))
-#        DDSS_MODEL_FULL=1       also the big configurations (4 processes x 2 rounds, and
-#                                the non-progress-cycle search at 3 x 2): ~15 min, ~10 GB
+#        DDSS_MODEL_FULL=1       also the big configurations (try-locks with the proposed
+#                                fix and the non-progress-cycle search at 3 processes x 2
+#                                rounds): ~5 min, ~6 GB per run
 #
 # Every configuration is a full (exhaustive, -DCOLLAPSE, no bitstate) safety search without
 # -E, so assertion violations and invalid end states (deadlocks) both count as errors.
 # Expected outcome per configuration:
-#   ok       0 errors, and nothing unreached in the model but the one entry-grant branch
-#            that needs NP shared waiters behind one tail (impossible: the tail is one of NP)
+#   ok       0 errors, and every statement of the processes reached (no vacuous pass)
 #   witness  an assertion fails on purpose: the state it excludes is reachable
 #   broken   a deliberately broken protocol variant: must be caught
+#   known    the protocol as documented, with a known violation (see lock.pml, TRY_FIX):
+#            must still be caught; when docs/locks.md is fixed, model the fix and make
+#            the configuration `ok`
 # Exit: 0 if every configuration behaved as expected, 1 if not, 77 if spin (or a C
 # compiler) is missing.
 set -uo pipefail
@@ -47,10 +50,11 @@ jobs=${DDSS_MODEL_JOBS:-$(nproc 2>/dev/null || echo 1)}
 configs=(
 	"np3|ok|-DNP=3 -DITERS=2|-DSAFETY|"
 	"np3-fair|ok|-DNP=3 -DITERS=2 -DFAIR|-DSAFETY|"
-	"np3-try|ok|-DNP=3 -DITERS=2 -DTRY|-DSAFETY|"
 	"np4-1round|ok|-DNP=4 -DITERS=1|-DSAFETY|"
 	"np4-1round-fair|ok|-DNP=4 -DITERS=1 -DFAIR|-DSAFETY|"
+	"np3-1round-try-fixed|ok|-DNP=3 -DITERS=1 -DTRY -DTRY_FIX|-DSAFETY|"
 	"np3-1round-progress|ok|-DNP=3 -DITERS=1|-DNP|-l"
+	"np3-try-as-documented|known|-DNP=3 -DITERS=2 -DTRY|-DSAFETY|"
 	"reach-shared|witness|-DNP=3 -DITERS=2 -DREACH=1|-DSAFETY|"
 	"reach-granted-together|witness|-DNP=3 -DITERS=2 -DREACH=2|-DSAFETY|"
 	"bug-blind-release|broken|-DNP=3 -DITERS=2 -DBUG_BLIND_RELEASE|-DSAFETY|"
@@ -59,8 +63,7 @@ configs=(
 )
 if [ "${DDSS_MODEL_FULL:-0}" = 1 ]; then
 	configs+=(
-		"np4|ok|-DNP=4 -DITERS=2|-DSAFETY|"
-		"np4-fair|ok|-DNP=4 -DITERS=2 -DFAIR|-DSAFETY|"
+		"np3-try-fixed|ok|-DNP=3 -DITERS=2 -DTRY -DTRY_FIX|-DSAFETY|"
 		"np3-progress|ok|-DNP=3 -DITERS=2|-DNP|-l"
 	)
 fi
@@ -72,9 +75,9 @@ run_one() {
 	(
 		cd "$d" || exit 1
 		spin -a $2 lock.pml >spin.out 2>&1 || { echo "spin -a failed" >>spin.out; exit 2; }
-		"$cc" -O2 -w -DCOLLAPSE -DMEMLIM=4096 $3 -o pan pan.c >cc.out 2>&1 || exit 2
+		"$cc" -O2 -w -DCOLLAPSE -DMEMLIM=8192 $3 -o pan pan.c >cc.out 2>&1 || exit 2
 		start=$(date +%s.%N)
-		./pan -m200000 -w24 $4 >pan.out 2>&1
+		./pan -m200000 -w26 $4 >pan.out 2>&1
 		end=$(date +%s.%N)
 		echo "$start $end" >wall
 		exit 0
@@ -115,27 +118,24 @@ for c in "${configs[@]}"; do
 	case $expect in
 	ok)
 		if [ "${errors:-x}" = 0 ] && [ $complete = 1 ]; then
-			# vacuity guard: only the NP-th entry grant may be unreached in P
-			np=$(sed -n 's/.*-DNP=\([0-9]*\).*/\1/p' <<<"$sflags")
-			bad=""
-			for ln in $(awk '/^unreached in proctype P/ { on = 1; next }
-			                 /^unreached in/ { on = 0 }
-			                 on && /lock.pml:/ { sub(/.*lock.pml:/, ""); sub(/,.*/, "");
-			                                     print }' "$out" | sort -u); do
-				sed -n "${ln}p" "$model" | grep -q "GRANT_ONE($((np - 1)))" || bad="$bad $ln"
-			done
+			# vacuity guard: every statement of P was reached
+			bad=$(awk '/^unreached in proctype P/ { on = 1; next }
+			           /^unreached in/ { on = 0 }
+			           on && /lock.pml:/ { sub(/.*lock.pml:/, ""); sub(/,.*/, "");
+			                               print }' "$out" | sort -un | tr '\n' ' ')
 			if [ -z "$bad" ]; then
 				verdict="PASS"
 			else
-				verdict="FAIL: unreached code at lock.pml line(s)$bad"
+				verdict="FAIL: unreached code at lock.pml line(s) $bad"
 			fi
 		else
 			verdict="FAIL: ${first:-search incomplete}"
 		fi
 		;;
-	witness | broken)
+	witness | broken | known)
 		if [ "${errors:-0}" != 0 ] && grep -q '^pan:1:' "$out"; then
 			verdict="PASS (found: ${first#pan:1: })"
+			[ "$expect" = known ] && verdict="PASS, KNOWN PROTOCOL BUG (found: ${first#pan:1: })"
 		else
 			verdict="FAIL: expected a violation, got none"
 		fi

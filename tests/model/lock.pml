@@ -1,36 +1,43 @@
 /*
- * Promela model of the N-CoSED lock protocol of docs/locks.md (shared/exclusive lock over
- * W = [T | S], DQNL queue of exclusive waiters, drain word D = [C | R], shared-waiter
- * entries, and with -DFAIR the ticket/turn variant over K and N). check.sh runs it.
+ * Promela model of the N-CoSED lock protocol of docs/locks.md (as of commit 6514160):
+ * shared/exclusive lock over W = [T | S] (S counts shared arrivals, never decremented),
+ * DQNL queue of exclusive waiters, drain word D = [C | R] (R counts shared releases, one
+ * FA each), shared-waiter entries, the exclusive release that grants registered shared
+ * requests before its CAS, the carry reset, the try-locks (-DTRY), and with -DFAIR the
+ * ticket/turn variant over K and N. check.sh runs it.
  *
  * What is modelled, and how:
  *  - NP processes (waiter ids 1..NP; 0 = none), each doing ITERS acquire/release rounds,
- *    choosing shared or exclusive (and with -DTRY also the two try-locks) each round.
+ *    choosing shared or exclusive (with -DTRY also try-exclusive / try-shared) each round.
  *    A process stands for one waiter slot reused round after round.
- *  - The home's words W, D, K, N are globals; every remote atomic (FA, CAS) is one
- *    atomic{} step, an RDMA write to the home (D = 0) is one step.
+ *  - The home's words W, D, K, N are globals; every remote atomic (FA, CAS) and every
+ *    remote read or write of them is one atomic{} step.
  *  - Each waiter record (next_s, next, grant, entry[]) is a set of globals; every RDMA
  *    write into a record is one step, the successor's two writes (next_s, then next) are
- *    two steps in that order. Waiting = a blocking guard on the record (poll mode), so the
- *    wake-up notifications carry no information and are not modelled. A waiter's local
- *    reads of its own record are single steps.
+ *    two steps in that order. Waiting = a blocking guard on the record (poll mode); the
+ *    wake-up notifications carry no information and are not modelled, and the event-mode
+ *    grant (a notification whose handler sets `grant`) is, like the poll-mode grant, one
+ *    step that sets `grant`. A waiter's reads of its own record are single steps.
  *  - Drain notifications: a releaser does FA(D, 1) in one step and, in a later step,
  *    increments the closer's `drained` (asynchronous, as the handler counting them).
  *    `drained` is reset when the slot is taken (exclusive step 1), as src/lock does.
- *  - The shared grants of exclusive release step 3 land in any order (one step each,
- *    clearing the entry with it: no one else touches my entries then); the grant to the
- *    exclusive successor lands only after all of them (step 3 waits for the writes).
- *  - Entries hold the shared waiter's id only (the [k+1 | ...] tag adds nothing here).
- *    Entry overflow (more than 64 shared requests behind one tail, the "retried while
- *    the entry is taken" case) is NOT modelled: the arrays have NP entries per record,
- *    which the model asserts is enough (k < NP and the entry is free at the CAS).
+ *  - Exclusive release: the grants of registered shared requests (before the CAS, between
+ *    its retries, and after it) land one step each, in any order among those registered;
+ *    the releaser remembers which indices it granted (local bitmask gm). The grant of the
+ *    exclusive successor comes after all of them.
+ *  - Carry reset: the threshold 2^31 is the macro SHALF (default 2, so the path runs): a
+ *    shared holder whose arrival saw S >= SHALF with T == 0 runs one exclusive acquire and
+ *    release after its own release (part of the same round).
+ *  - Entries hold the shared waiter's id (the [k+1 | ...] tag adds nothing here). The `ovf`
+ *    stack for k >= 64 is NOT modelled: each record has KMAX = (NP - 1) * ITERS entries, enough
+ *    for every arrival of the model, which asserts k < KMAX and that the entry is free.
  *  - Timeouts (a background thread finishes the acquire and releases at once) behave as an
  *    acquire plus an immediate release and are not modelled separately; nor are failures,
  *    DQNL-only and SRSL.
  *
- * Properties (all asserts; check.sh runs spin's safety search without -E, so deadlocks,
- * i.e. invalid end states, are errors too; there are no end labels: every process must
- * finish its rounds):
+ * Properties (asserts; check.sh runs spin's safety search without -E, so deadlocks, i.e.
+ * invalid end states, are errors too; there are no end labels: every process must finish
+ * its rounds):
  *  (a) mutual exclusion: ghost counts nex / nsh of exclusive / shared holders;
  *  (b) several shared holders at once is reachable: -DREACH=1 asserts nsh < 2,
  *      -DREACH=2 asserts that never two holders granted by one exclusive release hold
@@ -38,23 +45,34 @@
  *  (c) no deadlock: invalid end states;
  *  (d) FIFO hand-over: ghost queue of the exclusive requests in the order they swapped
  *      themselves in as tail, checked at each exclusive entry;
- *  (e) no carry / borrow: S <= NP after every increment, S > 0 before every decrement;
- *  plus the drain invariants: the closer finds C == 0, a releaser's notification only
- *  goes to the registered closer, and at D = 0 the word is exactly [me | s]; the record
- *  invariants: a shared request's entry is free, a releasing tail has no entry left
- *  behind; and at the end of all rounds W == 0, D == 0, K == N, no entry is left.
+ *  (e) no carry: S <= SHALF + NP after every increment (each process arrives at most once
+ *      more after S reached the reset threshold before an exclusive swap resets it), and
+ *      R <= SHALF + NP; there is no decrement of S or R anywhere (no borrow);
+ *  plus the drain invariants: the closer finds C == 0 and c <= s, a releaser's
+ *  notification only goes to the registered closer, at D = 0 the word is exactly
+ *  [me | s], and D == 0 whenever an exclusive holder enters; the record invariants: a
+ *  shared request's entry is free, a releasing tail has no entry left behind; and at the
+ *  end of all rounds T == 0, D == [0 | S] (every arrival of the last epoch released),
+ *  K == N, no entry left.
  *
  * Deliberately broken variants (check.sh expects each to FAIL):
  *  -DBUG_BLIND_RELEASE  exclusive release with next == 0 reads W and writes [0 | S] back
  *                       (a plain write instead of the CAS: loses a racing FA / swap);
  *  -DBUG_NO_DRAIN       the closer of an epoch does not wait for its shared holders;
  *  -DBUG_NO_GRANT_WAIT  an exclusive request with a predecessor does not wait for its
- *                       grant (caught by the mutual exclusion / FIFO asserts).
- * Exploratory: -DPOSTED_D_RESET makes the closer's D = 0 write a posted RDMA write that
- * lands at any later point before the closer's next operation at the home (same QP);
- * the doc does not say the closer waits for its completion before it holds. spin finds
- * a stale closer in D, then mutual exclusion violations: the write must complete (or be
- * replaced by an atomic whose result is awaited) before step 7.
+ *                       grant.
+ * Known protocol bug (docs/locks.md "Try-lock", exclusive; src/lock/lock_queue.c x_try):
+ * with -DTRY spin finds an ABA on W. Try-X reads W = [0 | s] and D = [0 | s]; before its
+ * second CAS an exclusive request swaps [0 | s] out, drains nothing, holds, releases to
+ * [0 | 0], and a shared request arrives in the new idle epoch (W = [0 | 1] again, s = 1)
+ * and holds. The second CAS(W, [0 | s], [me | 0]) succeeds on the new epoch: try-X holds
+ * exclusively beside that shared holder, and its D = 0 write loses the holder's release
+ * count. -DTRY_FIX models a fix: after the second CAS, register as closer as in exclusive
+ * acquire step 6 (FA(D, me << 32), wait for s - c drain notifications, reset D).
+ *
+ * Exploratory: -DPOSTED_D_RESET makes the D = 0 writes (closer, try-exclusive) posted
+ * RDMA writes that land at any later point before the writer's next operation at the
+ * home (same QP); the doc does not say the writer waits for their completion.
  */
 
 #ifndef NP
@@ -66,28 +84,33 @@
 #ifndef REACH
 #define REACH 0
 #endif
+#ifndef SHALF
+#define SHALF 2
+#endif
+#define KMAX ((NP - 1) * ITERS)
+#define SMAX (SHALF + NP)
 
 /* home words */
-byte W_T, W_S;    /* W = [T | S] */
-byte D_C, D_R;    /* D = [C | R] */
+byte W_T, W_S;  /* W = [T | S] */
+byte D_C, D_R;  /* D = [C | R] */
 byte K, N;      /* fair: ticket, turn */
 
 /* waiter records, index = waiter id (1..NP) */
 byte next_s[NP + 1];
 byte nxt[NP + 1];
 bit grant[NP + 1];
-byte entry[(NP + 1) * NP];  /* entry[id * NP + k] = id of shared request k behind id */
-byte drained[NP + 1];       /* the slot's local count of drain notifications */
+byte entry[(NP + 1) * KMAX]; /* entry[id * KMAX + k] = id of shared request k behind id */
+byte drained[NP + 1];        /* the slot's local count of drain notifications */
 
 /* ghosts */
 byte nex, nsh;        /* exclusive / shared holders */
 byte xq[NP];          /* exclusive requests in swap order (circular) */
 byte xqh, xqt;
 #ifdef POSTED_D_RESET
-byte dpend;           /* the closer whose D = 0 write is in flight (0 = none) */
+byte dpend;           /* the process whose D = 0 write is in flight (0 = none) */
 #endif
 
-#define E(id, k) entry[(id) * NP + (k)]
+#define E(id, k) entry[(id) * KMAX + (k)]
 
 #if REACH == 2
 byte gen;             /* exclusive releases so far */
@@ -100,29 +123,61 @@ byte hg[NP + 1];      /* the same, for the shared holders */
 #define GEN_INC skip
 #endif
 
-/* Step 3 of exclusive release: one shared grant lands (any order). */
-#define GRANT_ONE(k) \
-	:: atomic { s > k && E(me, k) != 0 -> SET_SG(E(me, k)); grant[E(me, k)] = 1; \
-	            E(me, k) = 0 }
+/* Exclusive release: grant my shared request k if it is below lim, registered and not
+ * granted yet (one step: the grant lands, my entry is cleared, gm remembers it). */
+#define GR(k, lim) \
+	:: atomic { k < (lim) && (gm & (1 << k)) == 0 && E(me, k) != 0 -> \
+	            SET_SG(E(me, k)); grant[E(me, k)] = 1; E(me, k) = 0; gm = gm | (1 << k) }
+
+/* one option per entry index below KMAX (gm is a byte: at most 8) */
+#if KMAX > 8
+#error "KMAX > 8: widen gm and GRANTS"
+#elif KMAX > 6
+#define GRANTS(lim) GR(0, lim) GR(1, lim) GR(2, lim) GR(3, lim) GR(4, lim) GR(5, lim) \
+                    GR(6, lim) GR(7, lim)
+#elif KMAX > 4
+#define GRANTS(lim) GR(0, lim) GR(1, lim) GR(2, lim) GR(3, lim) GR(4, lim) GR(5, lim)
+#elif KMAX > 3
+#define GRANTS(lim) GR(0, lim) GR(1, lim) GR(2, lim) GR(3, lim)
+#elif KMAX > 2
+#define GRANTS(lim) GR(0, lim) GR(1, lim) GR(2, lim)
+#else
+#define GRANTS(lim) GR(0, lim) GR(1, lim)
+#endif
+#define ALL(lim) ((1 << (lim)) - 1)
 
 #ifdef POSTED_D_RESET
+#define D_RESET dpend = me
 /* The home executes my operations in order (one QP): my next home access waits for it. */
 #define HOME_ORDER (dpend != me)
-#else
-#define HOME_ORDER skip
-#endif
-
-#ifdef POSTED_D_RESET
 active proctype DWrite() {
 end:	do
 	:: atomic { dpend != 0 -> D_C = 0; D_R = 0; dpend = 0 }
 	od
 }
+#else
+#define D_RESET D_C = 0; D_R = 0
+#define HOME_ORDER skip
 #endif
 
+/* An exclusive holder enters: mutual exclusion, FIFO, and D is free. */
+#ifdef POSTED_D_RESET
+#define D_FREE skip
+#else
+#define D_FREE assert(D_C == 0 && D_R == 0)
+#endif
+#define X_ENTER \
+	atomic { \
+		assert(nex == 0 && nsh == 0); \
+		nex++; \
+		assert(xq[xqh] == me); \
+		xq[xqh] = 0; xqh = (xqh + 1) % NP; \
+		D_FREE \
+	}
+
 proctype P(byte me) {
-	byte it, p, s, c, q, x, t, vT, k, oldC;
-	bit ok;
+	byte it, p, s, c, q, x, t, vT, k, oldC, gm, dc, dr;
+	bit ok, duty;
 
 	do
 	:: it < ITERS ->
@@ -136,7 +191,7 @@ proctype P(byte me) {
 		fi;
 
 exclusive:
-		skip;
+		HOME_ORDER;
 		/* 1. clear my record (and take the slot: drained = 0) */
 		d_step { next_s[me] = 0; nxt[me] = 0; grant[me] = 0; drained[me] = 0 }
 #ifdef FAIR
@@ -175,37 +230,41 @@ exclusive:
 #endif
 		:: else
 		fi;
-		/* 6. drain the s shared requests of the closed epoch */
+		/* 6. drain the s shared arrivals of the closed epoch */
 #ifndef BUG_NO_DRAIN
 		if
 		:: s > 0 ->
 			atomic { assert(D_C == 0); c = D_R; D_C = me };
 			assert(c <= s);
 			drained[me] == s - c;
-#ifdef POSTED_D_RESET
-			atomic { assert(D_C == me && D_R == s); dpend = me }
-#else
-			atomic { assert(D_C == me && D_R == s); D_C = 0; D_R = 0 }
-#endif
+			atomic { assert(D_C == me && D_R == s); D_RESET }
 		:: else
 		fi;
 #endif
 		/* 7. hold */
-		atomic {
-			assert(nex == 0 && nsh == 0);
-			nex++;
-			assert(xq[xqh] == me);
-			xq[xqh] = 0; xqh = (xqh + 1) % NP
-		}
-		goto exclusive_release;
+		X_ENTER;
 
 exclusive_release:
 		nex--;
-		/* 1. no successor announced: try to make my epoch the idle one */
+		GEN_INC;
+		gm = 0;
+		/* 1. no successor announced: grant the registered, CAS, grant the rest */
 		if
 		:: nxt[me] == 0 ->
 			HOME_ORDER;
-			x = 0;
+			do
+			GRANTS(KMAX)
+			:: else -> break
+			od;
+			/* x starts as the number granted */
+			atomic {
+				x = 0; k = 0;
+				do
+				:: k < KMAX -> if :: (gm & (1 << k)) != 0 -> x++ :: else fi; k++
+				:: else -> break
+				od;
+				k = 0
+			}
 #ifdef BUG_BLIND_RELEASE
 			d_step { vT = W_T; x = W_S };
 			if
@@ -221,13 +280,17 @@ exclusive_release:
 				fi }
 				if
 				:: ok -> break
-				:: !ok && vT == me
+				:: !ok && vT == me ->
+					do
+					GRANTS(KMAX)
+					:: else -> break
+					od
 				:: else -> break
 				fi
 			od;
 #endif
 			if
-			:: ok -> s = x; GEN_INC; goto grant_shared
+			:: ok -> s = x; q = 0; goto grant_rest
 			:: else -> nxt[me] != 0   /* transient: the successor will announce */
 			fi
 		:: else
@@ -235,33 +298,18 @@ exclusive_release:
 		/* 2. */
 		q = nxt[me];
 		s = next_s[me];
-		GEN_INC;
-grant_shared:
-		/* 3. wait for my s entries, then grant them all (any order), wait for the writes */
-		assert(s < NP);
-		k = 0;
+grant_rest:
+		/* 3. grant my s shared requests not granted yet, waiting for them to register */
+		assert(s <= KMAX);
 		do
-		:: k < s -> E(me, k) != 0; k++
-		:: else -> break
+		GRANTS(s)
+		:: (gm & ALL(s)) == ALL(s) -> break
 		od;
-		do
-		GRANT_ONE(0)
-		GRANT_ONE(1)
-#if NP > 2
-		GRANT_ONE(2)
-#endif
-#if NP > 3
-		GRANT_ONE(3)
-#endif
-#if NP > 4
-		GRANT_ONE(4)
-#endif
-		:: else -> break
-		od;
+		assert(gm == ALL(s));   /* nothing granted beyond my s */
 		/* nothing else may have queued behind me */
 		k = 0;
 		do
-		:: k < NP -> assert(E(me, k) == 0); k++
+		:: k < KMAX -> assert(E(me, k) == 0); k++
 		:: else -> break
 		od;
 		/* 4. hand over to the successor */
@@ -273,17 +321,20 @@ grant_shared:
 
 shared:
 		/* 1. */
+		HOME_ORDER;
 		grant[me] = 0;
-		atomic { vT = W_T; k = W_S; W_S++; assert(W_S <= NP) }
+		atomic {
+			vT = W_T; k = W_S; W_S++; assert(W_S <= SMAX);
+			duty = (vT == 0 && k >= SHALF)
+		}
 		if
 		:: vT == 0 -> skip /* 2. idle epoch: granted at once */
 		:: else ->
-			/* 3. request k of vT's epoch */
-			assert(k < NP);
+			/* 3. request k of vT's epoch: one write into its entry k */
+			assert(k < KMAX);
 			atomic { assert(E(vT, k) == 0); E(vT, k) = me };
 			grant[me] != 0
 		fi;
-		goto shared_hold;
 
 shared_hold:
 		atomic {
@@ -309,61 +360,75 @@ shared_hold:
 			hg[me] = 0
 #endif
 		}
-		/* shared release 1: CAS(W, [0 | x], [0 | x - 1]) from x = 1 */
-		x = 1;
-		do
-		:: atomic {
-			if
-			:: W_T == 0 && W_S == x -> assert(W_S > 0); W_S--; ok = 1
-			:: else -> vT = W_T; x = W_S; ok = 0
-			fi }
-			if
-			:: ok -> break
-			:: !ok && vT == 0
-			:: else -> break
-			fi
-		od;
+		/* shared release: FA(D, 1); notify the closer if one registered */
+		HOME_ORDER;
+		atomic { oldC = D_C; D_R++; assert(D_R <= SMAX) };
 		if
-		:: ok -> skip
-		:: else ->
-			/* 2. my epoch was closed: count me in D, notify the closer if registered */
-			atomic { oldC = D_C; D_R++; assert(D_R <= NP) };
-			if
-			:: oldC != 0 -> atomic { assert(D_C == oldC); drained[oldC]++ }
-			:: else
-			fi
+		:: oldC != 0 -> atomic { assert(D_C == oldC); drained[oldC]++ }
+		:: else
 		fi;
-		goto next_round;
+		/* carry reset: one empty exclusive acquire and release */
+		if
+		:: duty -> duty = 0; goto exclusive
+		:: else -> goto next_round
+		fi;
 
 #ifdef TRY
 try_exclusive:
-		skip;
+		HOME_ORDER;
 		d_step { next_s[me] = 0; nxt[me] = 0; grant[me] = 0; drained[me] = 0 }
 		atomic {
 			if
 			:: W_T == 0 && W_S == 0 ->
 				W_T = me; ok = 1;
 				xq[xqt] = me; xqt = (xqt + 1) % NP
-			:: else -> ok = 0
+			:: else -> vT = W_T; s = W_S; ok = 0
 			fi }
 		if
-		:: ok ->
-			atomic {
-				assert(nex == 0 && nsh == 0);
-				nex++;
-				assert(xq[xqh] == me);
-				xq[xqh] = 0; xqh = (xqh + 1) % NP
-			}
-			goto exclusive_release
+		:: ok -> skip
+		:: !ok && vT == 0 ->
+			/* [0 | s], s > 0: free only if D == [0 | s] */
+			atomic { dc = D_C; dr = D_R };
+			if
+			:: dc == 0 && dr == s ->
+				atomic {
+					if
+					:: W_T == 0 && W_S == s ->
+						W_T = me; W_S = 0; ok = 1;
+						xq[xqt] = me; xqt = (xqt + 1) % NP
+					:: else -> ok = 0
+					fi }
+				if
+#ifndef TRY_FIX
+				:: ok -> atomic { D_RESET }
+#else
+				/* proposed fix: register as the closer of the s arrivals, as in
+				 * exclusive acquire step 6, instead of resetting D blindly */
+				:: ok ->
+					atomic { assert(D_C == 0); c = D_R; D_C = me };
+					assert(c <= s);
+					drained[me] == s - c;
+					atomic { assert(D_C == me && D_R == s); D_RESET }
+#endif
+				:: else
+				fi
+			:: else
+			fi
+		:: else
+		fi;
+		if
+		:: ok -> X_ENTER; goto exclusive_release
 		:: else -> goto next_round   /* -EBUSY */
 		fi;
 
 try_shared:
+		HOME_ORDER;
 		x = 0;
 		do
 		:: atomic {
 			if
-			:: W_T == 0 && W_S == x -> W_S++; assert(W_S <= NP); ok = 1
+			:: W_T == 0 && W_S == x ->
+				W_S++; assert(W_S <= SMAX); ok = 1; duty = (x >= SHALF)
 			:: else -> vT = W_T; x = W_S; ok = 0
 			fi }
 			if
@@ -381,7 +446,7 @@ try_shared:
 next_round:
 		HOME_ORDER;
 		d_step { it++; p = 0; s = 0; c = 0; q = 0; x = 0; t = 0; vT = 0; k = 0;
-		         oldC = 0; ok = 0 }
+		         oldC = 0; gm = 0; dc = 0; dr = 0; ok = 0; duty = 0 }
 	:: else -> break
 	od
 }
@@ -401,13 +466,13 @@ init {
 		:: else -> break
 		od
 	}
-	/* all rounds done: every count was taken out again, nothing left queued */
+	/* all rounds done: the last epoch is idle and every arrival of it released */
 	_nr_pr == OTHERS;
-	assert(W_T == 0 && W_S == 0 && D_C == 0 && D_R == 0 && K == N);
+	assert(W_T == 0 && D_C == 0 && D_R == W_S && K == N);
 	assert(nex == 0 && nsh == 0 && xqh == xqt);
 	i = 0;
 	do
-	:: i < (NP + 1) * NP -> assert(entry[i] == 0); i++
+	:: i < (NP + 1) * KMAX -> assert(entry[i] == 0); i++
 	:: else -> break
 	od
 }
