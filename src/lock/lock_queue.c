@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 
 static const uint64_t zero;
 
@@ -61,6 +62,13 @@ static int wait_turn(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 			return r;
 		if (turn == rq->ticket)
 			return 0;
+		/* Tickets between ours and the turn each need one CAS loop: poll less often the
+		 * further back we are, so waiters do not flood the home with reads. */
+		if (rq->ticket - turn > 1 && rq->ticket - turn < (1ull << 20)) {
+			struct timespec ts = { 0, (long)(rq->ticket - turn) * 2000 };
+
+			nanosleep(&ts, NULL);
+		}
 		if (++spins % 64 == 0) {
 			if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
 				return -ESHUTDOWN;
@@ -73,10 +81,14 @@ static int wait_turn(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 
 /* ---- exclusive ---- */
 
+static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns);
+
 /*
- * Free means no tail and every shared arrival released (R == S). The second CAS only
- * succeeds if no shared request arrived since D was read, so nobody holds then either;
- * we become the epoch's closer with nothing left to drain, and reset D.
+ * Free means no tail and every shared arrival released (D == [0 | S]). Between reading D
+ * and the second CAS the word can go through a whole epoch and come back to the same
+ * [0 | s] with a new shared holder in it (an ABA that the spin model found), so after
+ * that CAS we register as the closer of those s arrivals like any exclusive request
+ * (acquire step 6): almost always all s are released already and nothing is waited for.
  */
 static int x_try(struct ddss_lock *lk, struct lock_req *rq)
 {
@@ -85,25 +97,26 @@ static int x_try(struct ddss_lock *lk, struct lock_req *rq)
 
 	if (r)
 		return r;
-	if (old) {
-		if (LOCK_TAIL(old))
-			return -EBUSY;
-		r = ddss_tp_read(lk->tp, rq->home, rq->hdr + LOCK_D, &d, 8);
-		if (r)
-			return r;
-		if (d != LOCK_WORD(0, LOCK_COUNT(old)))
-			return -EBUSY; /* shared holders, or a closer draining them */
-		r = cas(lk, rq, LOCK_W, old, LOCK_WORD(my_id(lk, rq), 0), &d);
-		if (r)
-			return r;
-		if (d != old)
-			return -EBUSY;
-		r = ddss_tp_write(lk->tp, rq->home, rq->hdr + LOCK_D, &zero, 8);
-		if (r)
-			return r;
+	if (!old) {
+		rq->stage = STAGE_DONE;
+		return 0;
 	}
-	rq->stage = STAGE_DONE;
-	return 0;
+	if (LOCK_TAIL(old))
+		return -EBUSY;
+	r = ddss_tp_read(lk->tp, rq->home, rq->hdr + LOCK_D, &d, 8);
+	if (r)
+		return r;
+	if (d != LOCK_WORD(0, LOCK_COUNT(old)))
+		return -EBUSY; /* shared holders, or a closer draining them */
+	r = cas(lk, rq, LOCK_W, old, LOCK_WORD(my_id(lk, rq), 0), &d);
+	if (r)
+		return r;
+	if (d != old)
+		return -EBUSY;
+	rq->pred = 0;
+	rq->count = LOCK_COUNT(old);
+	rq->stage = STAGE_GRANTED;
+	return x_acquire(lk, rq, INT64_MAX);
 }
 
 /* Swap ourselves in as tail, keeping nothing of the word but the predecessor and count. */

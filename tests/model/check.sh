@@ -3,8 +3,8 @@
 #
 # usage: check.sh [workdir]      (ctest passes its binary dir; default: a temporary dir)
 # env:   DDSS_MODEL_JOBS=n       parallel pan runs (default: min(2, nproc))
-#        DDSS_MODEL_FULL=1       also the big configurations (try-locks with the proposed
-#                                fix and the non-progress-cycle search at 3 processes x 2
+#        DDSS_MODEL_FULL=1       also the big configurations (try-locks at 2 rounds
+#                                and the non-progress-cycle search at 3 processes x 2
 #                                rounds): ~5 min, ~6 GB per run
 #
 # Every configuration is a full (exhaustive, -DCOLLAPSE, no bitstate) safety search without
@@ -13,9 +13,6 @@
 #   ok       0 errors, and every statement of the processes reached (no vacuous pass)
 #   witness  an assertion fails on purpose: the state it excludes is reachable
 #   broken   a deliberately broken protocol variant: must be caught
-#   known    the protocol as documented, with a known violation (see lock.pml, TRY_FIX):
-#            must still be caught; when docs/locks.md is fixed, model the fix and make
-#            the configuration `ok`
 # Exit: 0 if every configuration behaved as expected, 1 if not, 77 if spin (or a C
 # compiler) is missing.
 set -uo pipefail
@@ -52,9 +49,9 @@ configs=(
 	"np3-fair|ok|-DNP=3 -DITERS=2 -DFAIR|-DSAFETY|"
 	"np4-1round|ok|-DNP=4 -DITERS=1|-DSAFETY|"
 	"np4-1round-fair|ok|-DNP=4 -DITERS=1 -DFAIR|-DSAFETY|"
-	"np3-1round-try-fixed|ok|-DNP=3 -DITERS=1 -DTRY -DTRY_FIX|-DSAFETY|"
+	"np3-1round-try|ok|-DNP=3 -DITERS=1 -DTRY|-DSAFETY|"
 	"np3-1round-progress|ok|-DNP=3 -DITERS=1|-DNP|-l"
-	"np3-try-as-documented|known|-DNP=3 -DITERS=2 -DTRY|-DSAFETY|"
+	"bug-try-blind-reset|broken|-DNP=3 -DITERS=2 -DTRY -DBUG_TRY_BLIND_RESET|-DSAFETY|"
 	"reach-shared|witness|-DNP=3 -DITERS=2 -DREACH=1|-DSAFETY|"
 	"reach-granted-together|witness|-DNP=3 -DITERS=2 -DREACH=2|-DSAFETY|"
 	"bug-blind-release|broken|-DNP=3 -DITERS=2 -DBUG_BLIND_RELEASE|-DSAFETY|"
@@ -63,7 +60,7 @@ configs=(
 )
 if [ "${DDSS_MODEL_FULL:-0}" = 1 ]; then
 	configs+=(
-		"np3-try-fixed|ok|-DNP=3 -DITERS=2 -DTRY -DTRY_FIX|-DSAFETY|"
+		"np3-try|ok|-DNP=3 -DITERS=2 -DTRY|-DSAFETY|"
 		"np3-progress|ok|-DNP=3 -DITERS=2|-DNP|-l"
 	)
 fi

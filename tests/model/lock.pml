@@ -61,14 +61,15 @@
  *  -DBUG_NO_DRAIN       the closer of an epoch does not wait for its shared holders;
  *  -DBUG_NO_GRANT_WAIT  an exclusive request with a predecessor does not wait for its
  *                       grant.
- * Known protocol bug (docs/locks.md "Try-lock", exclusive; src/lock/lock_queue.c x_try):
- * with -DTRY spin finds an ABA on W. Try-X reads W = [0 | s] and D = [0 | s]; before its
+ * -DBUG_TRY_BLIND_RESET  the first version of try-exclusive (found by this model): with
+ * -DTRY spin finds an ABA on W. Try-X reads W = [0 | s] and D = [0 | s]; before its
  * second CAS an exclusive request swaps [0 | s] out, drains nothing, holds, releases to
  * [0 | 0], and a shared request arrives in the new idle epoch (W = [0 | 1] again, s = 1)
  * and holds. The second CAS(W, [0 | s], [me | 0]) succeeds on the new epoch: try-X holds
  * exclusively beside that shared holder, and its D = 0 write loses the holder's release
- * count. -DTRY_FIX models a fix: after the second CAS, register as closer as in exclusive
- * acquire step 6 (FA(D, me << 32), wait for s - c drain notifications, reset D).
+ * count. The protocol (and this model by default) therefore registers as closer after the
+ * second CAS, as in exclusive acquire step 6 (FA(D, me << 32), wait for s - c drain
+ * notifications, reset D).
  *
  * Exploratory: -DPOSTED_D_RESET makes the D = 0 writes (closer, try-exclusive) posted
  * RDMA writes that land at any later point before the writer's next operation at the
@@ -399,11 +400,11 @@ try_exclusive:
 					:: else -> ok = 0
 					fi }
 				if
-#ifndef TRY_FIX
+#ifdef BUG_TRY_BLIND_RESET
 				:: ok -> atomic { D_RESET }
 #else
-				/* proposed fix: register as the closer of the s arrivals, as in
-				 * exclusive acquire step 6, instead of resetting D blindly */
+				/* register as the closer of the s arrivals, as in exclusive
+				 * acquire step 6, instead of resetting D blindly (the ABA below) */
 				:: ok ->
 					atomic { assert(D_C == 0); c = D_R; D_C = me };
 					assert(c <= s);
