@@ -81,6 +81,16 @@ static int wait_turn(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 
 /* ---- exclusive ---- */
 
+/* Queued behind rq->pred: wait until the lock is handed to us (at once if no pred). */
+static int wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns)
+{
+	uint64_t v;
+
+	if (!rq->pred)
+		return 0;
+	return lock_wait_rec(lk, rq->slot, REC_GRANT, LOCK_ID_RANK(rq->pred), deadline_ns, &v);
+}
+
 static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns);
 
 /*
@@ -188,12 +198,9 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 		rq->stage = STAGE_ANNOUNCED;
 		/* fall through */
 	case STAGE_ANNOUNCED:
-		if (rq->pred) {
-			r = lock_wait_rec(lk, rq->slot, REC_GRANT, LOCK_ID_RANK(rq->pred),
-					  deadline_ns, &v);
-			if (r)
-				return r;
-		}
+		r = wait_grant(lk, rq, deadline_ns);
+		if (r)
+			return r;
 		rq->stage = STAGE_GRANTED;
 		/* fall through */
 	case STAGE_GRANTED:
@@ -333,7 +340,7 @@ static int s_register(struct ddss_lock *lk, struct lock_req *rq, int64_t deadlin
 
 static int s_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns)
 {
-	uint64_t old, v;
+	uint64_t old;
 	int r;
 
 	switch (rq->stage) {
@@ -362,12 +369,9 @@ static int s_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 		rq->stage = STAGE_ANNOUNCED;
 		/* fall through */
 	case STAGE_ANNOUNCED:
-		if (rq->pred) {
-			r = lock_wait_rec(lk, rq->slot, REC_GRANT, LOCK_ID_RANK(rq->pred),
-					  deadline_ns, &v);
-			if (r)
-				return r;
-		}
+		r = wait_grant(lk, rq, deadline_ns);
+		if (r)
+			return r;
 		rq->stage = STAGE_DONE;
 		/* fall through */
 	default:
