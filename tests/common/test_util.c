@@ -1,4 +1,5 @@
 #include "common/test_util.h"
+#include "ddss/ddss.h"
 #include "net/net.h"
 
 #include <CUnit/Basic.h>
@@ -76,6 +77,45 @@ void test_barrier_or_exit(struct ddss_net *net, int timeout_ms)
 
 	if (r) {
 		fprintf(stderr, "rank %u: barrier failed: %s\n", ddss_net_rank(net), strerror(-r));
+		exit(1);
+	}
+}
+
+static ddss_ctx_t *board_ctx;
+static ddss_key_t board_key;
+
+int test_board_open(ddss_ctx_t *ctx)
+{
+	board_ctx = ctx;
+	return ddss_allocate_ss(ctx, (size_t)ddss_size(ctx) * TEST_BOARD_SLOTS * 8,
+				&(struct ddss_seg_attr){ .name = "board" }, &board_key);
+}
+
+static size_t board_at(uint32_t rank, unsigned i)
+{
+	return ((size_t)(rank - 1) * TEST_BOARD_SLOTS + i) * 8;
+}
+
+void test_board_put(unsigned i, uint64_t v)
+{
+	CU_ASSERT_EQUAL_FATAL(ddss_put(board_ctx, board_key, board_at(ddss_rank(board_ctx), i),
+				       &v, 8), 0);
+}
+
+uint64_t test_board_get(uint32_t from, unsigned i)
+{
+	uint64_t v = 0;
+
+	CU_ASSERT_EQUAL(ddss_get(board_ctx, board_key, board_at(from, i), &v, 8), 0);
+	return v;
+}
+
+void test_ctx_barrier_or_exit(ddss_ctx_t *ctx)
+{
+	int r = ddss_barrier(ctx);
+
+	if (r) {
+		fprintf(stderr, "rank %u: barrier failed: %s\n", ddss_rank(ctx), ddss_strerror(r));
 		exit(1);
 	}
 }

@@ -32,4 +32,19 @@ struct ddss_net *test_net_open_or_exit(void);
  */
 void test_barrier_or_exit(struct ddss_net *net, int timeout_ms);
 
+/*
+ * The board: a named segment through which the ranks of a ddss context pass numbers (keys,
+ * counts) to each other. Rank r owns TEST_BOARD_SLOTS 8-byte slots; everyone reads them.
+ */
+#define TEST_BOARD_SLOTS 64
+struct ddss_ctx;
+/** Create (or find) the board for every rank of @ctx; 0 or -errno. Collective in effect. */
+int test_board_open(struct ddss_ctx *ctx);
+/** Write this rank's slot @i (asserted, fatal on failure). */
+void test_board_put(unsigned i, uint64_t v);
+/** Read rank @from's slot @i (asserted; 0 on failure). */
+uint64_t test_board_get(uint32_t from, unsigned i);
+/** ddss_barrier on @ctx, or exit(1) saying why (see test_barrier_or_exit). */
+void test_ctx_barrier_or_exit(struct ddss_ctx *ctx);
+
 #endif

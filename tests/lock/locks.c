@@ -39,7 +39,6 @@
 #include <string.h>
 #include <time.h>
 
-#define BOARD_SLOTS 64
 #define STAMP_WORDS 512 /* 4 KiB written by every exclusive holder */
 #define HALF_WORDS (STAMP_WORDS / 2)
 #define HDR_WORDS 8     /* [0] exclusive count, [1] current exclusive holder's stamp */
@@ -49,7 +48,6 @@
 
 static ddss_ctx_t *ctx;
 static uint32_t me, nranks;
-static ddss_key_t board;
 static enum ddss_lock_scheme scheme = DDSS_LOCK_NCOSED;
 static bool fair, poll_mode;
 static unsigned nthreads = 4, nmany = 16, iters = 1000;
@@ -76,12 +74,7 @@ static double now_ms(void)
 
 static void barrier(void)
 {
-	int r = ddss_barrier(ctx);
-
-	if (r) {
-		fprintf(stderr, "rank %u: barrier failed: %s\n", me, ddss_strerror(r));
-		exit(1);
-	}
+	test_ctx_barrier_or_exit(ctx);
 }
 
 /* A call's return value, with the call and both values printed when it differs. */
@@ -131,15 +124,12 @@ static bool expect_lock(int rc, int want, ddss_key_t key, int line, const char *
 
 static void publish(unsigned i, uint64_t v)
 {
-	CU_ASSERT_EQUAL_FATAL(ddss_put(ctx, board, ((me - 1) * BOARD_SLOTS + i) * 8, &v, 8), 0);
+	test_board_put(i, v);
 }
 
 static uint64_t fetch(uint32_t from, unsigned i)
 {
-	uint64_t v = 0;
-
-	CU_ASSERT_EQUAL(ddss_get(ctx, board, ((from - 1) * BOARD_SLOTS + i) * 8, &v, 8), 0);
-	return v;
+	return test_board_get(from, i);
 }
 
 /* Sum over every rank of board slot @i (after a barrier). */
@@ -917,31 +907,41 @@ static void *sx_counter_main(void *arg)
 	return NULL;
 }
 
+/*
+ * DQNL: @nthr threads per rank keep a counter under shared holds, which this scheme serves
+ * exclusively: the counter is exact and no rank ever has two shared holders at once.
+ */
+static void shared_is_exclusive(unsigned nthr, const char *name, uint32_t home,
+				const char *what)
+{
+	struct chk c;
+	struct wk *w = calloc(nthr, sizeof(*w));
+	uint64_t *sc = calloc(nranks * nthr, sizeof(*sc));
+	char msg[96];
+
+	chk_open(&c, name, home, nranks * nthr);
+	barrier();
+	snprintf(msg, sizeof(msg), "%s: worker failures", what);
+	EXPECT_EQ(run_workers(w, nthr, sx_counter_main, &c), 0, msg);
+	barrier();
+	for (unsigned s = 0; s < nranks * nthr; s++)
+		sc[s] = iters;
+	chk_verify(&c, 0, sc, 0, nthr, what);
+	EXPECT_EQ(atomic_load(&c.s_max), 1, "shared holders of this rank at once (dqnl)");
+	barrier();
+	if (me == 1)
+		CU_ASSERT_EQUAL(ddss_release_ss(ctx, c.key), 0);
+	barrier();
+	free(sc);
+	free(w);
+}
+
 static void test_shared(void)
 {
-	if (sharing()) {
+	if (sharing())
 		run_together(nthreads, "together");
-	} else {
-		struct chk c;
-		struct wk *w = calloc(nthreads, sizeof(*w));
-		uint64_t *sc = calloc(nranks * nthreads, sizeof(*sc));
-
-		chk_open(&c, "shared-excl", 2, nranks * nthreads);
-		barrier();
-		EXPECT_EQ(run_workers(w, nthreads, sx_counter_main, &c), 0,
-			  "shared-is-exclusive: worker failures");
-		barrier();
-		for (unsigned s = 0; s < nranks * nthreads; s++)
-			sc[s] = iters;
-		chk_verify(&c, 0, sc, 0, nthreads, "shared-is-exclusive");
-		EXPECT_EQ(atomic_load(&c.s_max), 1, "shared holders of this rank at once (dqnl)");
-		barrier();
-		if (me == 1)
-			CU_ASSERT_EQUAL(ddss_release_ss(ctx, c.key), 0);
-		barrier();
-		free(sc);
-		free(w);
-	}
+	else
+		shared_is_exclusive(nthreads, "shared-excl", 2, "shared-is-exclusive");
 }
 
 /* ---- 4. try-lock ---- */
@@ -1500,31 +1500,15 @@ static void test_fair(void)
 
 static void test_many_shared(void)
 {
+	unsigned save = iters;
+
 	if (sharing()) {
 		run_together(nmany, "many-together");
-	} else {
-		struct chk c;
-		struct wk *w = calloc(nmany, sizeof(*w));
-		uint64_t *sc = calloc(nranks * nmany, sizeof(*sc));
-		unsigned save = iters;
-
-		chk_open(&c, "many-excl", 3, nranks * nmany);
-		iters = iters / 8 ? iters / 8 : 1;
-		barrier();
-		EXPECT_EQ(run_workers(w, nmany, sx_counter_main, &c), 0,
-			  "many shared-is-exclusive: worker failures");
-		barrier();
-		for (unsigned s = 0; s < nranks * nmany; s++)
-			sc[s] = iters;
-		chk_verify(&c, 0, sc, 0, nmany, "many shared-is-exclusive");
-		iters = save;
-		barrier();
-		if (me == 1)
-			CU_ASSERT_EQUAL(ddss_release_ss(ctx, c.key), 0);
-		barrier();
-		free(sc);
-		free(w);
+		return;
 	}
+	iters = iters / 8 ? iters / 8 : 1;
+	shared_is_exclusive(nmany, "many-excl", 3, "many shared-is-exclusive");
+	iters = save;
 }
 
 static void test_many_mixed(void)
@@ -1632,14 +1616,13 @@ int main(int argc, char **argv)
 	}
 	me = ddss_rank(ctx);
 	nranks = ddss_size(ctx);
-	if (nranks < 3 || nranks > BOARD_SLOTS) {
-		printf("SKIP: the lock suite needs 3..%d ranks, not %u\n", BOARD_SLOTS, nranks);
+	if (nranks < 3 || nranks > TEST_BOARD_SLOTS) {
+		printf("SKIP: the lock suite needs 3..%d ranks, not %u\n", TEST_BOARD_SLOTS, nranks);
 		ddss_finalize(ctx);
 		return TEST_SKIP_EXIT;
 	}
 	wbuf_len = chk_len(nranks * (nthreads > nmany ? nthreads : nmany));
-	r = ddss_allocate_ss(ctx, (size_t)nranks * BOARD_SLOTS * 8,
-			     &(struct ddss_seg_attr){ .name = "board" }, &board);
+	r = test_board_open(ctx);
 	if (r) {
 		fprintf(stderr, "board: %s\n", ddss_strerror(r));
 		return 1;

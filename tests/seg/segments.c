@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BOARD_SLOTS 64 /* keys per rank on the board */
 #define LEAK_CYCLES 10000 /* default; --cycles N */
 #define ASYNC_N 64
 #define THREADS 8
@@ -28,32 +27,23 @@
 
 static ddss_ctx_t *ctx;
 static uint32_t me, nranks;
-static ddss_key_t board;
 static unsigned leak_cycles = LEAK_CYCLES;
 static int init_bad_completion, init_small_pool, init_no_ctx; /* checked before the real init */
 
 static void barrier(void)
 {
-	int r = ddss_barrier(ctx);
-
-	if (r) {
-		fprintf(stderr, "rank %u: barrier failed: %s\n", me, ddss_strerror(r));
-		exit(1);
-	}
+	test_ctx_barrier_or_exit(ctx);
 }
 
 /* Publish @key as this rank's board slot @i; read rank @from's slot @i. */
 static void publish(unsigned i, ddss_key_t key)
 {
-	CU_ASSERT_EQUAL_FATAL(ddss_put(ctx, board, ((me - 1) * BOARD_SLOTS + i) * 8, &key, 8), 0);
+	test_board_put(i, key);
 }
 
 static ddss_key_t fetch(uint32_t from, unsigned i)
 {
-	ddss_key_t key = 0;
-
-	CU_ASSERT_EQUAL(ddss_get(ctx, board, ((from - 1) * BOARD_SLOTS + i) * 8, &key, 8), 0);
-	return key;
+	return test_board_get(from, i);
 }
 
 /* ---- context ---- */
@@ -532,8 +522,7 @@ int main(int argc, char **argv)
 	}
 	me = ddss_rank(ctx);
 	nranks = ddss_size(ctx);
-	r = ddss_allocate_ss(ctx, (size_t)nranks * BOARD_SLOTS * 8,
-			     &(struct ddss_seg_attr){ .name = "board" }, &board);
+	r = test_board_open(ctx);
 	if (r) {
 		fprintf(stderr, "board: %s\n", ddss_strerror(r));
 		return 1;
