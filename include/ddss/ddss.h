@@ -57,7 +57,8 @@ enum ddss_lock_scheme {
  * Zero (or ddss_attr_init()) means "default" in every field. An environment variable, when
  * set, overrides the field (so a deployed program can be retuned without a rebuild):
  * DDSS_POOL_SIZE, DDSS_TRANSPORT, DDSS_COMPLETION, DDSS_OP_TIMEOUT_MS,
- * DDSS_CONNECT_TIMEOUT_MS, DDSS_LOCK_SCHEME, DDSS_LOCK_FAIR. The group itself (DDSS_RANK, DDSS_SIZE, DDSS_NODES...) always
+ * DDSS_CONNECT_TIMEOUT_MS, DDSS_LOCK_SCHEME, DDSS_LOCK_FAIR,
+ * DDSS_CACHE_SIZE. The group itself (DDSS_RANK, DDSS_SIZE, DDSS_NODES...) always
  * comes from the environment, which ddssrun sets.
  */
 struct ddss_attr {
@@ -68,6 +69,8 @@ struct ddss_attr {
 	int connect_timeout_ms;    /* first contact with a peer, barriers; 0: 30000 */
 	enum ddss_lock_scheme lock_scheme; /* how segment locks work; 0: DDSS_LOCK_SCHEME */
 	int lock_fair;             /* 1: starvation-free exclusive queueing (ticket); 0: env */
+	size_t cache_size;         /* bytes of segment copies kept by the coherence cache;
+				    * 0: DDSS_CACHE_SIZE, else 16 MiB (docs/coherence.md) */
 };
 
 /** ddss_attr_init() - set every field of @attr to its default. */
@@ -108,16 +111,42 @@ enum ddss_placement {
 
 #define DDSS_NAME_MAX 64 /* bytes of a segment name, the terminating NUL included */
 
+/*
+ * Coherence models (docs/coherence.md): what ddss_get / ddss_put promise when ranks share a
+ * segment. Fixed at allocation. The locks a model needs are taken and released by get/put
+ * themselves, unless the caller already holds the segment's lock (then they run inside the
+ * caller's critical section).
+ */
+enum ddss_coherence {
+	DDSS_COHERENCE_NULL = 0,  /* get = one RDMA read, put = one RDMA write; no guarantee */
+	DDSS_COHERENCE_STRICT,    /* get and put hold the exclusive lock: fully serialised */
+	DDSS_COHERENCE_READ,      /* gets hold the exclusive lock (readers serialised);
+				   * puts take none */
+	DDSS_COHERENCE_WRITE,     /* puts hold the exclusive lock; gets take none and return the
+				   * newest complete version, never a torn one */
+	DDSS_COHERENCE_VERSION,   /* put bumps a version; get moves the data only when the
+				   * version differs from the copy this context has cached */
+	DDSS_COHERENCE_DELTA,     /* x+1 versions kept; get never waits for a writer and returns
+				   * data at most x versions old, or exactly k back on request */
+	DDSS_COHERENCE_TEMPORAL,  /* get serves this context's copy while it is younger than t */
+};
+
+#define DDSS_DELTA_MAX 64 /* the largest x of a delta segment */
+
 /** struct ddss_seg_attr - how to allocate a segment; zero means the defaults. */
 struct ddss_seg_attr {
 	enum ddss_placement placement;
 	uint32_t rank;    /* DDSS_PLACE_RANK: the home rank */
 	const char *name; /* NULL, or a name: created once, every other caller gets its key */
+	enum ddss_coherence coherence; /* 0: null */
+	uint32_t delta;        /* DDSS_COHERENCE_DELTA: x, 1..DDSS_DELTA_MAX (else 0) */
+	uint32_t temporal_ms;  /* DDSS_COHERENCE_TEMPORAL: t in ms, >= 1 (else 0) */
 };
 
 /**
  * ddss_allocate_ss() - allocate a shared segment of @nbytes (zero-filled).
- * @attr: placement and name, or NULL (round robin, unnamed).
+ * @attr: placement, name and coherence model, or NULL (round robin, unnamed, null model).
+ *   A delta segment takes (x+1) times @nbytes of its home's pool.
  *
  * With a name, exactly one caller in the group creates the segment (placed as that caller
  * asked); every caller, concurrent ones included, gets the same key. Returns 0, -EINVAL,
@@ -144,6 +173,8 @@ DDSS_API int ddss_release_ss(ddss_ctx_t *ctx, ddss_key_t key);
 struct ddss_seg_info {
 	uint32_t home; /* the rank whose pool holds the segment */
 	size_t size;   /* bytes, as allocated */
+	enum ddss_coherence coherence;
+	uint32_t param; /* delta: x; temporal: t in ms; otherwise 0 */
 };
 
 /** ddss_stat_ss() - home and size of a segment. -EINVAL, -ESTALE, -EHOSTDOWN. */
@@ -152,16 +183,34 @@ DDSS_API int ddss_stat_ss(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_seg_info 
 /* ---- data ---- */
 
 /**
- * ddss_get() - read @len bytes at @offset of the segment into @buf: one RDMA read.
+ * ddss_get() - read @len bytes at @offset of the segment into @buf.
  * ddss_put() - write them.
+ *
+ * Under the null model each is one RDMA read or write; the other models add what
+ * enum ddss_coherence says (implicit locks, version words, the cache).
  *
  * Returns 0, -EINVAL (bad key, NULL buffer, @len 0), -ESTALE (released key), -ERANGE
  * (@offset + @len past the segment's end), -EHOSTDOWN / -ECONNRESET / -ETIMEDOUT (the home
- * is unreachable). On error nothing was written.
+ * is unreachable), -EDEADLK (a put that needs the exclusive lock while this context holds
+ * the segment's lock shared), -ENOLCK (no waiter slot for an implicit lock). On an error
+ * found before the transfer nothing was written.
  */
 DDSS_API int ddss_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len);
 DDSS_API int ddss_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *buf,
 		      size_t len);
+
+/**
+ * ddss_get_versioned() - ddss_get() that also says which version it returned.
+ * @back: 0 for the newest; on a delta segment, k (<= x) asks for the version k before the
+ *   newest complete one. Other models accept only 0.
+ * @version_p: the version of the data returned (the number of puts completed on the
+ *   segment, for write, version and delta segments; 0 for the other models). May be NULL.
+ *
+ * Returns what ddss_get() returns, and -EINVAL for a @back the model does not keep,
+ * -ENOENT if fewer than @back puts were ever made.
+ */
+DDSS_API int ddss_get_versioned(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf,
+				size_t len, unsigned back, uint64_t *version_p);
 
 /** An operation in flight; finish it with ddss_wait_ss() or ddss_test_ss(). */
 typedef struct ddss_req ddss_req_t;
@@ -171,6 +220,9 @@ typedef struct ddss_req ddss_req_t;
  * a get, untouched) until the request is finished. Any number may be in flight, to any
  * ranks. Errors found before anything was started are returned here (and no request is
  * made); errors of the transfer itself come from ddss_wait_ss() / ddss_test_ss().
+ * Only null-model transfers overlap: under the other models the call carries out the whole
+ * get or put (its lock and version steps must run in order) and the request is already
+ * finished when it returns.
  */
 DDSS_API int ddss_async_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf,
 			    size_t len, ddss_req_t **req_p);
@@ -196,7 +248,8 @@ DDSS_API int ddss_test_ss(ddss_ctx_t *ctx, ddss_req_t *req);
  * never an exclusive holder; exclusive requests are granted in the order they reached the
  * lock (FIFO), and shared requests queued behind an exclusive one are all granted together
  * when it releases. A lock belongs to the context that took it: any thread of that context
- * may release it. Locks are advisory: get/put do not check them (issue: coherence models).
+ * may release it. Locks are advisory for null, version and temporal segments; strict, read,
+ * write and delta segments take them inside get/put (enum ddss_coherence).
  */
 /* Locks one context may hold or wait for at once (each takes a waiter slot). */
 #define DDSS_LOCK_SLOTS 256

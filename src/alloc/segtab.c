@@ -4,6 +4,7 @@
  * an old key would need a million reuses of its own slot to alias a new segment.
  */
 #include "alloc/segtab.h"
+#include "coherence/coherence.h"
 #include "core/key.h"
 #include "core/log.h"
 #include "core/wire.h"
@@ -21,6 +22,7 @@ struct slot {
 	uint32_t next_free;  /* FIFO link, SLOT_NONE at the tail */
 	uint64_t hdr_off;
 	uint64_t size;
+	uint32_t coherence, param;
 	char *name;          /* NULL when unnamed */
 	uint8_t *cachers;    /* bitmap: bit r-1 = rank r was given the descriptor */
 };
@@ -120,12 +122,15 @@ static void fill_loc(struct ddss_segtab *tab, uint32_t i, struct ddss_seg_loc *l
 	loc->key = ddss_key_make(tab->rank, i, s->gen);
 	loc->data_off = s->hdr_off + DDSS_SEG_HDR_LEN;
 	loc->size = s->size;
+	loc->coherence = s->coherence;
+	loc->param = s->param;
 }
 
-int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, const char *name, uint32_t requester,
+int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, uint32_t coherence,
+		      uint32_t param, const char *name, uint32_t requester,
 		      struct ddss_seg_loc *loc_p)
 {
-	uint64_t off;
+	uint64_t off, data_len;
 	uint32_t i;
 	struct slot *s;
 	uint8_t *hdr;
@@ -133,9 +138,12 @@ int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, const char *name, 
 
 	if (size == 0)
 		return -EINVAL;
-	if (size > ddss_pool_len(tab->pool))
+	r = ddss_coh_data_len(coherence, param, size, &data_len);
+	if (r)
+		return r;
+	if (data_len > ddss_pool_len(tab->pool))
 		return -ENOMEM;
-	r = ddss_pool_alloc(tab->pool, DDSS_SEG_HDR_LEN + size, 64, &off);
+	r = ddss_pool_alloc(tab->pool, DDSS_SEG_HDR_LEN + data_len, 64, &off);
 	if (r)
 		return r;
 	pthread_mutex_lock(&tab->mu);
@@ -162,6 +170,8 @@ int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, const char *name, 
 	s->gen = ddss_key_next_gen(s->gen);
 	s->hdr_off = off;
 	s->size = size;
+	s->coherence = coherence;
+	s->param = param;
 	add_cacher(tab, s, requester);
 	tab->count++;
 	fill_loc(tab, i, loc_p);
@@ -169,6 +179,8 @@ int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, const char *name, 
 	hdr = (uint8_t *)ddss_pool_base(tab->pool) + off;
 	wire_put64(hdr + 16, loc_p->key);
 	wire_put64(hdr + 24, size);
+	wire_put32(hdr + 56, coherence);
+	wire_put32(hdr + 60, param);
 	pthread_mutex_unlock(&tab->mu);
 	return 0;
 }

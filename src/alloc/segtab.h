@@ -5,8 +5,9 @@
  * must be told when it goes away). Thread-safe (one mutex: this is the control path).
  *
  * In the pool, a segment is a 64-byte header followed by its bytes:
- *   [lock word 8 | version 8 | key 8 | size 8 | reserved 32] [data ...]
- * The lock word and version are 8-byte aligned for the NIC's atomics.
+ *   [lock word 8 | version 8 | key 8 | size 8 | lock words 24 | model 4 | param 4] [data ...]
+ * The lock word and version are 8-byte aligned for the NIC's atomics. The data part holds
+ * as many copies of the segment as its coherence model keeps (src/coherence).
  */
 #ifndef DDSS_ALLOC_SEGTAB_H
 #define DDSS_ALLOC_SEGTAB_H
@@ -28,14 +29,20 @@ struct ddss_seg_loc {
 	uint64_t key;
 	uint64_t data_off; /* offset of the first data byte in the home's pool */
 	uint64_t size;
+	uint32_t coherence; /* enum ddss_coherence */
+	uint32_t param;     /* the model's parameter (delta x, temporal t) */
 };
 
 int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_size,
 		       struct ddss_segtab **tab_p);
 void ddss_segtab_destroy(struct ddss_segtab *tab);
 
-/** Carve a segment for @requester (who becomes a cacher). -EINVAL, -ENOMEM, -ENOSPC. */
-int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, const char *name, uint32_t requester,
+/**
+ * Carve a segment of @size bytes under coherence model @coherence / @param for @requester
+ * (who becomes a cacher). -EINVAL (bad size or model), -ENOMEM, -ENOSPC.
+ */
+int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, uint32_t coherence,
+		      uint32_t param, const char *name, uint32_t requester,
 		      struct ddss_seg_loc *loc_p);
 
 /** The live segment @key names; @requester becomes a cacher. -ESTALE, -EINVAL. */

@@ -1,8 +1,9 @@
 /*
- * get / put: one RDMA read or write on the data path. The descriptor comes from the
- * cache (a lock-free lookup); its reference is held until the transfer is over, so a
- * release waits for it (see core/seg_cache.h).
+ * get / put: the descriptor comes from the cache (a lock-free lookup) and the segment's
+ * coherence model does the rest (src/coherence). The descriptor's reference is held until
+ * the transfer is over, so a release waits for it (see core/seg_cache.h).
  */
+#include "coherence/coherence.h"
 #include "core/ctx.h"
 
 #include <errno.h>
@@ -10,7 +11,8 @@
 
 struct ddss_req {
 	struct ddss_tp_req tp;
-	const struct ddss_seg_desc *desc;
+	const struct ddss_seg_desc *desc; /* NULL: finished at the call, with result @status */
+	int status;
 };
 
 /* Validate and find: a descriptor reference and the pool offset of [offset, offset+len). */
@@ -35,7 +37,7 @@ static int prepare(struct ddss_ctx *ctx, ddss_key_t key, size_t offset, const vo
 }
 
 static int transfer(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
-		    bool is_put)
+		    bool is_put, unsigned back, uint64_t *version_p)
 {
 	const struct ddss_seg_desc *d;
 	uint64_t at;
@@ -43,20 +45,26 @@ static int transfer(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, s
 
 	if (r)
 		return r;
-	r = is_put ? ddss_tp_write(ctx->tp, d->home, at, buf, len) :
-		     ddss_tp_read(ctx->tp, d->home, at, buf, len);
+	r = is_put ? ddss_coh_put(ctx, d, offset, buf, len) :
+		     ddss_coh_get(ctx, d, offset, buf, len, back, version_p);
 	ddss_seg_cache_put(d);
 	return r;
 }
 
 int ddss_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len)
 {
-	return transfer(ctx, key, offset, buf, len, false);
+	return transfer(ctx, key, offset, buf, len, false, 0, NULL);
+}
+
+int ddss_get_versioned(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
+		       unsigned back, uint64_t *version_p)
+{
+	return transfer(ctx, key, offset, buf, len, false, back, version_p);
 }
 
 int ddss_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *buf, size_t len)
 {
-	return transfer(ctx, key, offset, (void *)buf, len, true);
+	return transfer(ctx, key, offset, (void *)buf, len, true, 0, NULL);
 }
 
 static int start(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
@@ -72,7 +80,13 @@ static int start(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size
 	if (!req)
 		return -ENOMEM;
 	r = prepare(ctx, key, offset, buf, len, &req->desc, &at);
-	if (!r) {
+	if (!r && !ddss_coh_is_plain(req->desc)) {
+		/* The model's steps (lock, version word, cache) run in order: do them now. */
+		req->status = is_put ? ddss_coh_put(ctx, req->desc, offset, buf, len) :
+				       ddss_coh_get(ctx, req->desc, offset, buf, len, 0, NULL);
+		ddss_seg_cache_put(req->desc);
+		req->desc = NULL;
+	} else if (!r) {
 		r = is_put ? ddss_tp_post_write(ctx->tp, req->desc->home, at, buf, len, &req->tp) :
 			     ddss_tp_post_read(ctx->tp, req->desc->home, at, buf, len, &req->tp);
 		if (r)
@@ -100,9 +114,10 @@ int ddss_async_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *b
 
 static int finish(struct ddss_req *req)
 {
-	int r = req->tp.status;
+	int r = req->desc ? req->tp.status : req->status;
 
-	ddss_seg_cache_put(req->desc);
+	if (req->desc)
+		ddss_seg_cache_put(req->desc);
 	free(req);
 	return r;
 }
@@ -113,6 +128,8 @@ int ddss_wait_ss(ddss_ctx_t *ctx, ddss_req_t *req)
 
 	if (!ctx || !req)
 		return -EINVAL;
+	if (!req->desc)
+		return finish(req);
 	r = ddss_tp_wait(ctx->tp, &req->tp, DDSS_TP_TIMEOUT_DEFAULT);
 	/*
 	 * -ETIMEDOUT here means even failing the peer did not complete the request: the
@@ -127,6 +144,8 @@ int ddss_test_ss(ddss_ctx_t *ctx, ddss_req_t *req)
 
 	if (!ctx || !req)
 		return -EINVAL;
+	if (!req->desc)
+		return finish(req);
 	r = ddss_tp_test(ctx->tp, &req->tp);
 	return r ? r : finish(req);
 }

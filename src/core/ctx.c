@@ -2,6 +2,7 @@
  * ddss_init / ddss_finalize: configuration (attr, overridden by the environment), the
  * transport, this rank's pool, and the segment service on top.
  */
+#include "coherence/coherence.h"
 #include "core/config.h"
 #include "core/ctx.h"
 #include "core/log.h"
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #define DEFAULT_POOL_SIZE (64ul << 20)
+#define DEFAULT_CACHE_SIZE (16ul << 20)
 
 void ddss_attr_init(struct ddss_attr *attr)
 {
@@ -21,6 +23,7 @@ void ddss_attr_init(struct ddss_attr *attr)
 /* What configure() decides beyond the net's settings. */
 struct ctx_conf {
 	size_t pool_len;
+	size_t cache_len;
 	enum ddss_lock_scheme lock_scheme;
 	bool lock_fair;
 };
@@ -84,6 +87,11 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env,
 	if (attr->pool_size && attr->pool_size < (1ul << 20) && !getenv("DDSS_POOL_SIZE"))
 		return -EINVAL;
 	conf->pool_len = (size_t)v;
+	r = ddss_env_long("DDSS_CACHE_SIZE", 0, 1l << 40,
+			  attr->cache_size ? (long)attr->cache_size : (long)DEFAULT_CACHE_SIZE, &v);
+	if (r)
+		return r;
+	conf->cache_len = (size_t)v;
 	return 0;
 }
 
@@ -98,6 +106,7 @@ static void ctx_free(struct ddss_ctx *ctx)
 		ddss_net_close(ctx->net); /* no handler runs after this */
 	ddss_lock_destroy(ctx->lock);
 	ddss_seg_cache_destroy(ctx->cache);
+	ddss_coh_destroy(ctx->coh);
 	ddss_rpc_close(ctx->rpc);
 	ddss_names_destroy(ctx->names);
 	ddss_segtab_destroy(ctx->segtab);
@@ -146,6 +155,8 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 		r = ddss_names_create(&ctx->names);
 	if (!r)
 		r = ddss_seg_cache_create(ddss_seg_ack, ctx, &ctx->cache);
+	if (!r)
+		r = ddss_coh_create(conf.cache_len, &ctx->coh);
 	if (!r)
 		r = ddss_rpc_open(ctx->net, ddss_seg_serve, ctx, &ctx->rpc);
 	if (!r)

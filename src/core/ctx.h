@@ -14,6 +14,8 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+struct ddss_coh;
+
 struct ddss_ctx {
 	struct ddss_net *net;
 	struct ddss_tp *tp;
@@ -23,6 +25,7 @@ struct ddss_ctx {
 	struct ddss_names *names;       /* the names whose directory is here */
 	struct ddss_seg_cache *cache;   /* descriptors of segments anywhere */
 	struct ddss_lock *lock;         /* segment locks (src/lock) */
+	struct ddss_coh *coh;           /* coherence models' cache and counters (src/coherence) */
 	uint32_t rank, size;
 	uint32_t next_home;             /* atomic: round-robin placement */
 	int connect_timeout_ms;

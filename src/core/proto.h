@@ -10,8 +10,8 @@
 
 enum ddss_seg_op {
 	/* to the home rank */
-	SEG_OP_ALLOC = 1,     /* [size 64][name 64] -> [key 64][data_off 64][size 64] */
-	SEG_OP_LOOKUP,        /* [key 64] -> [key 64][data_off 64][size 64] */
+	SEG_OP_ALLOC = 1,     /* [size 64][model 32][param 32][name 64] -> descriptor */
+	SEG_OP_LOOKUP,        /* [key 64] -> descriptor */
 	SEG_OP_RELEASE_BEGIN, /* [key 64] -> [name 64][cachers: bitmap, bit r-1 = rank r] */
 	SEG_OP_RELEASE_END,   /* [key 64] -> () */
 	/* to a rank that may cache the segment */
@@ -23,8 +23,12 @@ enum ddss_seg_op {
 	SEG_OP_NAME_UNBIND,   /* [key 64][name] -> () : the segment was released */
 };
 
-/* Descriptor replies: what a rank needs to reach a segment's bytes. */
-#define SEG_DESC_LEN 24
+/*
+ * Descriptor replies: what a rank needs to reach a segment's bytes,
+ * [key 64][data_off 64][size 64][model 32][param 32].
+ */
+#define SEG_DESC_LEN 32
+#define SEG_ALLOC_LEN (16 + DDSS_NAME_MAX)
 
 /* SEG_OP_NAME_ACQUIRE's status when the caller is to create the segment. */
 #define SEG_NAME_CREATE 1

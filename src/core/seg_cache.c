@@ -180,7 +180,8 @@ int ddss_seg_cache_end(struct ddss_seg_cache *c, struct ddss_seg_pending *p,
 		free(e);
 		return r;
 	}
-	e->d = (struct ddss_seg_desc){ .home = home, .data_off = loc->data_off, .size = loc->size };
+	e->d = (struct ddss_seg_desc){ .home = home, .data_off = loc->data_off, .size = loc->size,
+				     .coherence = loc->coherence, .param = loc->param };
 	e->cache = c;
 	e->refs = 2; /* the table's and the caller's */
 	__atomic_store_n(&e->d.key, loc->key, __ATOMIC_RELEASE); /* last: see match_key */

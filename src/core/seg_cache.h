@@ -24,6 +24,8 @@ struct ddss_seg_desc {
 	uint32_t home;
 	uint64_t data_off; /* first data byte in the home's pool */
 	uint64_t size;
+	uint32_t coherence; /* enum ddss_coherence: how get/put behave (src/coherence) */
+	uint32_t param;
 };
 
 /* Answer invalidation request @id from @to (the descriptor is gone, nothing in flight). */

@@ -6,6 +6,7 @@
 #include "core/ctx.h"
 #include "core/log.h"
 #include "core/proto.h"
+#include "coherence/coherence.h"
 #include "core/wire.h"
 
 #include <errno.h>
@@ -23,6 +24,8 @@ static void put_loc(uint8_t *p, const struct ddss_seg_loc *loc)
 	wire_put64(p, loc->key);
 	wire_put64(p + 8, loc->data_off);
 	wire_put64(p + 16, loc->size);
+	wire_put32(p + 24, loc->coherence);
+	wire_put32(p + 28, loc->param);
 }
 
 void ddss_seg_ack(void *arg, uint32_t to, uint32_t id)
@@ -54,10 +57,10 @@ static int serve_home(struct ddss_ctx *ctx, uint32_t from, uint16_t op, const ui
 
 	switch (op) {
 	case SEG_OP_ALLOC:
-		if (len != 8 + DDSS_NAME_MAX || (body[8] && !name_ok(body + 8)))
+		if (len != SEG_ALLOC_LEN || (body[16] && !name_ok(body + 16)))
 			return -EPROTO;
-		r = ddss_segtab_alloc(ctx->segtab, wire_get64(body), (const char *)body + 8, from,
-				      &loc);
+		r = ddss_segtab_alloc(ctx->segtab, wire_get64(body), wire_get32(body + 8),
+				      wire_get32(body + 12), (const char *)body + 16, from, &loc);
 		break;
 	case SEG_OP_LOOKUP:
 		if (len != 8)
@@ -148,6 +151,7 @@ void ddss_seg_serve(void *arg, uint32_t from, uint32_t id, uint16_t op, const ui
 			return;
 		}
 		/* Answered by the cache once nothing in flight can use the segment. */
+		ddss_coh_forget(ctx->coh, wire_get64(body));
 		ddss_seg_cache_invalidate(ctx->cache, wire_get64(body), from, id);
 		return;
 	}

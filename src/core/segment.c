@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/proto.h"
 #include "core/wire.h"
+#include "coherence/coherence.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -27,6 +28,8 @@ static void get_loc(const uint8_t *p, struct ddss_seg_loc *loc)
 	loc->key = wire_get64(p);
 	loc->data_off = wire_get64(p + 8);
 	loc->size = wire_get64(p + 16);
+	loc->coherence = wire_get32(p + 24);
+	loc->param = wire_get32(p + 28);
 }
 
 int ddss_ctx_desc(struct ddss_ctx *ctx, uint64_t key, const struct ddss_seg_desc **desc_p)
@@ -83,18 +86,20 @@ static int pick_home(struct ddss_ctx *ctx, const struct ddss_seg_attr *attr, uin
 }
 
 /* Allocate at @home; the new descriptor goes straight into this rank's cache. */
-static int alloc_at(struct ddss_ctx *ctx, uint32_t home, size_t nbytes, const char *name,
-		    uint64_t *key_p)
+static int alloc_at(struct ddss_ctx *ctx, uint32_t home, size_t nbytes,
+		    const struct coh_choice *model, const char *name, uint64_t *key_p)
 {
-	uint8_t body[8 + DDSS_NAME_MAX] = { 0 }, reply[SEG_DESC_LEN];
+	uint8_t body[SEG_ALLOC_LEN] = { 0 }, reply[SEG_DESC_LEN];
 	const struct ddss_seg_desc *d;
 	struct ddss_seg_loc loc;
 	size_t got = 0;
 	int r;
 
 	wire_put64(body, nbytes);
+	wire_put32(body + 8, model->coherence);
+	wire_put32(body + 12, model->param);
 	if (name)
-		strcpy((char *)body + 8, name);
+		strcpy((char *)body + 16, name);
 	r = ddss_rpc_call(ctx->rpc, home, SEG_OP_ALLOC, body, sizeof(body), reply, sizeof(reply),
 			  &got, -1);
 	if (r == 0 && got != SEG_DESC_LEN)
@@ -147,15 +152,15 @@ static int name_send(struct ddss_ctx *ctx, uint16_t op, const char *name, const 
 			     at + DDSS_NAME_MAX, NULL, 0, NULL, -1);
 }
 
-static int alloc_named(struct ddss_ctx *ctx, uint32_t home, size_t nbytes, const char *name,
-		       uint64_t *key_p)
+static int alloc_named(struct ddss_ctx *ctx, uint32_t home, size_t nbytes,
+		       const struct coh_choice *model, const char *name, uint64_t *key_p)
 {
 	uint64_t key;
 	int r = name_acquire(ctx, name, true, key_p);
 
 	if (r != SEG_NAME_CREATE)
 		return r;
-	r = alloc_at(ctx, home, nbytes, name, &key);
+	r = alloc_at(ctx, home, nbytes, model, name, &key);
 	if (r) {
 		name_send(ctx, SEG_OP_NAME_ABANDON, name, NULL);
 		return r;
@@ -175,6 +180,8 @@ int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr 
 		     ddss_key_t *key_p)
 {
 	struct ddss_seg_attr dflt = { 0 };
+	struct coh_choice model;
+	uint64_t data_len;
 	uint32_t home;
 	int r;
 
@@ -184,12 +191,18 @@ int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr 
 		attr = &dflt;
 	if (attr->name && (r = check_name(attr->name)))
 		return r;
+	/* Refuse a bad model here, before any message (the home checks again). */
+	r = ddss_coh_choose(attr, &model);
+	if (!r)
+		r = ddss_coh_data_len(model.coherence, model.param, nbytes, &data_len);
+	if (r)
+		return r;
 	r = pick_home(ctx, attr, &home);
 	if (r)
 		return r;
 	if (attr->name)
-		return alloc_named(ctx, home, nbytes, attr->name, key_p);
-	return alloc_at(ctx, home, nbytes, NULL, key_p);
+		return alloc_named(ctx, home, nbytes, &model, attr->name, key_p);
+	return alloc_at(ctx, home, nbytes, &model, NULL, key_p);
 }
 
 int ddss_lookup_ss(ddss_ctx_t *ctx, const char *name, ddss_key_t *key_p)
@@ -257,6 +270,8 @@ int ddss_stat_ss(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_seg_info *info_p)
 		return r;
 	info_p->home = d->home;
 	info_p->size = d->size;
+	info_p->coherence = (enum ddss_coherence)d->coherence;
+	info_p->param = d->param;
 	ddss_seg_cache_put(d);
 	return 0;
 }

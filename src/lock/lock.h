@@ -25,6 +25,12 @@ void ddss_lock_stop(struct ddss_lock *lock);
 void ddss_lock_destroy(struct ddss_lock *lock);
 
 /**
+ * How this context holds @key's lock: DDSS_LOCK_EXCLUSIVE, DDSS_LOCK_SHARED or 0 (not
+ * held). get/put use it to skip their implicit locks inside the caller's critical section.
+ */
+int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key);
+
+/**
  * Switch the scheme (benchmarks only). Collective in spirit: every rank must switch while no
  * lock is held or awaited anywhere (barrier before and after). -EBUSY if this context
  * holds or waits for a lock.

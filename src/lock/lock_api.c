@@ -253,6 +253,20 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 	return r;
 }
 
+int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key)
+{
+	struct ddss_lock *lk = ctx->lock;
+	struct lock_hold *h;
+	int mode = 0;
+
+	pthread_mutex_lock(&lk->mu);
+	h = lock_holds_find(lk, key);
+	if (h)
+		mode = h->excl ? DDSS_LOCK_EXCLUSIVE : h->shared ? DDSS_LOCK_SHARED : 0;
+	pthread_mutex_unlock(&lk->mu);
+	return mode;
+}
+
 int ddss_acquire_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
 {
 	return acquire(ctx, key, mode, false, -1);

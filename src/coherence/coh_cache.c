@@ -1,0 +1,211 @@
+/*
+ * The cache of segment copies (coh_cache.h). Sixteen shards, each a small hash table with
+ * its own LRU list and an equal share of the capacity: threads reading different segments
+ * rarely meet on a mutex, and the copy out of the cache (up to a segment's size) is the
+ * only work done under one.
+ */
+#include "coherence/coh_cache.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHARDS 16u
+#define BUCKETS 64u /* per shard */
+
+struct entry {
+	struct entry *hnext;            /* hash chain */
+	struct entry *older, *newer;    /* LRU list */
+	uint64_t key;
+	size_t off, len;
+	uint64_t version;
+	int64_t fetched_ns;
+	unsigned char data[];
+};
+
+struct shard {
+	pthread_mutex_t mu;
+	struct entry *buckets[BUCKETS];
+	struct entry *newest, *oldest;
+	size_t bytes, cap;
+};
+
+struct coh_cache {
+	struct shard shards[SHARDS];
+};
+
+static uint64_t mix(uint64_t key)
+{
+	key ^= key >> 31;
+	key *= 0x9e3779b97f4a7c15ull;
+	return key ^ (key >> 29);
+}
+
+static struct shard *shard_of(struct coh_cache *c, uint64_t key)
+{
+	return &c->shards[mix(key) % SHARDS];
+}
+
+static struct entry **slot_of(struct shard *s, uint64_t key)
+{
+	struct entry **p = &s->buckets[(mix(key) >> 8) % BUCKETS];
+
+	while (*p && (*p)->key != key)
+		p = &(*p)->hnext;
+	return p;
+}
+
+int coh_cache_create(size_t capacity, struct coh_cache **cache_p)
+{
+	struct coh_cache *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	for (unsigned i = 0; i < SHARDS; i++) {
+		pthread_mutex_init(&c->shards[i].mu, NULL);
+		c->shards[i].cap = capacity / SHARDS;
+	}
+	*cache_p = c;
+	return 0;
+}
+
+void coh_cache_destroy(struct coh_cache *c)
+{
+	if (!c)
+		return;
+	for (unsigned i = 0; i < SHARDS; i++) {
+		struct entry *e = c->shards[i].newest;
+
+		while (e) {
+			struct entry *next = e->older;
+
+			free(e);
+			e = next;
+		}
+		pthread_mutex_destroy(&c->shards[i].mu);
+	}
+	free(c);
+}
+
+static void lru_unlink(struct shard *s, struct entry *e)
+{
+	if (e->newer)
+		e->newer->older = e->older;
+	else
+		s->newest = e->older;
+	if (e->older)
+		e->older->newer = e->newer;
+	else
+		s->oldest = e->newer;
+}
+
+static void lru_push(struct shard *s, struct entry *e)
+{
+	e->newer = NULL;
+	e->older = s->newest;
+	if (s->newest)
+		s->newest->newer = e;
+	else
+		s->oldest = e;
+	s->newest = e;
+}
+
+/* mu held: take @e (found at *@slot) out of the shard and free it. */
+static void drop(struct shard *s, struct entry **slot, struct entry *e)
+{
+	*slot = e->hnext;
+	lru_unlink(s, e);
+	s->bytes -= e->len;
+	free(e);
+}
+
+bool coh_cache_get(struct coh_cache *c, uint64_t key, size_t off, size_t len, void *buf,
+		   const struct coh_want *want, uint64_t *version_p)
+{
+	struct shard *s = shard_of(c, key);
+	struct entry *e;
+	bool hit = false;
+
+	pthread_mutex_lock(&s->mu);
+	e = *slot_of(s, key);
+	if (e && off >= e->off && len <= e->len - (off - e->off) &&
+	    (want->by_version ? e->version == want->version :
+				e->fetched_ns >= want->fetched_after)) {
+		memcpy(buf, e->data + (off - e->off), len);
+		*version_p = e->version;
+		lru_unlink(s, e);
+		lru_push(s, e);
+		hit = true;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return hit;
+}
+
+void coh_cache_put(struct coh_cache *c, uint64_t key, size_t off, size_t len, const void *data,
+		   uint64_t version, int64_t fetched_ns)
+{
+	struct shard *s = shard_of(c, key);
+	struct entry **slot, *e;
+
+	if (len > s->cap)
+		return;
+	/* Copy before taking the mutex; most puts replace an entry and free the old one. */
+	e = malloc(sizeof(*e) + len);
+	if (!e)
+		return; /* a cache may forget */
+	*e = (struct entry){ .key = key, .off = off, .len = len, .version = version,
+			     .fetched_ns = fetched_ns };
+	memcpy(e->data, data, len);
+
+	pthread_mutex_lock(&s->mu);
+	slot = slot_of(s, key);
+	if (*slot) {
+		struct entry *old = *slot;
+
+		if (old->off == off && old->len == len &&
+		    (old->version > version ||
+		     (old->version == version && old->fetched_ns >= fetched_ns))) {
+			/* A concurrent get stored a newer copy of the same range: keep it. */
+			pthread_mutex_unlock(&s->mu);
+			free(e);
+			return;
+		}
+		drop(s, slot, old);
+	}
+	while (s->bytes + len > s->cap && s->oldest) {
+		struct entry *victim = s->oldest;
+
+		drop(s, slot_of(s, victim->key), victim);
+	}
+	slot = slot_of(s, key); /* evictions may have moved the chain's end */
+	e->hnext = NULL;
+	*slot = e;
+	lru_push(s, e);
+	s->bytes += len;
+	pthread_mutex_unlock(&s->mu);
+}
+
+void coh_cache_forget(struct coh_cache *c, uint64_t key)
+{
+	struct shard *s = shard_of(c, key);
+	struct entry **slot;
+
+	pthread_mutex_lock(&s->mu);
+	slot = slot_of(s, key);
+	if (*slot)
+		drop(s, slot, *slot);
+	pthread_mutex_unlock(&s->mu);
+}
+
+size_t coh_cache_bytes(struct coh_cache *c)
+{
+	size_t n = 0;
+
+	for (unsigned i = 0; i < SHARDS; i++) {
+		pthread_mutex_lock(&c->shards[i].mu);
+		n += c->shards[i].bytes;
+		pthread_mutex_unlock(&c->shards[i].mu);
+	}
+	return n;
+}

@@ -1,0 +1,176 @@
+/*
+ * Write and delta coherence: readers take no lock, writers are serialised by the
+ * segment's exclusive lock, and the version word [completed : 63 | writing : 1] tells a
+ * reader whether what it read can have been overwritten meanwhile.
+ *
+ * The home keeps x+1 copies (x = 0 for write, the parameter for delta). Version v lives in
+ * copy v mod (x+1). A put, holding the lock: fetch&add 1 on the word (now odd: "version
+ * v+1 is being written"), write copy (v+1) mod (x+1), write the word 2(v+1).
+ *
+ * A get of version u = v - back (v read from the word) reads copy u mod (x+1), then reads
+ * the word again. That copy is next overwritten by the put of version u+x+1, which marks
+ * the word before it writes; so the copy was intact if the second read shows fewer than
+ * u+x+1 puts started (completed + writing). Otherwise the get reads again. With x = 0 this
+ * is a sequence lock: any put started meanwhile forces a retry. With x >= 1 the newest
+ * copy cannot be touched before x more puts complete, so readers do not wait for a writer,
+ * and the version returned was the newest one less than x puts before the get ended.
+ *
+ * A copy labelled with its version goes into the cache; a get that finds the word still at
+ * that version serves it without moving the data.
+ */
+#include "coherence/model.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t extra_copies(const struct coh_call *c)
+{
+	return c->d->coherence == DDSS_COHERENCE_DELTA ? c->d->param : 0;
+}
+
+static uint64_t started(uint64_t word)
+{
+	return (word >> 1) + (word & COH_WRITING);
+}
+
+static int slots_get(struct coh_call *c)
+{
+	uint64_t x = extra_copies(c), word, after, v, u;
+	int64_t deadline = 0;
+	struct coh_want want = { .by_version = true };
+	int r;
+
+	for (;;) {
+		r = coh_read_version(c, &word);
+		if (r)
+			return r;
+		v = word >> 1;
+		if (c->back > v)
+			return -ENOENT;
+		u = v - c->back;
+		if (c->back == 0) {
+			want.version = v;
+			if (coh_cache_get(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf,
+					  &want, &c->version)) {
+				coh_count(&coh_of(c)->hits);
+				return 0;
+			}
+		}
+		/* With one copy, a put in progress is writing the very bytes we want. */
+		if (!(x == 0 && (word & COH_WRITING))) {
+			r = coh_read_copy(c, (uint32_t)(u % (x + 1)));
+			if (!r)
+				r = coh_read_version(c, &after);
+			if (r)
+				return r;
+			if (started(after) < u + x + 1)
+				break;
+		}
+		coh_count(&coh_of(c)->retries);
+		if (!deadline)
+			deadline = coh_deadline(c);
+		else if (ddss_now_ns() > deadline)
+			return -ETIMEDOUT; /* a writer that never finishes (issue: failures) */
+		sched_yield(); /* the writer may be a thread of this process */
+	}
+	if (c->back == 0)
+		coh_cache_put(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf, u, 0);
+	c->version = u;
+	return 0;
+}
+
+/*
+ * Delta: a put of part of the segment still makes a whole new version, so the rest comes
+ * from version v. Returns the new copy's bytes in *whole_p (to free), or NULL if the put
+ * covers the whole segment.
+ */
+static int merge_with_previous(struct coh_call *c, uint32_t from, unsigned char **whole_p)
+{
+	unsigned char *whole;
+	int r;
+
+	*whole_p = NULL;
+	if (c->off == 0 && c->len == c->d->size)
+		return 0;
+	whole = malloc(c->d->size);
+	if (!whole)
+		return -ENOMEM;
+	r = ddss_tp_read(c->ctx->tp, c->d->home, coh_copy_off(c->d, from), whole, c->d->size);
+	if (r) {
+		free(whole);
+		return r;
+	}
+	memcpy(whole + c->off, c->buf, c->len);
+	*whole_p = whole;
+	return 0;
+}
+
+static int write_version(struct coh_call *c, uint64_t word)
+{
+	return ddss_tp_write(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, &word, 8);
+}
+
+static int put_locked(struct coh_call *c)
+{
+	uint64_t x = extra_copies(c), old, v;
+	uint32_t copy;
+	unsigned char *whole = NULL;
+	int r = ddss_tp_fadd(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, 1, &old);
+
+	if (r)
+		return r;
+	if (old & COH_WRITING) {
+		/* A put died between its two steps (its lock was recovered): its copy is
+		 * unfinished and the word says so; leave both for the failure handling. */
+		ddss_tp_fadd(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, UINT64_MAX, &old);
+		return -EIO;
+	}
+	v = old >> 1;
+	copy = (uint32_t)((v + 1) % (x + 1));
+	if (x)
+		r = merge_with_previous(c, (uint32_t)(v % (x + 1)), &whole);
+	if (!r && whole) {
+		struct coh_call all = *c;
+
+		all.off = 0;
+		all.len = c->d->size;
+		all.buf = whole;
+		r = coh_write_copy(&all, copy);
+	} else if (!r) {
+		r = coh_write_copy(c, copy);
+	}
+	free(whole);
+	/* On failure put the old word back: version v is still the newest complete one. */
+	if (r) {
+		write_version(c, old);
+		return r;
+	}
+	return write_version(c, old + 2);
+}
+
+static int slots_put(struct coh_call *c)
+{
+	bool taken;
+	int r = coh_lock(c, &taken);
+
+	if (r)
+		return r;
+	return coh_unlock(c, taken, put_locked(c));
+}
+
+static bool delta_param_ok(uint32_t x)
+{
+	return x >= 1 && x <= DDSS_DELTA_MAX;
+}
+
+const struct coh_model coh_write = {
+	.name = "write", .param_ok = coh_param_zero, .copies = 1,
+	.get = slots_get, .put = slots_put,
+};
+
+const struct coh_model coh_delta = {
+	.name = "delta", .param_ok = delta_param_ok, .copies = 0,
+	.get = slots_get, .put = slots_put,
+};

@@ -1,0 +1,49 @@
+/*
+ * Version coherence: a put writes the data, then adds 2 to the version word (one
+ * fetch&add; the low bit is the writing flag of coh_slots.c, unused here). A get reads the
+ * word and moves the data only when the cache holds no copy of that version.
+ *
+ * Never stale after a put completed: the put bumped the word after its data landed, so a
+ * later get sees a newer version than any copy cached before the put, and fetches. A get
+ * overlapping a put may see the data half written (the model takes no lock); its copy is
+ * labelled with the version read before the transfer, so the next get after the put
+ * fetches again.
+ */
+#include "coherence/model.h"
+
+static int version_get(struct coh_call *c)
+{
+	struct coh_want want = { .by_version = true };
+	uint64_t word;
+	int r = coh_read_version(c, &word);
+
+	if (r)
+		return r;
+	want.version = word >> 1;
+	if (coh_cache_get(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf, &want,
+			  &c->version)) {
+		coh_count(&coh_of(c)->hits);
+		return 0;
+	}
+	r = coh_read_copy(c, 0);
+	if (r)
+		return r;
+	coh_cache_put(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf, want.version, 0);
+	c->version = want.version;
+	return 0;
+}
+
+static int version_put(struct coh_call *c)
+{
+	uint64_t old;
+	int r = coh_write_copy(c, 0);
+
+	if (r)
+		return r;
+	return ddss_tp_fadd(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, 2, &old);
+}
+
+const struct coh_model coh_version = {
+	.name = "version", .param_ok = coh_param_zero, .copies = 1,
+	.get = version_get, .put = version_put,
+};

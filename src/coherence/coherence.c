@@ -1,0 +1,225 @@
+/*
+ * Dispatch to the segment's model, and what the models share: the implicit lock, reading
+ * and writing one copy of the data, the version word, the context's state.
+ */
+#include "coherence/model.h"
+#include "lock/lock.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+void (*ddss_coh_inside_hook)(ddss_ctx_t *ctx, ddss_key_t key, bool is_put, bool enter);
+
+static const struct coh_model *const models[] = {
+	[DDSS_COHERENCE_NULL] = &coh_null,
+	[DDSS_COHERENCE_STRICT] = &coh_strict,
+	[DDSS_COHERENCE_READ] = &coh_read,
+	[DDSS_COHERENCE_WRITE] = &coh_write,
+	[DDSS_COHERENCE_VERSION] = &coh_version,
+	[DDSS_COHERENCE_DELTA] = &coh_delta,
+	[DDSS_COHERENCE_TEMPORAL] = &coh_temporal,
+};
+#define NMODELS (sizeof(models) / sizeof(models[0]))
+
+/* The model of a checked coherence number (descriptors come from the home, which checked). */
+static const struct coh_model *model_of(uint32_t coherence)
+{
+	return coherence < NMODELS ? models[coherence] : NULL;
+}
+
+bool coh_param_zero(uint32_t param)
+{
+	return param == 0;
+}
+
+int ddss_coh_choose(const struct ddss_seg_attr *attr, struct coh_choice *choice_p)
+{
+	uint32_t param = 0;
+
+	/* A parameter given to a model that has none is a mistake worth reporting. */
+	switch (attr->coherence) {
+	case DDSS_COHERENCE_DELTA:
+		if (attr->temporal_ms)
+			return -EINVAL;
+		param = attr->delta;
+		break;
+	case DDSS_COHERENCE_TEMPORAL:
+		if (attr->delta)
+			return -EINVAL;
+		param = attr->temporal_ms;
+		break;
+	default:
+		if (attr->delta || attr->temporal_ms)
+			return -EINVAL;
+	}
+	if ((unsigned)attr->coherence >= NMODELS || !models[attr->coherence]->param_ok(param))
+		return -EINVAL;
+	choice_p->coherence = attr->coherence;
+	choice_p->param = param;
+	return 0;
+}
+
+int ddss_coh_data_len(uint32_t coherence, uint32_t param, uint64_t size, uint64_t *len_p)
+{
+	const struct coh_model *m = model_of(coherence);
+	uint64_t copies, stride;
+
+	if (!m || !m->param_ok(param) || size == 0)
+		return -EINVAL;
+	copies = m->copies ? m->copies : (uint64_t)param + 1;
+	if (copies == 1) {
+		*len_p = size;
+		return 0;
+	}
+	if (size > UINT64_MAX / 2 / copies)
+		return -ENOMEM;
+	stride = (size + 63) & ~63ull; /* each copy starts on a cache line */
+	*len_p = stride * copies;
+	return 0;
+}
+
+uint64_t coh_copy_off(const struct ddss_seg_desc *d, uint32_t copy)
+{
+	return d->data_off + (uint64_t)copy * ((d->size + 63) & ~63ull);
+}
+
+/* ---- the context's state ---- */
+
+static int64_t monotonic(void *arg)
+{
+	(void)arg;
+	return ddss_now_ns();
+}
+
+int ddss_coh_create(size_t cache_bytes, struct ddss_coh **coh_p)
+{
+	struct ddss_coh *coh = calloc(1, sizeof(*coh));
+	int r;
+
+	if (!coh)
+		return -ENOMEM;
+	r = coh_cache_create(cache_bytes, &coh->cache);
+	if (r) {
+		free(coh);
+		return r;
+	}
+	coh->now_ns = monotonic;
+	*coh_p = coh;
+	return 0;
+}
+
+void ddss_coh_destroy(struct ddss_coh *coh)
+{
+	if (!coh)
+		return;
+	coh_cache_destroy(coh->cache);
+	free(coh);
+}
+
+void ddss_coh_forget(struct ddss_coh *coh, uint64_t key)
+{
+	coh_cache_forget(coh->cache, key);
+}
+
+void ddss_coh_stats_get(ddss_ctx_t *ctx, struct ddss_coh_stats *stats_p)
+{
+	struct ddss_coh *coh = ctx->coh;
+
+	stats_p->fetches = __atomic_load_n(&coh->fetches, __ATOMIC_RELAXED);
+	stats_p->hits = __atomic_load_n(&coh->hits, __ATOMIC_RELAXED);
+	stats_p->retries = __atomic_load_n(&coh->retries, __ATOMIC_RELAXED);
+	stats_p->cached = coh_cache_bytes(coh->cache);
+}
+
+void ddss_coh_set_clock(ddss_ctx_t *ctx, int64_t (*now_ns)(void *arg), void *arg)
+{
+	ctx->coh->now_arg = arg;
+	ctx->coh->now_ns = now_ns ? now_ns : monotonic;
+}
+
+/* ---- dispatch ---- */
+
+bool ddss_coh_is_plain(const struct ddss_seg_desc *d)
+{
+	return model_of(d->coherence)->plain;
+}
+
+int ddss_coh_get(struct ddss_ctx *ctx, const struct ddss_seg_desc *d, size_t off, void *buf,
+		 size_t len, unsigned back, uint64_t *version_p)
+{
+	const struct coh_model *m = model_of(d->coherence);
+	struct coh_call c = { .ctx = ctx, .d = d, .hdr = d->data_off - DDSS_SEG_HDR_LEN,
+			      .off = off, .len = len, .buf = buf, .back = back };
+	int r;
+
+	/* Only delta keeps older versions, x of them. */
+	if (back && (m != &coh_delta || back > d->param))
+		return -EINVAL;
+	r = m->get(&c);
+	if (!r && version_p)
+		*version_p = c.version;
+	return r;
+}
+
+int ddss_coh_put(struct ddss_ctx *ctx, const struct ddss_seg_desc *d, size_t off,
+		 const void *buf, size_t len)
+{
+	struct coh_call c = { .ctx = ctx, .d = d, .hdr = d->data_off - DDSS_SEG_HDR_LEN,
+			      .off = off, .len = len, .buf = (void *)buf, .is_put = true };
+
+	return model_of(d->coherence)->put(&c);
+}
+
+/* ---- shared steps ---- */
+
+int coh_lock(struct coh_call *c, bool *taken_p)
+{
+	int held = ddss_lock_held(c->ctx, c->d->key), r = 0;
+
+	*taken_p = false;
+	if (held == DDSS_LOCK_SHARED && c->is_put)
+		return -EDEADLK;
+	if (!held) {
+		r = ddss_acquire_lock_ss(c->ctx, c->d->key, DDSS_LOCK_EXCLUSIVE);
+		*taken_p = r == 0;
+	}
+	if (!r && ddss_coh_inside_hook)
+		ddss_coh_inside_hook(c->ctx, c->d->key, c->is_put, true);
+	return r;
+}
+
+int coh_unlock(struct coh_call *c, bool taken, int r)
+{
+	int r2 = 0;
+
+	if (ddss_coh_inside_hook)
+		ddss_coh_inside_hook(c->ctx, c->d->key, c->is_put, false);
+	if (taken)
+		r2 = ddss_release_lock_ss(c->ctx, c->d->key);
+	return r ? r : r2;
+}
+
+int coh_read_copy(struct coh_call *c, uint32_t copy)
+{
+	coh_count(&coh_of(c)->fetches);
+	return ddss_tp_read(c->ctx->tp, c->d->home, coh_copy_off(c->d, copy) + c->off, c->buf,
+			    c->len);
+}
+
+int coh_write_copy(struct coh_call *c, uint32_t copy)
+{
+	return ddss_tp_write(c->ctx->tp, c->d->home, coh_copy_off(c->d, copy) + c->off, c->buf,
+			     c->len);
+}
+
+int coh_read_version(struct coh_call *c, uint64_t *word_p)
+{
+	return ddss_tp_read(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, word_p, 8);
+}
+
+int64_t coh_deadline(struct coh_call *c)
+{
+	int ms = c->ctx->tp->cfg.op_timeout_ms;
+
+	return ddss_now_ns() + (int64_t)(ms > 0 ? ms : 30000) * 1000000;
+}

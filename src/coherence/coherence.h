@@ -1,0 +1,73 @@
+/*
+ * Coherence models (docs/coherence.md): what get and put do on a segment, chosen at
+ * allocation. The rest of the library calls only these functions; each model is one small
+ * strategy in this folder (model.h), so nothing outside it branches on the model.
+ */
+#ifndef DDSS_COHERENCE_COHERENCE_H
+#define DDSS_COHERENCE_COHERENCE_H
+
+#include "core/seg_cache.h"
+#include "ddss/ddss.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ddss_coh;
+
+/* A segment's model as it travels in messages and descriptors. */
+struct coh_choice {
+	uint32_t coherence; /* enum ddss_coherence */
+	uint32_t param;     /* delta: x; temporal: t in ms; else 0 */
+};
+
+/** The model @attr asks for; -EINVAL for an unknown model or a bad or misplaced parameter. */
+int ddss_coh_choose(const struct ddss_seg_attr *attr, struct coh_choice *choice_p);
+
+/**
+ * Bytes of pool a segment of @size needs under @coherence / @param (more than @size when
+ * the model keeps several copies). -EINVAL for a bad model, -ENOMEM if it overflows.
+ */
+int ddss_coh_data_len(uint32_t coherence, uint32_t param, uint64_t size, uint64_t *len_p);
+
+/** The context's coherence state: the cache of segment copies (@cache_bytes), counters. */
+int ddss_coh_create(size_t cache_bytes, struct ddss_coh **coh_p);
+void ddss_coh_destroy(struct ddss_coh *coh);
+
+/** @key's segment is gone: drop its cached copy. */
+void ddss_coh_forget(struct ddss_coh *coh, uint64_t key);
+
+/**
+ * get / put of [off, off+len) of segment @d (range already checked) under its model.
+ * @back and *version_p as ddss_get_versioned().
+ */
+int ddss_coh_get(struct ddss_ctx *ctx, const struct ddss_seg_desc *d, size_t off, void *buf,
+		 size_t len, unsigned back, uint64_t *version_p);
+int ddss_coh_put(struct ddss_ctx *ctx, const struct ddss_seg_desc *d, size_t off,
+		 const void *buf, size_t len);
+
+/** True if @d's get and put are single RDMA operations, which async requests can overlap. */
+bool ddss_coh_is_plain(const struct ddss_seg_desc *d);
+
+/* ---- for tests and benchmarks ---- */
+
+struct ddss_coh_stats {
+	uint64_t fetches;  /* data transfers made by gets */
+	uint64_t hits;     /* gets served from the cache */
+	uint64_t retries;  /* lock-free reads retried because a writer overlapped */
+	uint64_t cached;   /* bytes in the cache now */
+};
+
+void ddss_coh_stats_get(ddss_ctx_t *ctx, struct ddss_coh_stats *stats_p);
+
+/** Replace the clock temporal segments age their copies with (NULL: CLOCK_MONOTONIC). */
+void ddss_coh_set_clock(ddss_ctx_t *ctx, int64_t (*now_ns)(void *arg), void *arg);
+
+/*
+ * Called, when set, as a model's get or put enters (@enter) and leaves the critical section
+ * of its implicit lock (or of the caller's hold, which it runs inside), so tests can count
+ * who is inside at once. Tests only: set it before any get/put runs.
+ */
+extern void (*ddss_coh_inside_hook)(ddss_ctx_t *ctx, ddss_key_t key, bool is_put, bool enter);
+
+#endif /* DDSS_COHERENCE_COHERENCE_H */

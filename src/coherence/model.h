@@ -1,0 +1,84 @@
+/*
+ * The strategy each coherence model implements, and the helpers they share (coherence.c):
+ *   coh_plain.c     null, strict, read: plain transfers, with or without the implicit lock
+ *   coh_slots.c     write and delta: versioned copies read without a lock
+ *   coh_version.c   version: a version word saves the transfer of an unchanged segment
+ *   coh_temporal.c  temporal: the cached copy serves while it is younger than t
+ *   coh_cache.c     the per-context cache of segment copies
+ */
+#ifndef DDSS_COHERENCE_MODEL_H
+#define DDSS_COHERENCE_MODEL_H
+
+#include "coherence/coh_cache.h"
+#include "coherence/coherence.h"
+#include "core/ctx.h"
+
+/* One get or put in progress. */
+struct coh_call {
+	struct ddss_ctx *ctx;
+	const struct ddss_seg_desc *d;
+	uint64_t hdr;      /* the segment's header in the home's pool */
+	size_t off, len;
+	void *buf;         /* get: where the data goes; put: where it comes from */
+	bool is_put;
+	unsigned back;     /* get: versions back (delta only) */
+	uint64_t version;  /* get: the version returned */
+};
+
+struct coh_model {
+	const char *name;
+	bool (*param_ok)(uint32_t param);
+	uint32_t copies;   /* copies of the data the home keeps; 0: the parameter + 1 */
+	bool plain;        /* get/put are single RDMA operations */
+	int (*get)(struct coh_call *c);
+	int (*put)(struct coh_call *c);
+};
+
+extern const struct coh_model coh_null, coh_strict, coh_read, coh_write, coh_version,
+	coh_delta, coh_temporal;
+
+struct ddss_coh {
+	struct coh_cache *cache;
+	int64_t (*now_ns)(void *arg);
+	void *now_arg;
+	uint64_t fetches, hits, retries; /* atomic counters */
+};
+
+/* The version word, in every segment's header: [completed puts : 63 | a put is writing : 1]. */
+#define COH_VERSION_OFF DDSS_SEG_HDR_VERSION
+#define COH_WRITING 1ull
+
+bool coh_param_zero(uint32_t param);
+
+/*
+ * Take the segment's exclusive lock for @c unless this context holds it already (then the
+ * call runs inside the caller's critical section): *taken_p says whether coh_unlock must
+ * release it. A put under the caller's shared hold cannot take the exclusive lock without
+ * deadlocking on itself: -EDEADLK. Runs the inside hook on entering (coh_unlock on leaving).
+ */
+int coh_lock(struct coh_call *c, bool *taken_p);
+/* Release what coh_lock took; returns @r, or the release's error if @r is 0. */
+int coh_unlock(struct coh_call *c, bool taken, int r);
+
+/* Data of copy @copy (0 for single-copy models) at the call's range. */
+int coh_read_copy(struct coh_call *c, uint32_t copy);
+int coh_write_copy(struct coh_call *c, uint32_t copy);
+/* Where copy @copy of the segment starts in the home's pool. */
+uint64_t coh_copy_off(const struct ddss_seg_desc *d, uint32_t copy);
+
+int coh_read_version(struct coh_call *c, uint64_t *word_p);
+
+static inline struct ddss_coh *coh_of(struct coh_call *c)
+{
+	return c->ctx->coh;
+}
+
+static inline void coh_count(uint64_t *counter)
+{
+	__atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+}
+
+/* The call's deadline for lock-free retries: the operation timeout from now. */
+int64_t coh_deadline(struct coh_call *c);
+
+#endif /* DDSS_COHERENCE_MODEL_H */
