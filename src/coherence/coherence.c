@@ -180,7 +180,7 @@ int coh_lock(struct coh_call *c, bool *taken_p)
 	if (held == DDSS_LOCK_SHARED && c->is_put)
 		return -EDEADLK;
 	if (!held) {
-		r = ddss_acquire_lock_ss(c->ctx, c->d->key, DDSS_LOCK_EXCLUSIVE);
+		r = ddss_lock_acquire_implicit(c->ctx, c->d->key);
 		*taken_p = r == 0;
 	}
 	if (!r && ddss_coh_inside_hook)
@@ -195,7 +195,7 @@ int coh_unlock(struct coh_call *c, bool taken, int r)
 	if (ddss_coh_inside_hook)
 		ddss_coh_inside_hook(c->ctx, c->d->key, c->is_put, false);
 	if (taken)
-		r2 = ddss_release_lock_ss(c->ctx, c->d->key);
+		r2 = ddss_lock_release_implicit(c->ctx, c->d->key);
 	return r ? r : r2;
 }
 

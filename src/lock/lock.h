@@ -27,8 +27,16 @@ void ddss_lock_destroy(struct ddss_lock *lock);
 /**
  * How this context holds @key's lock: DDSS_LOCK_EXCLUSIVE, DDSS_LOCK_SHARED or 0 (not
  * held). get/put use it to skip their implicit locks inside the caller's critical section.
+ * Holds taken by get/put themselves do not count: another thread's get must still wait.
  */
 int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key);
+
+/*
+ * The exclusive lock a get or put takes for itself (src/coherence). The user's release
+ * calls do not see it, and it does not see theirs.
+ */
+int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, ddss_key_t key);
+int ddss_lock_release_implicit(ddss_ctx_t *ctx, ddss_key_t key);
 
 /**
  * Switch the scheme (benchmarks only). Collective in spirit: every rank must switch while no

@@ -167,7 +167,7 @@ static int lock_word_of(struct ddss_ctx *ctx, ddss_key_t key, uint32_t *home_p, 
 }
 
 static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *rq,
-			 bool try_only, int timeout_ms)
+			 bool try_only, int timeout_ms, bool implicit)
 {
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX :
 			   ddss_now_ns() + (int64_t)timeout_ms * 1000000ll;
@@ -183,6 +183,8 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 
 		pthread_mutex_lock(&lk->mu);
 		h = lock_holds_add(lk, key, rq->home, rq->hdr, rq->mode, x ? (int)rq->slot : -1);
+		if (h && x)
+			h->implicit = implicit;
 		if (h && !x && !rq->pred && rq->count >= LOCK_S_RESET)
 			h->reset = true;
 		if (h && !x)
@@ -204,8 +206,9 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 	return r;
 }
 
+/* @implicit: the hold is a get/put's own, invisible to ddss_lock_held and user releases. */
 static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bool try_only,
-		   int timeout_ms)
+		   int timeout_ms, bool implicit)
 {
 	struct lock_req rq = { .mode = mode };
 	enum ddss_lock_scheme scheme;
@@ -235,6 +238,8 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 
 			if (h)
 				h->srsl = true;
+			if (h && x)
+				h->implicit = implicit;
 			else
 				r = -ENOMEM;
 			if (!h || !x)
@@ -248,7 +253,7 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 	} else {
 		if (scheme == DDSS_LOCK_DQNL)
 			rq.mode = DDSS_LOCK_EXCLUSIVE; /* the baseline has no shared mode */
-		r = queue_acquire(lk, key, &rq, try_only, timeout_ms);
+		r = queue_acquire(lk, key, &rq, try_only, timeout_ms, implicit);
 	}
 	return r;
 }
@@ -262,14 +267,20 @@ int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key)
 	pthread_mutex_lock(&lk->mu);
 	h = lock_holds_find(lk, key);
 	if (h)
-		mode = h->excl ? DDSS_LOCK_EXCLUSIVE : h->shared ? DDSS_LOCK_SHARED : 0;
+		mode = h->excl && !h->implicit ? DDSS_LOCK_EXCLUSIVE :
+		       h->shared		  ? DDSS_LOCK_SHARED : 0;
 	pthread_mutex_unlock(&lk->mu);
 	return mode;
 }
 
 int ddss_acquire_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
 {
-	return acquire(ctx, key, mode, false, -1);
+	return acquire(ctx, key, mode, false, -1, false);
+}
+
+int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, ddss_key_t key)
+{
+	return acquire(ctx, key, DDSS_LOCK_EXCLUSIVE, false, -1, true);
 }
 
 int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode,
@@ -277,12 +288,12 @@ int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_m
 {
 	if (timeout_ms < 0)
 		return -EINVAL;
-	return acquire(ctx, key, mode, false, timeout_ms);
+	return acquire(ctx, key, mode, false, timeout_ms, false);
 }
 
 int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
 {
-	return acquire(ctx, key, mode, true, 0);
+	return acquire(ctx, key, mode, true, 0, false);
 }
 
 /* An empty exclusive acquire and release: swaps S out and resets D (see LOCK_S_RESET). */
@@ -302,7 +313,7 @@ static void reset_word(struct ddss_lock *lk, const struct lock_req *held)
 		lock_slot_put(lk, rq.slot, r ? SLOT_LOST : SLOT_FREE);
 }
 
-int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
+static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit)
 {
 	struct lock_req rq = { .stage = STAGE_DONE };
 	struct ddss_key_parts parts;
@@ -318,6 +329,9 @@ int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
 	lk = ctx->lock;
 	pthread_mutex_lock(&lk->mu);
 	h = lock_holds_find(lk, key);
+	/* A get/put's own hold and the user's holds are released only by their owners. */
+	if (h && (implicit ? !(h->excl && h->implicit) : h->excl && h->implicit))
+		h = NULL;
 	if (!h) {
 		pthread_mutex_unlock(&lk->mu);
 		return ddss_key_parse(key, &parts) ? -EINVAL : -EPERM;
@@ -356,4 +370,14 @@ int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
 	if (rq.mode == DDSS_LOCK_EXCLUSIVE)
 		lock_slot_put(lk, rq.slot, r && r != -ESTALE ? SLOT_LOST : SLOT_FREE);
 	return r;
+}
+
+int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
+{
+	return release(ctx, key, false);
+}
+
+int ddss_lock_release_implicit(ddss_ctx_t *ctx, ddss_key_t key)
+{
+	return release(ctx, key, true);
 }

@@ -88,6 +88,7 @@ void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode)
 
 	if (mode == DDSS_LOCK_EXCLUSIVE) {
 		h->excl = false;
+		h->implicit = false;
 		h->xslot = -1;
 	} else {
 		h->shared--;

@@ -166,6 +166,7 @@ struct lock_hold {
 	bool excl;        /* held exclusively */
 	int xslot;        /* ... with this waiter slot */
 	bool srsl;        /* taken with the SRSL scheme */
+	bool implicit;    /* the exclusive hold is a get/put's own (src/coherence) */
 	uint32_t shared;  /* shared holds */
 	bool reset;       /* a shared hold saw S >= LOCK_S_RESET: reset the word on release */
 };
