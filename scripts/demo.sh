@@ -17,3 +17,6 @@ echo "== get/put latency next to the raw transport read/write, same run =="
 echo
 echo "== lock schemes side by side: latency, cascades, throughput under contention =="
 "$build/apps/ddssrun" -n 4 --transport tcp "$build/apps/ddss-lock-bench"
+echo
+echo "== coherence models: put/get latency per model next to raw read/write/atomic (Figure 4a) =="
+"$build/apps/ddssrun" -n 2 --transport tcp "$build/apps/ddss-coh-bench"

@@ -221,5 +221,5 @@ int64_t coh_deadline(struct coh_call *c)
 {
 	int ms = c->ctx->tp->cfg.op_timeout_ms;
 
-	return ddss_now_ns() + (int64_t)(ms > 0 ? ms : 30000) * 1000000;
+	return ms > 0 ? ddss_now_ns() + (int64_t)ms * 1000000 : INT64_MAX; /* 0: never */
 }
