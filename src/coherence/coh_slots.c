@@ -60,7 +60,7 @@ static int slots_get(struct coh_call *c)
 		}
 		/* With one copy, a put in progress is writing the very bytes we want. */
 		if (!(x == 0 && (word & COH_WRITING))) {
-			r = coh_read_copy(c, (uint32_t)(u % (x + 1)));
+			r = coh_fetch_copy(c, (uint32_t)(u % (x + 1)));
 			if (!r)
 				r = coh_read_version(c, &after);
 			if (r)

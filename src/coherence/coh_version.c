@@ -25,7 +25,7 @@ static int version_get(struct coh_call *c)
 		coh_count(&coh_of(c)->hits);
 		return 0;
 	}
-	r = coh_read_copy(c, 0);
+	r = coh_fetch_copy(c, 0);
 	if (r)
 		return r;
 	coh_cache_put(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf, want.version, 0);

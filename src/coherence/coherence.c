@@ -201,9 +201,14 @@ int coh_unlock(struct coh_call *c, bool taken, int r)
 
 int coh_read_copy(struct coh_call *c, uint32_t copy)
 {
-	coh_count(&coh_of(c)->fetches);
 	return ddss_tp_read(c->ctx->tp, c->d->home, coh_copy_off(c->d, copy) + c->off, c->buf,
 			    c->len);
+}
+
+int coh_fetch_copy(struct coh_call *c, uint32_t copy)
+{
+	coh_count(&coh_of(c)->fetches);
+	return coh_read_copy(c, copy);
 }
 
 int coh_write_copy(struct coh_call *c, uint32_t copy)

@@ -52,7 +52,7 @@ bool ddss_coh_is_plain(const struct ddss_seg_desc *d);
 /* ---- for tests and benchmarks ---- */
 
 struct ddss_coh_stats {
-	uint64_t fetches;  /* data transfers made by gets */
+	uint64_t fetches;  /* data transfers made by caching gets (version, write, delta, temporal) */
 	uint64_t hits;     /* gets served from the cache */
 	uint64_t retries;  /* lock-free reads retried because a writer overlapped */
 	uint64_t cached;   /* bytes in the cache now */

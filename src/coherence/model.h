@@ -62,6 +62,8 @@ int coh_unlock(struct coh_call *c, bool taken, int r);
 
 /* Data of copy @copy (0 for single-copy models) at the call's range. */
 int coh_read_copy(struct coh_call *c, uint32_t copy);
+/* The same, counted as a transfer a cache hit would have saved (ddss_coh_stats.fetches). */
+int coh_fetch_copy(struct coh_call *c, uint32_t copy);
 int coh_write_copy(struct coh_call *c, uint32_t copy);
 /* Where copy @copy of the segment starts in the home's pool. */
 uint64_t coh_copy_off(const struct ddss_seg_desc *d, uint32_t copy);

@@ -24,7 +24,8 @@
  * Worker threads never call CUnit (it is not thread-safe): they count failures and print
  * the first few; the main thread asserts the counts.
  *
- *   ddssrun -n 4 coh_coherence [--threads N] [--iters M] [--completion=poll] [--only WORD]
+ *   ddssrun -n 4 coh_coherence [--threads N] [--iters M] [--payload BYTES] [--completion=poll]
+ *                              [--only WORD]
  */
 #include "coherence/coherence.h"
 #include "common/test_util.h"
@@ -44,6 +45,12 @@
 
 #define MAX_THREADS 16
 #define PAYLOAD 4096      /* bytes of a checksummed payload */
+/*
+ * The writers-flat-out tests use big payloads: a read then overlaps a write at the home
+ * long enough for a torn copy to be seen if the library let one through (with 4 KiB,
+ * tcp's home copies each in one go and nothing could tear).
+ */
+static size_t flat_len = 256 << 10;
 #define CACHE_SIZE (1u << 20)
 #define TEMPORAL_MS 50    /* t of the real-clock temporal test */
 #define TEMPORAL_MARGIN_MS 2000 /* generous: 2 shared cores, or the emulated guest */
@@ -511,14 +518,18 @@ static void *flat_main(void *arg)
 {
 	struct wk *w = arg;
 	struct flat_run *run = w->arg;
-	uint64_t p[PAYLOAD / 8], seq, version, last = 0;
+	uint64_t *p = malloc(flat_len), seq, version, last = 0;
 	int64_t give_up = mono_ns() + 120ll * 1000000000;
 	int r;
 
+	if (!p) {
+		wfail(w, "out of memory");
+		return NULL;
+	}
 	if (is_writer(w->tid)) {
 		for (uint64_t i = 1; !readers_done(run); i++) {
-			payload_make(p, PAYLOAD / 8, ((uint64_t)me << 48) | i);
-			r = ddss_put(ctx, run->key, 0, p, PAYLOAD);
+			payload_make(p, flat_len / 8, ((uint64_t)me << 48) | i);
+			r = ddss_put(ctx, run->key, 0, p, flat_len);
 			if (r) {
 				wfail(w, "put: %s", ddss_strerror(r));
 				break;
@@ -529,12 +540,13 @@ static void *flat_main(void *arg)
 				break;
 			}
 		}
+		free(p);
 		return NULL;
 	}
 	for (unsigned i = 0; i < iters; i++) {
 		unsigned back = run->delta && i % 3 == 2 ? (unsigned)(i % (run->delta + 1)) : 0;
 
-		r = ddss_get_versioned(ctx, run->key, 0, p, PAYLOAD, back, &version);
+		r = ddss_get_versioned(ctx, run->key, 0, p, flat_len, back, &version);
 		if (r == -ENOENT && back > last)
 			continue;
 		if (r) {
@@ -542,7 +554,7 @@ static void *flat_main(void *arg)
 			continue;
 		}
 		w->n_get++;
-		if (!payload_ok(p, PAYLOAD / 8, &seq))
+		if (!payload_ok(p, flat_len / 8, &seq))
 			wfail(w, "torn read: version %llu, seq %#llx", (unsigned long long)version,
 			      (unsigned long long)seq);
 		if (back == 0) {
@@ -559,6 +571,7 @@ static void *flat_main(void *arg)
 			wfail(w, "cannot say the readers are done");
 	}
 	w->max_seen = last;
+	free(p);
 	return NULL;
 }
 
@@ -576,7 +589,7 @@ static void run_flat(const char *name, uint32_t delta)
 	atomic_init(&run.readers_left, nreaders);
 	snprintf(fname, sizeof(fname), "%s-flags", name);
 	run.flags = seg(fname, 64 * 8, 1, DDSS_COHERENCE_NULL, 0, 0);
-	run.key = seg(name, PAYLOAD, 3, delta ? DDSS_COHERENCE_DELTA : DDSS_COHERENCE_WRITE,
+	run.key = seg(name, flat_len, 3, delta ? DDSS_COHERENCE_DELTA : DDSS_COHERENCE_WRITE,
 		      delta, 0);
 	if (nreaders == 0) {
 		uint64_t one = 1;
@@ -1086,8 +1099,8 @@ struct test_entry {
 
 static void usage(const char *prog)
 {
-	fprintf(stderr, "usage: %s [--threads N] [--iters M] [--completion=poll] [--only WORD]\n",
-		prog);
+	fprintf(stderr, "usage: %s [--threads N] [--iters M] [--payload BYTES] [--completion=poll] "
+		"[--only WORD]\n", prog);
 }
 
 int main(int argc, char **argv)
@@ -1111,13 +1124,17 @@ int main(int argc, char **argv)
 			nthreads = (unsigned)strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(a, "--iters") && i + 1 < argc)
 			iters = (unsigned)strtoul(argv[++i], NULL, 0);
+		else if (!strcmp(a, "--payload") && i + 1 < argc)
+			flat_len = strtoul(argv[++i], NULL, 0) & ~(size_t)7;
 		else if (!strcmp(a, "--only") && i + 1 < argc)
 			only = argv[++i];
 		else
 			return usage(argv[0]), 2;
 	}
-	if (nthreads < 1 || nthreads > MAX_THREADS || iters < 10) {
-		fprintf(stderr, "threads: 1..%d; iters >= 10\n", MAX_THREADS);
+	if (nthreads < 1 || nthreads > MAX_THREADS || iters < 10 || flat_len < 64 ||
+	    flat_len > (4u << 20)) {
+		fprintf(stderr, "threads: 1..%d; iters >= 10; payload 64 B .. 4 MiB\n",
+			MAX_THREADS);
 		return 2;
 	}
 	ddss_coh_inside_hook = witness_hook;
