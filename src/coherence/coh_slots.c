@@ -37,26 +37,25 @@ static uint64_t started(uint64_t word)
 
 static int slots_get(struct coh_call *c)
 {
-	uint64_t x = extra_copies(c), word, after, v, u;
+	uint64_t x = extra_copies(c), word, after, v, u, cached = 0;
 	int64_t deadline = 0;
-	struct coh_want want = { .by_version = true };
+	bool have = false;
 	int r;
 
 	for (;;) {
-		r = coh_read_version(c, &word);
+		/* The newest version may be the cached one: copy it out meanwhile. */
+		r = c->back ? coh_read_version(c, &word) :
+			      coh_version_read_with_copy(c, &word, &have, &cached);
 		if (r)
 			return r;
 		v = word >> 1;
 		if (c->back > v)
 			return -ENOENT;
 		u = v - c->back;
-		if (c->back == 0) {
-			want.version = v;
-			if (coh_cache_get(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf,
-					  &want, &c->version)) {
-				coh_count(&coh_of(c)->hits);
-				return 0;
-			}
+		if (have && cached == v) {
+			coh_count(&coh_of(c)->hits);
+			c->version = v;
+			return 0;
 		}
 		/* With one copy, a put in progress is writing the very bytes we want. */
 		if (!(x == 0 && (word & COH_WRITING))) {

@@ -222,6 +222,22 @@ int coh_read_version(struct coh_call *c, uint64_t *word_p)
 	return ddss_tp_read(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, word_p, 8);
 }
 
+int coh_version_read_with_copy(struct coh_call *c, uint64_t *word_p, bool *have_p,
+			       uint64_t *cached_p)
+{
+	static const struct coh_want any = { .fetched_after = INT64_MIN };
+	struct ddss_tp_req req;
+	int r = ddss_tp_post_read(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, word_p, 8,
+				  &req);
+
+	if (r)
+		return r;
+	*have_p = coh_cache_get(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf, &any,
+				cached_p);
+	r = ddss_tp_wait(c->ctx->tp, &req, DDSS_TP_TIMEOUT_DEFAULT);
+	return r ? r : req.status;
+}
+
 int64_t coh_deadline(struct coh_call *c)
 {
 	int ms = c->ctx->tp->cfg.op_timeout_ms;

@@ -69,6 +69,13 @@ int coh_write_copy(struct coh_call *c, uint32_t copy);
 uint64_t coh_copy_off(const struct ddss_seg_desc *d, uint32_t copy);
 
 int coh_read_version(struct coh_call *c, uint64_t *word_p);
+/*
+ * Read the version word into *word_p and, while that read is in flight, copy the cached
+ * copy of the call's range (of whatever version) into the call's buffer: *have_p says
+ * whether there was one, *cached_p its version.
+ */
+int coh_version_read_with_copy(struct coh_call *c, uint64_t *word_p, bool *have_p,
+			       uint64_t *cached_p);
 
 static inline struct ddss_coh *coh_of(struct coh_call *c)
 {

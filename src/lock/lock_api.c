@@ -236,12 +236,12 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 			struct lock_hold *h = lock_holds_add(lk, key, rq.home, rq.hdr, mode,
 							     x ? (int)rq.slot : -1);
 
-			if (h)
+			if (h) {
 				h->srsl = true;
-			if (h && x)
-				h->implicit = implicit;
-			else
+				h->implicit = x && implicit;
+			} else {
 				r = -ENOMEM;
+			}
 			if (!h || !x)
 				lock_slot_put_locked(lk, rq.slot, SLOT_FREE);
 		} else {
