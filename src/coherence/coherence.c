@@ -128,6 +128,7 @@ void ddss_coh_stats_get(ddss_ctx_t *ctx, struct ddss_coh_stats *stats_p)
 	stats_p->fetches = __atomic_load_n(&coh->fetches, __ATOMIC_RELAXED);
 	stats_p->hits = __atomic_load_n(&coh->hits, __ATOMIC_RELAXED);
 	stats_p->retries = __atomic_load_n(&coh->retries, __ATOMIC_RELAXED);
+	stats_p->locked = __atomic_load_n(&coh->locked, __ATOMIC_RELAXED);
 	stats_p->cached = coh_cache_bytes(coh->cache);
 }
 

@@ -55,6 +55,7 @@ struct ddss_coh_stats {
 	uint64_t fetches;  /* data transfers made by caching gets (version, write, delta, temporal) */
 	uint64_t hits;     /* gets served from the cache */
 	uint64_t retries;  /* lock-free reads retried because a writer overlapped */
+	uint64_t locked;   /* lock-free gets that gave up retrying and took the lock */
 	uint64_t cached;   /* bytes in the cache now */
 };
 

@@ -41,7 +41,7 @@ struct ddss_coh {
 	struct coh_cache *cache;
 	int64_t (*now_ns)(void *arg);
 	void *now_arg;
-	uint64_t fetches, hits, retries; /* atomic counters */
+	uint64_t fetches, hits, retries, locked; /* atomic counters */
 };
 
 /* The version word, in every segment's header: [completed puts : 63 | a put is writing : 1]. */
