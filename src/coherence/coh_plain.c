@@ -15,24 +15,27 @@ static int plain_put(struct coh_call *c)
 	return coh_write_copy(c, 0);
 }
 
-static int locked(struct coh_call *c, int (*transfer)(struct coh_call *c))
+/* Lock, transfer, unlock: the transfer is still in flight when the release is posted. */
+static int locked(struct coh_call *c, bool write)
 {
+	struct coh_pending p;
 	bool taken;
 	int r = coh_lock(c, &taken);
 
 	if (r)
 		return r;
-	return coh_unlock(c, taken, transfer(c));
+	coh_pending_init(c, &p);
+	return coh_unlock_after(c, taken, &p, coh_post_copy(c, &p, 0, write));
 }
 
 static int locked_get(struct coh_call *c)
 {
-	return locked(c, plain_get);
+	return locked(c, false);
 }
 
 static int locked_put(struct coh_call *c)
 {
-	return locked(c, plain_put);
+	return locked(c, true);
 }
 
 const struct coh_model coh_null = {

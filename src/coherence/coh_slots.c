@@ -42,6 +42,28 @@ static uint64_t started(uint64_t word)
 	return (word >> 1) + (word & COH_WRITING);
 }
 
+/*
+ * Read the copy and then the word, both posted at once: the home executes them in order,
+ * so the word is read after the copy, which is all the check needs. One round trip.
+ */
+static int read_and_check(struct coh_call *c, uint32_t copy, uint64_t *after_p)
+{
+	struct coh_pending p;
+	int r, r2;
+
+	coh_count(&coh_of(c)->fetches);
+	coh_pending_init(c, &p);
+	r = coh_post_copy(c, &p, copy, false);
+	if (!r) {
+		r = ddss_tp_post_read(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, after_p,
+				      8, &p.req[p.n]);
+		if (!r)
+			p.n++;
+	}
+	r2 = coh_pending_wait(&p); /* even after a failed post: the first may be in flight */
+	return r2 ? r2 : r;
+}
+
 /* The get under the writers' lock: nothing can change the word or the copies meanwhile. */
 static int read_locked(struct coh_call *c, uint64_t x)
 {
@@ -54,7 +76,7 @@ static int read_locked(struct coh_call *c, uint64_t x)
 	r = coh_read_version(c, &word);
 	v = word >> 1;
 	if (!r && (word & COH_WRITING))
-		r = -EIO; /* a put died mid-way (see put_locked) */
+		r = -EIO; /* a put died mid-way (see post_put) */
 	else if (!r && c->back > v)
 		r = -ENOENT;
 	if (!r) {
@@ -95,9 +117,7 @@ static int slots_get(struct coh_call *c)
 		}
 		/* With one copy, a put in progress is writing the very bytes we want. */
 		if (!(x == 0 && (word & COH_WRITING))) {
-			r = coh_fetch_copy(c, (uint32_t)(u % (x + 1)));
-			if (!r)
-				r = coh_read_version(c, &after);
+			r = read_and_check(c, (uint32_t)(u % (x + 1)), &after);
 			if (r)
 				return r;
 			if (started(after) < u + x + 1)
@@ -147,11 +167,16 @@ static int write_version(struct coh_call *c, uint64_t word)
 	return ddss_tp_write(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, &word, 8);
 }
 
-static int put_locked(struct coh_call *c)
+/*
+ * Holding the lock: mark the word, then post the new copy and the new word back to back
+ * (executed in that order at the home) and leave them in flight for the release.
+ * *whole_p: a merged copy to free once the transfers are done.
+ */
+static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **whole_p)
 {
 	uint64_t x = extra_copies(c), old, v;
+	struct coh_call all = *c;
 	uint32_t copy;
-	unsigned char *whole = NULL;
 	int r = ddss_tp_fadd(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, 1, &old);
 
 	if (r)
@@ -165,34 +190,38 @@ static int put_locked(struct coh_call *c)
 	v = old >> 1;
 	copy = (uint32_t)((v + 1) % (x + 1));
 	if (x)
-		r = merge_with_previous(c, (uint32_t)(v % (x + 1)), &whole);
-	if (!r && whole) {
-		struct coh_call all = *c;
-
+		r = merge_with_previous(c, (uint32_t)(v % (x + 1)), whole_p);
+	if (!r && *whole_p) {
 		all.off = 0;
 		all.len = c->d->size;
-		all.buf = whole;
-		r = coh_write_copy(&all, copy);
-	} else if (!r) {
-		r = coh_write_copy(c, copy);
+		all.buf = *whole_p;
 	}
-	free(whole);
-	/* On failure put the old word back: version v is still the newest complete one. */
+	if (!r)
+		r = coh_post_copy(&all, p, copy, true);
 	if (r) {
+		/* Nothing was written: version v is still the newest complete one. */
 		write_version(c, old);
 		return r;
 	}
-	return write_version(c, old + 2);
+	p->word = old + 2;
+	/* If this fails the copy may be in flight: wait for it, and say so. */
+	r = coh_post_write_at(c, p, c->hdr + COH_VERSION_OFF, &p->word, 8);
+	return r;
 }
 
 static int slots_put(struct coh_call *c)
 {
+	unsigned char *whole = NULL;
+	struct coh_pending p;
 	bool taken;
 	int r = coh_lock(c, &taken);
 
 	if (r)
 		return r;
-	return coh_unlock(c, taken, put_locked(c));
+	coh_pending_init(c, &p);
+	r = coh_unlock_after(c, taken, &p, post_put(c, &p, &whole));
+	free(whole);
+	return r;
 }
 
 static bool delta_param_ok(uint32_t x)

@@ -35,14 +35,21 @@ static int version_get(struct coh_call *c)
 	return 0;
 }
 
+/* The fetch&add is posted behind the write (same peer: executed after it), not after its
+ * completion: one round trip for both. */
 static int version_put(struct coh_call *c)
 {
+	struct coh_pending p;
 	uint64_t old;
-	int r = coh_write_copy(c, 0);
+	int r, r2;
 
+	coh_pending_init(c, &p);
+	r = coh_post_copy(c, &p, 0, true);
 	if (r)
 		return r;
-	return ddss_tp_fadd(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, 2, &old);
+	r = ddss_tp_fadd(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, 2, &old);
+	r2 = coh_pending_wait(&p);
+	return r2 ? r2 : r;
 }
 
 const struct coh_model coh_version = {

@@ -196,8 +196,78 @@ int coh_unlock(struct coh_call *c, bool taken, int r)
 	if (ddss_coh_inside_hook)
 		ddss_coh_inside_hook(c->ctx, c->d->key, c->is_put, false);
 	if (taken)
-		r2 = ddss_lock_release_implicit(c->ctx, c->d->key);
+		r2 = ddss_lock_release_implicit(c->ctx, c->d->key, NULL);
 	return r ? r : r2;
+}
+
+void coh_pending_init(struct coh_call *c, struct coh_pending *p)
+{
+	p->tp = c->ctx->tp;
+	p->n = 0;
+	p->waited = false;
+	p->status = 0;
+}
+
+int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, const void *buf,
+		      size_t len)
+{
+	int r;
+
+	if (p->n == COH_PENDING_MAX)
+		return -EOVERFLOW; /* a bug: every caller posts at most two */
+	r = ddss_tp_post_write(p->tp, c->d->home, at, buf, len, &p->req[p->n]);
+	if (!r)
+		p->n++;
+	return r;
+}
+
+int coh_post_copy(struct coh_call *c, struct coh_pending *p, uint32_t copy, bool write)
+{
+	uint64_t at = coh_copy_off(c->d, copy) + c->off;
+	int r;
+
+	if (write)
+		return coh_post_write_at(c, p, at, c->buf, c->len);
+	if (p->n == COH_PENDING_MAX)
+		return -EOVERFLOW;
+	r = ddss_tp_post_read(p->tp, c->d->home, at, c->buf, c->len, &p->req[p->n]);
+	if (!r)
+		p->n++;
+	return r;
+}
+
+int coh_pending_wait(struct coh_pending *p)
+{
+	if (p->waited)
+		return p->status;
+	p->waited = true;
+	for (unsigned i = 0; i < p->n; i++) {
+		int r = ddss_tp_wait(p->tp, &p->req[i], DDSS_TP_TIMEOUT_DEFAULT);
+
+		if (!r)
+			r = p->req[i].status;
+		if (r && !p->status)
+			p->status = r;
+	}
+	return p->status;
+}
+
+static void fence_wait(void *arg)
+{
+	coh_pending_wait(arg);
+}
+
+int coh_unlock_after(struct coh_call *c, bool taken, struct coh_pending *p, int r)
+{
+	struct ddss_lock_fence fence = { .wait = fence_wait, .arg = p };
+	int r2 = 0, r3;
+
+	if (ddss_coh_inside_hook)
+		ddss_coh_inside_hook(c->ctx, c->d->key, c->is_put, false);
+	if (taken)
+		r2 = ddss_lock_release_implicit(c->ctx, c->d->key, &fence);
+	r3 = coh_pending_wait(p);
+	return r ? r : r3 ? r3 : r2;
 }
 
 int coh_read_copy(struct coh_call *c, uint32_t copy)

@@ -60,6 +60,32 @@ int coh_lock(struct coh_call *c, bool *taken_p);
 /* Release what coh_lock took; returns @r, or the release's error if @r is 0. */
 int coh_unlock(struct coh_call *c, bool taken, int r);
 
+/*
+ * Transfers posted inside a critical section and left in flight across the release:
+ * operations to one peer execute in the order posted, so the release's atomic lands after
+ * them; the lock module waits for them only before granting a waiter directly (struct
+ * ddss_lock_fence). Saves the round trip between the last transfer and the release.
+ */
+#define COH_PENDING_MAX 2
+struct coh_pending {
+	struct ddss_tp *tp;
+	struct ddss_tp_req req[COH_PENDING_MAX];
+	unsigned n;
+	bool waited;
+	int status;    /* the first transfer error, once waited */
+	uint64_t word; /* a version word being written (must outlive the transfer) */
+};
+
+void coh_pending_init(struct coh_call *c, struct coh_pending *p);
+/* Post a read / write of the call's range of copy @copy, or of @len bytes at pool offset @at. */
+int coh_post_copy(struct coh_call *c, struct coh_pending *p, uint32_t copy, bool write);
+int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, const void *buf,
+		      size_t len);
+/* Wait for every posted transfer (once); their first error. */
+int coh_pending_wait(struct coh_pending *p);
+/* coh_unlock with transfers in flight: release, then wait for them; their error first. */
+int coh_unlock_after(struct coh_call *c, bool taken, struct coh_pending *p, int r);
+
 /* Data of copy @copy (0 for single-copy models) at the call's range. */
 int coh_read_copy(struct coh_call *c, uint32_t copy);
 /* The same, counted as a transfer a cache hit would have saved (ddss_coh_stats.fetches). */

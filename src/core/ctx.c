@@ -182,6 +182,15 @@ int ddss_finalize(ddss_ctx_t *ctx)
 	if (!ctx)
 		return -EINVAL;
 	r = ddss_net_barrier(ctx->net, -1);
+	/*
+	 * Rank 1 coordinates the barrier: it leaves last. A rank still waiting for the
+	 * barrier's release could otherwise see rank 1's connection close before the release
+	 * message (verbs reports the disconnect on another thread) and fail its finalize.
+	 */
+	if (!r && ctx->rank == 1 &&
+	    ddss_net_wait_others_gone(ctx->net, ctx->connect_timeout_ms) == -ETIMEDOUT)
+		DDSS_WARN("finalize: some ranks still connected after %d ms; leaving anyway",
+			  ctx->connect_timeout_ms);
 	ctx_free(ctx);
 	return r;
 }

@@ -36,7 +36,22 @@ int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key);
  * calls do not see it, and it does not see theirs.
  */
 int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, ddss_key_t key);
-int ddss_lock_release_implicit(ddss_ctx_t *ctx, ddss_key_t key);
+
+/*
+ * A transfer the holder posted to the segment's home just before releasing. The release
+ * runs without waiting for it: operations from one rank to one peer execute in the order
+ * posted, so the release's own atomic lands after it, and whoever takes the lock through
+ * the word sees its data. Only before handing the lock to a waiter directly (a grant
+ * reaches the waiter, not the home) must it be complete: then @wait(@arg) is called (the
+ * callee waits for the transfer once, and keeps its result).
+ */
+struct ddss_lock_fence {
+	void (*wait)(void *arg);
+	void *arg;
+};
+
+/* Release an implicit hold; @fence (or NULL) as above. */
+int ddss_lock_release_implicit(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_lock_fence *fence);
 
 /**
  * Switch the scheme (benchmarks only). Collective in spirit: every rank must switch while no

@@ -313,9 +313,9 @@ static void reset_word(struct ddss_lock *lk, const struct lock_req *held)
 		lock_slot_put(lk, rq.slot, r ? SLOT_LOST : SLOT_FREE);
 }
 
-static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit)
+static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_lock_fence *fence)
 {
-	struct lock_req rq = { .stage = STAGE_DONE };
+	struct lock_req rq = { .stage = STAGE_DONE, .fence = fence };
 	struct ddss_key_parts parts;
 	struct ddss_lock *lk;
 	struct lock_hold *h;
@@ -374,10 +374,10 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit)
 
 int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
 {
-	return release(ctx, key, false);
+	return release(ctx, key, false, NULL);
 }
 
-int ddss_lock_release_implicit(ddss_ctx_t *ctx, ddss_key_t key)
+int ddss_lock_release_implicit(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_lock_fence *fence)
 {
-	return release(ctx, key, true);
+	return release(ctx, key, true, fence);
 }

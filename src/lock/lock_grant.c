@@ -128,6 +128,11 @@ static void send_grants(struct ddss_lock *lk, const struct fanout *f)
 		free(reqs);
 }
 
+bool lock_grant_pending(struct ddss_lock *lk, unsigned slot)
+{
+	return __atomic_load_n(&lk->slot[slot].wake, __ATOMIC_ACQUIRE) != lk->slot[slot].wake_mark;
+}
+
 int lock_grant_ready(struct ddss_lock *lk, unsigned slot)
 {
 	struct fanout f = { 0 };
@@ -136,7 +141,7 @@ int lock_grant_ready(struct ddss_lock *lk, unsigned slot)
 	/* Every registration is followed by a notification for the slot: none since we
 	 * last looked means (almost surely) nothing to collect; a miss only costs the
 	 * caller one more CAS round, after which it looks again. */
-	if (__atomic_load_n(&lk->slot[slot].wake, __ATOMIC_ACQUIRE) == lk->slot[slot].wake_mark)
+	if (!lock_grant_pending(lk, slot))
 		return 0;
 	lk->slot[slot].wake_mark = __atomic_load_n(&lk->slot[slot].wake, __ATOMIC_ACQUIRE);
 	r = collect(lk, slot, &f);

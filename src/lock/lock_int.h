@@ -99,6 +99,7 @@ struct lock_req {
 	uint32_t pred;     /* exclusive: predecessor id; shared: the tail we queue behind */
 	uint32_t count;    /* exclusive: shared requests to drain; shared: our index k */
 	uint32_t drain;    /* exclusive: drain notifications still to come */
+	struct ddss_lock_fence *fence; /* release: wait for it before granting anyone */
 };
 
 struct lock_hold;
@@ -150,6 +151,8 @@ int lock_grant(struct ddss_lock *lk, uint32_t id);
 /* lock_grant.c: grant the shared requests registered behind @slot so far (how many, or
  * -errno); grant exactly @n more, waiting for them to register. */
 int lock_grant_ready(struct ddss_lock *lk, unsigned slot);
+/* Whether lock_grant_ready may find requests to grant (a notification came). */
+bool lock_grant_pending(struct ddss_lock *lk, unsigned slot);
 int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n);
 
 /* lock_queue.c: 0, -EBUSY (try), -ETIMEDOUT (@req can be resumed), or an error. */

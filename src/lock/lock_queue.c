@@ -241,6 +241,13 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
  * shared requests already registered are granted before that CAS, so its round trip is
  * not in their wait (the ones that arrive meanwhile are granted after it).
  */
+/* Before handing the lock to a waiter directly: the holder's last transfer has landed. */
+static void fence(const struct lock_req *rq)
+{
+	if (rq->fence)
+		rq->fence->wait(rq->fence->arg);
+}
+
 static int x_release(struct ddss_lock *lk, const struct lock_req *rq)
 {
 	uint32_t me = my_id(lk, rq), x = 0, granted = 0;
@@ -249,6 +256,8 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq)
 
 	if (!next) {
 		for (;;) {
+			if (lock_grant_pending(lk, rq->slot))
+				fence(rq);
 			r = lock_grant_ready(lk, rq->slot);
 			if (r < 0)
 				return r;
@@ -258,8 +267,11 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq)
 			r = cas(lk, rq, LOCK_W, LOCK_WORD(me, x), LOCK_WORD(0, x), &old);
 			if (r)
 				return r;
-			if (old == LOCK_WORD(me, x)) /* they become the idle epoch */
+			if (old == LOCK_WORD(me, x)) { /* they become the idle epoch */
+				if (x > granted)
+					fence(rq);
 				return lock_grant_more(lk, rq->slot, x - granted);
+			}
 			if (LOCK_TAIL(old) != me)
 				break;
 			x = LOCK_COUNT(old);
@@ -275,6 +287,7 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq)
 		DDSS_ERR("lock: bad successor id %#llx in our record", (unsigned long long)next);
 		return -EPROTO;
 	}
+	fence(rq);
 	x = (uint32_t)lock_rec_load(lk, rq->slot, REC_NEXT_S);
 	if (x < granted) {
 		DDSS_ERR("lock: successor counts %u shared requests, %u already granted", x,

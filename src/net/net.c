@@ -169,3 +169,24 @@ int ddss_net_wait_peer(struct ddss_net *net, uint32_t rank, enum ddss_tp_peer_st
 	pthread_mutex_unlock(&net->mu);
 	return r;
 }
+
+int ddss_net_wait_others_gone(struct ddss_net *net, int timeout_ms)
+{
+	int64_t deadline = ddss_now_ns() + (int64_t)timeout_ms * 1000000;
+	uint32_t r = 1;
+	int err = 0;
+
+	pthread_mutex_lock(&net->mu);
+	while (r <= net->env.size) {
+		if (r == net->env.rank || net->peer_state[r] != DDSS_TP_PEER_UP) {
+			r++;
+			continue;
+		}
+		if (!ddss_net_cond_wait(net, deadline) && ddss_now_ns() >= deadline) {
+			err = -ETIMEDOUT;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&net->mu);
+	return err;
+}

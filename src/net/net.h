@@ -58,4 +58,10 @@ int ddss_net_wait_peer(struct ddss_net *net, uint32_t rank, enum ddss_tp_peer_st
  */
 int ddss_net_barrier(struct ddss_net *net, int timeout_ms);
 
+/**
+ * Wait until no other rank's connection is up (they all closed), at most @timeout_ms:
+ * 0 or -ETIMEDOUT. The barrier's coordinator uses it to leave last.
+ */
+int ddss_net_wait_others_gone(struct ddss_net *net, int timeout_ms);
+
 #endif /* DDSS_NET_NET_H */

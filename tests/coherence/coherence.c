@@ -46,7 +46,7 @@
 #define MAX_THREADS 16
 #define PAYLOAD 4096      /* bytes of a checksummed payload */
 /*
- * The writers-flat-out tests use big payloads: a read then overlaps a write at the home
+ * The strict, read and writers-flat-out tests use big payloads: a read then overlaps a write at the home
  * long enough for a torn copy to be seen if the library let one through (with 4 KiB,
  * tcp's home copies each in one go and nothing could tear).
  */
@@ -215,6 +215,32 @@ static struct {
 	atomic_ulong entries, overlaps, puts_inside, gets_inside;
 } witness;
 
+/*
+ * Hand-over check (strict): every locked put takes a ticket (word 1, by fetch&add) as it
+ * enters and writes it into its payload (the thread's tl_payload) before the library sends
+ * it; as it leaves it records its ticket in word 2. A get entering later reads word 2 into
+ * tl_min_seq: its data must come from that put or a later one. This is what fails if a
+ * release hands the lock over before the holder's data has landed.
+ */
+static _Thread_local uint64_t *tl_payload, tl_ticket, tl_min_seq;
+
+static void handover_hook(ddss_ctx_t *c, bool is_put, bool enter)
+{
+	uint64_t v;
+
+	if (is_put && enter && tl_payload &&
+	    !ddss_tp_fadd(c->tp, witness.home, witness.off + 8, 1, &v)) {
+		tl_ticket = v + 1;
+		payload_make(tl_payload, flat_len / 8, tl_ticket);
+	} else if (is_put && !enter && tl_payload) {
+		if (ddss_tp_write(c->tp, witness.home, witness.off + 16, &tl_ticket, 8))
+			atomic_fetch_add(&witness.overlaps, 1000000);
+	} else if (!is_put && enter) {
+		if (ddss_tp_read(c->tp, witness.home, witness.off + 16, &tl_min_seq, 8))
+			atomic_fetch_add(&witness.overlaps, 1000000);
+	}
+}
+
 static void witness_hook(ddss_ctx_t *c, ddss_key_t key, bool is_put, bool enter)
 {
 	uint64_t old = 0;
@@ -225,6 +251,7 @@ static void witness_hook(ddss_ctx_t *c, ddss_key_t key, bool is_put, bool enter)
 		atomic_fetch_add(&witness.overlaps, 1000000); /* cannot tell: fail loudly */
 		return;
 	}
+	handover_hook(c, is_put, enter);
 	if (!enter)
 		return;
 	atomic_fetch_add(&witness.entries, 1);
@@ -430,26 +457,38 @@ static void *excl_main(void *arg)
 {
 	struct wk *w = arg;
 	struct excl_run *run = w->arg;
-	uint64_t p[PAYLOAD / 8], seq;
+	uint64_t *p = malloc(flat_len), seq;
 
+	if (!p) {
+		wfail(w, "out of memory");
+		return NULL;
+	}
 	for (unsigned i = 0; i < iters; i++) {
 		uint64_t c = mix64(((uint64_t)me << 40) ^ ((uint64_t)w->tid << 20) ^ i);
 		int r;
 
 		if (c % 100 < run->pct_put) {
-			payload_make(p, PAYLOAD / 8, ((uint64_t)me << 48) | ((uint64_t)w->tid << 32) | i);
-			r = ddss_put(ctx, run->key, 0, p, PAYLOAD);
+			payload_make(p, flat_len / 8, ((uint64_t)me << 48) | ((uint64_t)w->tid << 32) | i);
+			tl_payload = p; /* strict: the hook stamps its ticket in */
+			r = ddss_put(ctx, run->key, 0, p, flat_len);
+			tl_payload = NULL;
 			w->n_put++;
 		} else {
-			r = ddss_get(ctx, run->key, 0, p, PAYLOAD);
+			tl_min_seq = 0;
+			r = ddss_get(ctx, run->key, 0, p, flat_len);
 			w->n_get++;
-			if (!r && run->puts_locked && !payload_ok(p, PAYLOAD / 8, &seq))
+			if (!r && run->puts_locked && !payload_ok(p, flat_len / 8, &seq))
 				wfail(w, "torn read under strict coherence (seq %#llx)",
 				      (unsigned long long)seq);
+			else if (!r && run->puts_locked && seq < tl_min_seq)
+				wfail(w, "stale read: data of put %llu, but put %llu had left its "
+				      "critical section before this get entered",
+				      (unsigned long long)seq, (unsigned long long)tl_min_seq);
 		}
 		if (r)
 			wfail(w, "%s: %s", c % 100 < run->pct_put ? "put" : "get", ddss_strerror(r));
 	}
+	free(p);
 	return NULL;
 }
 
@@ -459,7 +498,7 @@ static void run_exclusive(const char *name, enum ddss_coherence model, bool puts
 	struct wk w[MAX_THREADS];
 	uint64_t n_get = 0, n_put = 0;
 
-	run.key = seg(name, PAYLOAD, 2, model, 0, 0);
+	run.key = seg(name, flat_len, 2, model, 0, 0);
 	witness_watch(run.key);
 	EXPECT_EQ(run_workers(w, nthreads, excl_main, &run), 0, "worker failures");
 	for (unsigned t = 0; t < nthreads; t++) {
@@ -1017,7 +1056,11 @@ static void test_caller_holds(void)
 	ddss_key_t strict = seg("hold-strict", 64, 2, DDSS_COHERENCE_STRICT, 0, 0);
 	ddss_key_t write = seg("hold-write2", 64, 3, DDSS_COHERENCE_WRITE, 0, 0);
 	ddss_key_t version = seg("hold-version", 64, 1, DDSS_COHERENCE_VERSION, 0, 0);
-	uint64_t v = 0;
+	/* DQNL serves shared requests exclusively: a "shared" holder may put. */
+	const char *scheme = getenv("DDSS_LOCK_SCHEME");
+	bool dqnl = scheme && !strcmp(scheme, "dqnl");
+	int want = dqnl ? 0 : -EDEADLK;
+	uint64_t v = 0, strict_v = dqnl ? 12 : 11, write_v = dqnl ? 12 : 0;
 
 	if (me == 1) {
 		/* exclusive: get and put run inside, no second acquire (it would wait forever) */
@@ -1031,12 +1074,12 @@ static void test_caller_holds(void)
 		/* shared: gets run inside; a put needing the exclusive lock is refused */
 		EXPECT_RC(ddss_acquire_lock_ss(ctx, strict, DDSS_LOCK_SHARED), 0);
 		v = 12;
-		EXPECT_RC(ddss_put(ctx, strict, 0, &v, 8), -EDEADLK);
+		EXPECT_RC(ddss_put(ctx, strict, 0, &v, 8), want);
 		v = 0;
 		EXPECT_RC(ddss_get(ctx, strict, 0, &v, 8), 0);
-		EXPECT_EQ(v, 11, "refused put changed nothing");
+		EXPECT_EQ(v, strict_v, "refused put changed nothing");
 		EXPECT_RC(ddss_acquire_lock_ss(ctx, write, DDSS_LOCK_SHARED), 0);
-		EXPECT_RC(ddss_put(ctx, write, 0, &v, 8), -EDEADLK);
+		EXPECT_RC(ddss_put(ctx, write, 0, &v, 8), want);
 		EXPECT_RC(ddss_acquire_lock_ss(ctx, version, DDSS_LOCK_SHARED), 0);
 		v = 13;
 		EXPECT_RC(ddss_put(ctx, version, 0, &v, 8), 0); /* takes no lock */
@@ -1049,9 +1092,9 @@ static void test_caller_holds(void)
 	}
 	barrier();
 	EXPECT_RC(ddss_get(ctx, strict, 0, &v, 8), 0);
-	EXPECT_EQ(v, 11, "strict value seen by every rank");
+	EXPECT_EQ(v, strict_v, "strict value seen by every rank");
 	EXPECT_RC(ddss_get(ctx, write, 0, &v, 8), 0);
-	EXPECT_EQ(v, 0, "write segment untouched by the refused put");
+	EXPECT_EQ(v, write_v, "write segment untouched by the refused put");
 	EXPECT_RC(ddss_get(ctx, version, 0, &v, 8), 0);
 	EXPECT_EQ(v, 13, "version put under a shared hold");
 	drop(strict);
