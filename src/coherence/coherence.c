@@ -181,7 +181,7 @@ int coh_lock(struct coh_call *c, bool *taken_p)
 	if (held == DDSS_LOCK_SHARED && c->is_put)
 		return -EDEADLK;
 	if (!held) {
-		r = ddss_lock_acquire_implicit(c->ctx, c->d->key);
+		r = ddss_lock_acquire_implicit(c->ctx, c->d);
 		*taken_p = r == 0;
 	}
 	if (!r && ddss_coh_inside_hook)

@@ -32,10 +32,12 @@ void ddss_lock_destroy(struct ddss_lock *lock);
 int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key);
 
 /*
- * The exclusive lock a get or put takes for itself (src/coherence). The user's release
- * calls do not see it, and it does not see theirs.
+ * The exclusive lock a get or put takes for itself (src/coherence), on the segment of @d
+ * (which the caller keeps referenced until the release). The user's release calls do not
+ * see it, and it does not see theirs.
  */
-int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, ddss_key_t key);
+struct ddss_seg_desc;
+int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, const struct ddss_seg_desc *d);
 
 /*
  * A transfer the holder posted to the segment's home just before releasing. The release

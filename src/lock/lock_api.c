@@ -206,9 +206,12 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 	return r;
 }
 
-/* @implicit: the hold is a get/put's own, invisible to ddss_lock_held and user releases. */
+/*
+ * @implicit: the hold is a get/put's own, invisible to ddss_lock_held and user releases.
+ * @d: the segment's descriptor if the caller has it (saves a lookup), else NULL.
+ */
 static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bool try_only,
-		   int timeout_ms, bool implicit)
+		   int timeout_ms, bool implicit, const struct ddss_seg_desc *d)
 {
 	struct lock_req rq = { .mode = mode };
 	enum ddss_lock_scheme scheme;
@@ -218,9 +221,14 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 	if (!ctx || (mode != DDSS_LOCK_SHARED && mode != DDSS_LOCK_EXCLUSIVE))
 		return -EINVAL;
 	lk = ctx->lock;
-	r = lock_word_of(ctx, key, &rq.home, &rq.hdr);
-	if (r)
-		return r;
+	if (d) {
+		rq.home = d->home;
+		rq.hdr = d->data_off - DDSS_SEG_HDR_LEN;
+	} else {
+		r = lock_word_of(ctx, key, &rq.home, &rq.hdr);
+		if (r)
+			return r;
+	}
 	scheme = lk_scheme(lk);
 	if (scheme == DDSS_LOCK_SRSL) {
 		/* SRSL needs no record, but takes a slot all the same: the same limit
@@ -275,12 +283,12 @@ int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key)
 
 int ddss_acquire_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
 {
-	return acquire(ctx, key, mode, false, -1, false);
+	return acquire(ctx, key, mode, false, -1, false, NULL);
 }
 
-int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, ddss_key_t key)
+int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, const struct ddss_seg_desc *d)
 {
-	return acquire(ctx, key, DDSS_LOCK_EXCLUSIVE, false, -1, true);
+	return acquire(ctx, d->key, DDSS_LOCK_EXCLUSIVE, false, -1, true, d);
 }
 
 int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode,
@@ -288,12 +296,12 @@ int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_m
 {
 	if (timeout_ms < 0)
 		return -EINVAL;
-	return acquire(ctx, key, mode, false, timeout_ms, false);
+	return acquire(ctx, key, mode, false, timeout_ms, false, NULL);
 }
 
 int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
 {
-	return acquire(ctx, key, mode, true, 0, false);
+	return acquire(ctx, key, mode, true, 0, false, NULL);
 }
 
 /* An empty exclusive acquire and release: swaps S out and resets D (see LOCK_S_RESET). */
@@ -348,7 +356,8 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 	lock_holds_drop(lk, h, rq.mode);
 	pthread_mutex_unlock(&lk->mu);
 
-	r = lock_word_of(ctx, key, &home, &hdr);
+	/* An implicit hold's caller keeps the descriptor referenced: it cannot go stale. */
+	r = implicit ? 0 : lock_word_of(ctx, key, &home, &hdr);
 	if (srsl) {
 		/* The home's CPU keeps SRSL state by key: release it even for a stale key. */
 		int r2 = ddss_srsl_release(lk->srsl, rq.home, key, rq.mode);
