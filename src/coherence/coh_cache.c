@@ -129,7 +129,7 @@ bool coh_cache_get(struct coh_cache *c, uint64_t key, size_t off, size_t len, vo
 
 	pthread_mutex_lock(&s->mu);
 	e = *slot_of(s, key);
-	if (e && off >= e->off && len <= e->len - (off - e->off) &&
+	if (e && off >= e->off && off - e->off <= e->len && len <= e->len - (off - e->off) &&
 	    (want->by_version ? e->version == want->version :
 				e->fetched_ns >= want->fetched_after)) {
 		memcpy(buf, e->data + (off - e->off), len);
