@@ -820,6 +820,15 @@ static void test_version_transfers(void)
 	EXPECT_EQ(version, 2, "version after two puts");
 	ddss_coh_stats_get(ctx, &s2);
 	EXPECT_EQ(s2.fetches - s1.fetches, 1, "one transfer after the put");
+	{
+		/* a cached short range must not serve a range past its end */
+		uint64_t want[PAYLOAD / 8], part[2] = { 0, 0 };
+
+		payload_make(want, PAYLOAD / 8, 2);
+		EXPECT_RC(ddss_get(ctx, key, 0, part, 16), 0);
+		EXPECT_RC(ddss_get(ctx, key, 800, part, 16), 0);
+		CU_ASSERT(part[0] == want[100] && part[1] == want[101]);
+	}
 	drop(key);
 }
 
