@@ -117,6 +117,20 @@ static void drop(ddss_key_t key)
 	barrier();
 }
 
+/*
+ * This rank's readers are done: add 1 to the count at @off of @done (a null segment) that
+ * the single writer of a test polls; it stops at nranks - 1.
+ */
+static void count_done(ddss_key_t done, size_t off)
+{
+	const struct ddss_seg_desc *d;
+	uint64_t old;
+
+	CU_ASSERT_FATAL(ddss_ctx_desc(ctx, done, &d) == 0);
+	EXPECT_RC(ddss_tp_fadd(ctx->tp, d->home, d->data_off + off, 1, &old), 0);
+	ddss_seg_cache_put(d);
+}
+
 /* ---- checksummed payloads: [seq | words derived from seq ... | checksum] ---- */
 
 static uint64_t mix64(uint64_t x)
@@ -736,7 +750,7 @@ static void test_delta_exact(void)
 {
 	struct delta_run run = { .x = 3 };
 	struct wk w[MAX_THREADS];
-	uint64_t gets = 0, one = 1;
+	uint64_t gets = 0;
 
 	run.key = seg("delta-exact", PAYLOAD, 1, DDSS_COHERENCE_DELTA, run.x, 0);
 	run.done = seg("delta-exact-done", 16, 2, DDSS_COHERENCE_NULL, 0, 0);
@@ -747,14 +761,8 @@ static void test_delta_exact(void)
 	printf("  delta exact: rank %u: %llu gets, %llu puts\n", me, (unsigned long long)gets,
 	       (unsigned long long)w[0].n_put);
 	/* this rank's readers are done: count it where the writer looks */
-	if (me != 2) {
-		const struct ddss_seg_desc *d;
-		uint64_t old;
-
-		CU_ASSERT_FATAL(ddss_ctx_desc(ctx, run.done, &d) == 0);
-		EXPECT_RC(ddss_tp_fadd(ctx->tp, d->home, d->data_off + 8, one, &old), 0);
-		ddss_seg_cache_put(d);
-	}
+	if (me != 2)
+		count_done(run.done, 8);
 	barrier();
 	drop(run.key);
 	drop(run.done);
@@ -896,15 +904,10 @@ static void test_version_never_stale(void)
 	EXPECT_EQ(run_workers(w, nthreads, version_stale_main, &run), 0, "worker failures");
 	ddss_coh_stats_get(ctx, &s1);
 	if (me != 1) {
-		const struct ddss_seg_desc *d;
-		uint64_t old;
-
 		printf("  version: rank %u: %llu transfers, %llu cache hits\n", me,
 		       (unsigned long long)(s1.fetches - s0.fetches),
 		       (unsigned long long)(s1.hits - s0.hits));
-		CU_ASSERT_FATAL(ddss_ctx_desc(ctx, run.done, &d) == 0);
-		EXPECT_RC(ddss_tp_fadd(ctx->tp, d->home, d->data_off + 8, 1, &old), 0);
-		ddss_seg_cache_put(d);
+		count_done(run.done, 8);
 	}
 	barrier();
 	drop(run.key);
@@ -1040,18 +1043,13 @@ static void test_temporal_real(void)
 	for (unsigned t = 0; t < nthreads; t++)
 		max_age = w[t].max_seen > max_age ? w[t].max_seen : max_age;
 	if (me != 1) {
-		const struct ddss_seg_desc *d;
-		uint64_t old;
-
 		printf("  temporal: rank %u: oldest copy served %.1f ms (t = %d ms), %llu transfers, "
 		       "%llu cache hits\n", me, max_age / 1e6, TEMPORAL_MS,
 		       (unsigned long long)(s1.fetches - s0.fetches),
 		       (unsigned long long)(s1.hits - s0.hits));
 		CU_ASSERT(s1.hits > s0.hits);          /* the copy was used */
 		CU_ASSERT(s1.fetches >= s0.fetches + 2); /* and refreshed after t */
-		CU_ASSERT_FATAL(ddss_ctx_desc(ctx, run.done, &d) == 0);
-		EXPECT_RC(ddss_tp_fadd(ctx->tp, d->home, d->data_off, 1, &old), 0);
-		ddss_seg_cache_put(d);
+		count_done(run.done, 0);
 	}
 	barrier();
 	drop(run.key);
