@@ -35,6 +35,19 @@ void bench_pin_rank(void);
  */
 uint64_t bench_ticks(void);
 
+struct ddss_ctx;
+
+/*
+ * main() of a two-rank benchmark: parse the options (@size_flag, default @size, at most
+ * @size_max), pin, join the group (a barrier timeout long enough for the whole measurement,
+ * which rank 2 spends waiting in one barrier), run @measure on rank 1, then meet rank 2 in
+ * that barrier and finalize. Exit status: @measure's (1 on a failed operation), 2 on bad
+ * usage or a group of other than 2 ranks, 1 if joining or leaving failed.
+ */
+int bench_two_ranks_main(int argc, char **argv, const char *name, const char *size_flag,
+			 size_t size, size_t size_max,
+			 int (*measure)(struct ddss_ctx *ctx, const struct bench_opts *o));
+
 /* qsort comparison for doubles. */
 int bench_cmp_double(const void *a, const void *b);
 

@@ -62,12 +62,6 @@
 /* Operations take turns in blocks this long (see tp_bench.c: emulation runs in spells). */
 #define BLOCK 25
 #define WARMUP 200
-/*
- * Rank 2 waits in one ddss_barrier for the whole measurement, which in the Soft-RoCE guest
- * takes minutes; the default barrier timeout (30 s) would end it. ddssrun --timeout and
- * the peer-down check still end a run that hangs or loses rank 1.
- */
-#define BARRIER_TIMEOUT_MS (60 * 60 * 1000)
 #define TEMPORAL_MS 1000
 #define DELTA_X 4
 #define NULL_TARGET 1.05
@@ -650,40 +644,6 @@ out_free:
 
 int main(int argc, char **argv)
 {
-	struct ddss_attr attr;
-	struct ddss_ctx *ctx;
-	struct bench_opts o;
-	int r, f, rc = 0;
-
-	if (bench_parse(argc, argv, "--max-size", DEFAULT_MAX_SIZE, LIMIT_MAX_SIZE, &o)) {
-		fprintf(stderr, "usage: ddssrun -n 2 %s [--iters N] [--rounds R] [--max-size B<=%u] "
-			"[--no-pin] [--csv]\n", argv[0], LIMIT_MAX_SIZE);
-		return 2;
-	}
-	if (o.pin)
-		bench_pin_rank();
-	ddss_attr_init(&attr);
-	attr.connect_timeout_ms = BARRIER_TIMEOUT_MS;
-	r = ddss_init(&attr, &ctx);
-	if (r) {
-		fprintf(stderr, "ddss-coh-bench: ddss_init: %s\n", ddss_strerror(r));
-		return 1;
-	}
-	if (ddss_size(ctx) != 2) {
-		if (ddss_rank(ctx) == 1)
-			fprintf(stderr, "ddss-coh-bench: run with exactly 2 ranks (ddssrun -n 2)\n");
-		ddss_finalize(ctx);
-		return 2;
-	}
-	if (ddss_rank(ctx) == 1)
-		rc = measure(ctx, &o);
-	fflush(stdout);
-	r = ddss_barrier(ctx);
-	if (r)
-		fprintf(stderr, "ddss-coh-bench: rank %u: barrier: %s\n", ddss_rank(ctx),
-			ddss_strerror(r));
-	f = ddss_finalize(ctx);
-	if (f)
-		fprintf(stderr, "ddss-coh-bench: ddss_finalize: %s\n", ddss_strerror(f));
-	return rc ? rc : (r || f ? 1 : 0);
+	return bench_two_ranks_main(argc, argv, "ddss-coh-bench", "--max-size", DEFAULT_MAX_SIZE,
+				    LIMIT_MAX_SIZE, measure);
 }
