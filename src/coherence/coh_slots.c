@@ -12,8 +12,9 @@
  * the word before it writes; so the copy was intact if the second read shows fewer than
  * u+x+1 puts started (completed + writing). Otherwise the get reads again. With x = 0 this
  * is a sequence lock: any put started meanwhile forces a retry. With x >= 1 the newest
- * copy cannot be touched before x more puts complete, so readers do not wait for a writer,
- * and the version returned was the newest one less than x puts before the get ended.
+ * copy cannot be touched before x more puts complete, so readers do not wait for a writer;
+ * the version returned was the newest complete one when the get started, and at most x
+ * newer puts had started when it checked its copy.
  *
  * A reader that keeps losing to writers (a long read, writers flat out) would retry for
  * ever: after OPTIMISTIC_TRIES it takes the segment's exclusive lock, which queues it among
@@ -204,8 +205,12 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 		return r;
 	}
 	p->word = old + 2;
-	/* If this fails the copy may be in flight: wait for it, and say so. */
 	r = coh_post_write_at(c, p, c->hdr + COH_VERSION_OFF, &p->word, 8);
+	if (r) {
+		/* The copy is in flight: let it land, then take the mark back. */
+		coh_pending_wait(p);
+		write_version(c, old);
+	}
 	return r;
 }
 
