@@ -3,6 +3,7 @@
 #include "net/net.h"
 
 #include <CUnit/Basic.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,19 @@ unsigned test_run_all(void)
 	printf("\n%u assertions failed\n", failed);
 	fflush(stdout);
 	return failed;
+}
+
+void test_thread_fail(unsigned *failures, uint32_t rank, unsigned tid, const char *fmt, ...)
+{
+	char msg[300];
+	va_list ap;
+
+	if ((*failures)++ >= 5)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "rank %u thread %u: %s\n", rank, tid, msg);
 }
 
 void *test_alloc_pool(size_t len)

@@ -20,6 +20,14 @@ size_t test_check(const void *buf, size_t len, uint64_t seed);
  */
 unsigned test_run_all(void);
 
+/**
+ * A worker thread's failed check (worker threads never call CUnit: it is not thread-safe).
+ * Counts it in *@failures and prints the first 5 as "rank R thread T: message"; the main
+ * thread asserts the sum.
+ */
+void test_thread_fail(unsigned *failures, uint32_t rank, unsigned tid, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 /** Allocate @len bytes aligned to 4096, zeroed; aborts on failure (tests only). */
 void *test_alloc_pool(size_t len);
 

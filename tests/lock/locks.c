@@ -194,18 +194,7 @@ struct wk {
 
 static size_t wbuf_len;
 
-static void wfail(struct wk *w, const char *fmt, ...)
-{
-	char msg[300];
-	va_list ap;
-
-	if (w->failures++ >= 5)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "rank %u thread %u: %s\n", me, w->tid, msg);
-}
+#define wfail(w, ...) test_thread_fail(&(w)->failures, me, (w)->tid, __VA_ARGS__)
 
 /* Run @n threads of @fn; returns them (joined) in @w, failures summed. */
 static unsigned run_workers(struct wk *w, unsigned n, void *(*fn)(void *), void *arg)
