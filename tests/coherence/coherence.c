@@ -59,26 +59,6 @@ static ddss_ctx_t *ctx;
 static uint32_t me, nranks;
 static unsigned nthreads = 3, iters = 500;
 
-#define EXPECT_RC(call, want)                                                              \
-	do {                                                                               \
-		int rc_ = (call), want_ = (want);                                          \
-		if (rc_ != want_)                                                          \
-			fprintf(stderr, "rank %u: line %d: %s = %d (%s), expected %d (%s)\n", \
-				me, __LINE__, #call, rc_, ddss_strerror(rc_), want_,       \
-				ddss_strerror(want_));                                     \
-		CU_ASSERT_EQUAL(rc_, want_);                                               \
-	} while (0)
-
-#define EXPECT_EQ(got, want, what)                                                         \
-	do {                                                                               \
-		unsigned long long g_ = (unsigned long long)(got);                         \
-		unsigned long long w_ = (unsigned long long)(want);                        \
-		if (g_ != w_)                                                              \
-			fprintf(stderr, "rank %u: line %d: %s = %llu, expected %llu\n", me, \
-				__LINE__, what, g_, w_);                                   \
-		CU_ASSERT_EQUAL(g_, w_);                                                   \
-	} while (0)
-
 static void barrier(void)
 {
 	test_ctx_barrier_or_exit(ctx);

@@ -20,6 +20,30 @@ size_t test_check(const void *buf, size_t len, uint64_t seed);
  */
 unsigned test_run_all(void);
 
+/*
+ * Assertions of the multi-rank suites (main thread only): a call's return value, or a
+ * count, printed with the rank (the suite's `me`), line and both values when it differs.
+ */
+#define EXPECT_RC(call, want)                                                              \
+	do {                                                                               \
+		int rc_ = (call), want_ = (want);                                          \
+		if (rc_ != want_)                                                          \
+			fprintf(stderr, "rank %u: line %d: %s = %d (%s), expected %d (%s)\n", \
+				me, __LINE__, #call, rc_, ddss_strerror(rc_), want_,       \
+				ddss_strerror(want_));                                     \
+		CU_ASSERT_EQUAL(rc_, want_);                                               \
+	} while (0)
+
+#define EXPECT_EQ(got, want, what)                                                         \
+	do {                                                                               \
+		unsigned long long g_ = (unsigned long long)(got);                         \
+		unsigned long long w_ = (unsigned long long)(want);                        \
+		if (g_ != w_)                                                              \
+			fprintf(stderr, "rank %u: line %d: %s = %llu, expected %llu\n", me, \
+				__LINE__, what, g_, w_);                                   \
+		CU_ASSERT_EQUAL(g_, w_);                                                   \
+	} while (0)
+
 /**
  * A worker thread's failed check (worker threads never call CUnit: it is not thread-safe).
  * Counts it in *@failures and prints the first 5 as "rank R thread T: message"; the main

@@ -77,27 +77,6 @@ static void barrier(void)
 	test_ctx_barrier_or_exit(ctx);
 }
 
-/* A call's return value, with the call and both values printed when it differs. */
-#define EXPECT_RC(call, want)                                                              \
-	do {                                                                               \
-		int rc_ = (call), want_ = (want);                                          \
-		if (rc_ != want_)                                                          \
-			fprintf(stderr, "rank %u: line %d: %s = %d (%s), expected %d (%s)\n", \
-				me, __LINE__, #call, rc_, ddss_strerror(rc_), want_,       \
-				ddss_strerror(want_));                                     \
-		CU_ASSERT_EQUAL(rc_, want_);                                               \
-	} while (0)
-
-#define EXPECT_EQ(got, want, what)                                                         \
-	do {                                                                               \
-		unsigned long long g_ = (unsigned long long)(got);                         \
-		unsigned long long w_ = (unsigned long long)(want);                        \
-		if (g_ != w_)                                                              \
-			fprintf(stderr, "rank %u: line %d: %s = %llu, expected %llu\n", me, \
-				__LINE__, what, g_, w_);                                   \
-		CU_ASSERT_EQUAL(g_, w_);                                                   \
-	} while (0)
-
 /*
  * A lock call's result: printed with the call when it differs from @want. If it took the
  * lock although it should not have, the lock is given back at once (so one failure does
