@@ -110,3 +110,15 @@ int bench_two_ranks_main(int argc, char **argv, const char *name, const char *si
 		fprintf(stderr, "%s: ddss_finalize: %s\n", name, ddss_strerror(f));
 	return rc ? rc : (r || f ? 1 : 0);
 }
+
+void bench_summarize(double *lat, size_t n, double *med_p, double *p99_p, double *mean_p)
+{
+	double sum = 0;
+
+	qsort(lat, n, sizeof(double), bench_cmp_double);
+	for (size_t i = 0; i < n; i++)
+		sum += lat[i];
+	*med_p = lat[n / 2];
+	*p99_p = lat[n * 99 / 100];
+	*mean_p = sum / (double)n;
+}

@@ -48,6 +48,9 @@ int bench_two_ranks_main(int argc, char **argv, const char *name, const char *si
 			 size_t size, size_t size_max,
 			 int (*measure)(struct ddss_ctx *ctx, const struct bench_opts *o));
 
+/* Sort @n samples and give their median, 99th percentile and mean. */
+void bench_summarize(double *lat, size_t n, double *med_p, double *p99_p, double *mean_p);
+
 /* qsort comparison for doubles. */
 int bench_cmp_double(const void *a, const void *b);
 

@@ -319,14 +319,7 @@ static int release_size(struct bench *b)
 
 static void summarize(double *lat, size_t n, struct op_stat *s)
 {
-	double sum = 0;
-
-	qsort(lat, n, sizeof(double), bench_cmp_double);
-	for (size_t i = 0; i < n; i++)
-		sum += lat[i];
-	s->med = lat[n / 2];
-	s->p99 = lat[n * 99 / 100];
-	s->mean = sum / (double)n;
+	bench_summarize(lat, n, &s->med, &s->p99, &s->mean);
 }
 
 /*
