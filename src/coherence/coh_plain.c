@@ -25,7 +25,7 @@ static int locked(struct coh_call *c, bool write)
 	if (r)
 		return r;
 	coh_pending_init(c, &p);
-	return coh_unlock_after(c, taken, &p, coh_post_copy(c, &p, 0, write));
+	return coh_unlock(c, taken, &p, coh_post_copy(c, &p, 0, write));
 }
 
 static int locked_get(struct coh_call *c)
@@ -39,16 +39,16 @@ static int locked_put(struct coh_call *c)
 }
 
 const struct coh_model coh_null = {
-	.name = "null", .param_ok = coh_param_zero, .copies = 1, .plain = true,
+	.param_ok = coh_param_zero, .copies = 1, .plain = true,
 	.get = plain_get, .put = plain_put,
 };
 
 const struct coh_model coh_strict = {
-	.name = "strict", .param_ok = coh_param_zero, .copies = 1,
+	.param_ok = coh_param_zero, .copies = 1,
 	.get = locked_get, .put = locked_put,
 };
 
 const struct coh_model coh_read = {
-	.name = "read", .param_ok = coh_param_zero, .copies = 1,
+	.param_ok = coh_param_zero, .copies = 1,
 	.get = locked_get, .put = plain_put,
 };

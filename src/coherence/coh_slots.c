@@ -65,15 +65,21 @@ static int read_and_check(struct coh_call *c, uint32_t copy, uint64_t *after_p)
 	return r2 ? r2 : r;
 }
 
-/* The get under the writers' lock: nothing can change the word or the copies meanwhile. */
+/*
+ * The get under the writers' lock: nothing can change the word or the copies meanwhile.
+ * The copy's read is still in flight at the release, like a strict get's.
+ */
 static int read_locked(struct coh_call *c, uint64_t x)
 {
+	struct coh_pending p;
 	uint64_t word, v;
 	bool taken;
 	int r = coh_lock(c, &taken);
 
 	if (r)
 		return r;
+	coh_pending_init(c, &p);
+	coh_count(&coh_of(c)->locked);
 	r = coh_read_version(c, &word);
 	v = word >> 1;
 	if (!r && (word & COH_WRITING))
@@ -82,12 +88,13 @@ static int read_locked(struct coh_call *c, uint64_t x)
 		r = -ENOENT;
 	if (!r) {
 		c->version = v - c->back;
-		r = coh_fetch_copy(c, (uint32_t)(c->version % (x + 1)));
+		coh_count(&coh_of(c)->fetches);
+		r = coh_post_copy(c, &p, (uint32_t)(c->version % (x + 1)), false);
 	}
+	r = coh_unlock(c, taken, &p, r);
 	if (!r && c->back == 0)
 		coh_cache_put(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf, v, 0);
-	coh_count(&coh_of(c)->locked);
-	return coh_unlock(c, taken, r);
+	return r;
 }
 
 static int slots_get(struct coh_call *c)
@@ -224,7 +231,7 @@ static int slots_put(struct coh_call *c)
 	if (r)
 		return r;
 	coh_pending_init(c, &p);
-	r = coh_unlock_after(c, taken, &p, post_put(c, &p, &whole));
+	r = coh_unlock(c, taken, &p, post_put(c, &p, &whole));
 	free(whole);
 	return r;
 }
@@ -235,11 +242,11 @@ static bool delta_param_ok(uint32_t x)
 }
 
 const struct coh_model coh_write = {
-	.name = "write", .param_ok = coh_param_zero, .copies = 1,
+	.param_ok = coh_param_zero, .copies = 1,
 	.get = slots_get, .put = slots_put,
 };
 
 const struct coh_model coh_delta = {
-	.name = "delta", .param_ok = delta_param_ok, .copies = 0,
+	.param_ok = delta_param_ok, .copies = 0,
 	.get = slots_get, .put = slots_put,
 };

@@ -44,6 +44,6 @@ static bool temporal_param_ok(uint32_t t_ms)
 }
 
 const struct coh_model coh_temporal = {
-	.name = "temporal", .param_ok = temporal_param_ok, .copies = 1,
+	.param_ok = temporal_param_ok, .copies = 1,
 	.get = temporal_get, .put = temporal_put,
 };

@@ -53,6 +53,6 @@ static int version_put(struct coh_call *c)
 }
 
 const struct coh_model coh_version = {
-	.name = "version", .param_ok = coh_param_zero, .copies = 1,
+	.param_ok = coh_param_zero, .copies = 1,
 	.get = version_get, .put = version_put,
 };

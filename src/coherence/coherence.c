@@ -189,17 +189,6 @@ int coh_lock(struct coh_call *c, bool *taken_p)
 	return r;
 }
 
-int coh_unlock(struct coh_call *c, bool taken, int r)
-{
-	int r2 = 0;
-
-	if (ddss_coh_inside_hook)
-		ddss_coh_inside_hook(c->ctx, c->d->key, c->is_put, false);
-	if (taken)
-		r2 = ddss_lock_release_implicit(c->ctx, c->d->key, NULL);
-	return r ? r : r2;
-}
-
 void coh_pending_init(struct coh_call *c, struct coh_pending *p)
 {
 	p->tp = c->ctx->tp;
@@ -257,7 +246,7 @@ static void fence_wait(void *arg)
 	coh_pending_wait(arg);
 }
 
-int coh_unlock_after(struct coh_call *c, bool taken, struct coh_pending *p, int r)
+int coh_unlock(struct coh_call *c, bool taken, struct coh_pending *p, int r)
 {
 	struct ddss_lock_fence fence = { .wait = fence_wait, .arg = p };
 	int r2 = 0, r3;

@@ -26,7 +26,6 @@ struct coh_call {
 };
 
 struct coh_model {
-	const char *name;
 	bool (*param_ok)(uint32_t param);
 	uint32_t copies;   /* copies of the data the home keeps; 0: the parameter + 1 */
 	bool plain;        /* get/put are single RDMA operations */
@@ -57,9 +56,6 @@ bool coh_param_zero(uint32_t param);
  * deadlocking on itself: -EDEADLK. Runs the inside hook on entering (coh_unlock on leaving).
  */
 int coh_lock(struct coh_call *c, bool *taken_p);
-/* Release what coh_lock took; returns @r, or the release's error if @r is 0. */
-int coh_unlock(struct coh_call *c, bool taken, int r);
-
 /*
  * Transfers posted inside a critical section and left in flight across the release:
  * operations to one peer execute in the order posted, so the release's atomic lands after
@@ -83,8 +79,11 @@ int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, co
 		      size_t len);
 /* Wait for every posted transfer (once); their first error. */
 int coh_pending_wait(struct coh_pending *p);
-/* coh_unlock with transfers in flight: release, then wait for them; their error first. */
-int coh_unlock_after(struct coh_call *c, bool taken, struct coh_pending *p, int r);
+/*
+ * Release what coh_lock took (with @p's transfers still in flight), then wait for them.
+ * Returns @r, else the transfers' error, else the release's.
+ */
+int coh_unlock(struct coh_call *c, bool taken, struct coh_pending *p, int r);
 
 /* Data of copy @copy (0 for single-copy models) at the call's range. */
 int coh_read_copy(struct coh_call *c, uint32_t copy);
