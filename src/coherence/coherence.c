@@ -175,15 +175,13 @@ int ddss_coh_put(struct ddss_ctx *ctx, const struct ddss_seg_desc *d, size_t off
 
 int coh_lock(struct coh_call *c, bool *taken_p)
 {
-	int held = ddss_lock_held(c->ctx, c->d->key), r = 0;
+	int r = ddss_lock_acquire_implicit(c->ctx, c->d);
 
-	*taken_p = false;
-	if (held == DDSS_LOCK_SHARED && c->is_put)
+	*taken_p = r == 0;
+	if (r == DDSS_LOCK_SHARED && c->is_put)
 		return -EDEADLK;
-	if (!held) {
-		r = ddss_lock_acquire_implicit(c->ctx, c->d);
-		*taken_p = r == 0;
-	}
+	if (r > 0)
+		r = 0; /* inside the user's hold */
 	if (!r && ddss_coh_inside_hook)
 		ddss_coh_inside_hook(c->ctx, c->d->key, c->is_put, true);
 	return r;

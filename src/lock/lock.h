@@ -34,7 +34,9 @@ int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key);
 /*
  * The exclusive lock a get or put takes for itself (src/coherence), on the segment of @d
  * (which the caller keeps referenced until the release). The user's release calls do not
- * see it, and it does not see theirs.
+ * see it, and it does not see theirs. Returns 0 (taken), or, taking nothing, the mode in
+ * which the user of this context already holds the lock (> 0; the call then runs inside
+ * that hold), or -errno.
  */
 struct ddss_seg_desc;
 int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, const struct ddss_seg_desc *d);

@@ -171,11 +171,7 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 {
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX :
 			   ddss_now_ns() + (int64_t)timeout_ms * 1000000ll;
-	int r = lock_slot_take(lk, &rq->slot);
-
-	if (r)
-		return r;
-	r = lock_queue_acquire(lk, rq, try_only, deadline);
+	int r = lock_queue_acquire(lk, rq, try_only, deadline);
 	if (r == 0) {
 		bool x = rq->mode == DDSS_LOCK_EXCLUSIVE;
 
@@ -206,8 +202,35 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 	return r;
 }
 
+/* How the user (not a get/put's own hold) holds the lock of @h; mu held. */
+static int user_mode(const struct lock_hold *h)
+{
+	if (!h)
+		return 0;
+	return h->excl && !h->implicit ? DDSS_LOCK_EXCLUSIVE :
+	       h->shared		 ? DDSS_LOCK_SHARED : 0;
+}
+
 /*
- * @implicit: the hold is a get/put's own, invisible to ddss_lock_held and user releases.
+ * A waiter slot for a request on @key. An implicit request is not made if the user already
+ * holds the lock (*held_p says how; no slot taken): checked in the same mutex section.
+ */
+static int take_slot(struct ddss_lock *lk, ddss_key_t key, bool implicit, unsigned *slot_p,
+		     int *held_p)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&lk->mu);
+	*held_p = implicit ? user_mode(lock_holds_find(lk, key)) : 0;
+	if (!*held_p)
+		r = lock_slot_take_locked(lk, slot_p);
+	pthread_mutex_unlock(&lk->mu);
+	return r;
+}
+
+/*
+ * @implicit: the hold is a get/put's own, invisible to ddss_lock_held and user releases;
+ * returns the user's mode (> 0) instead of queueing if the user holds the lock.
  * @d: the segment's descriptor if the caller has it (saves a lookup), else NULL.
  */
 static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bool try_only,
@@ -216,7 +239,7 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 	struct lock_req rq = { .mode = mode };
 	enum ddss_lock_scheme scheme;
 	struct ddss_lock *lk;
-	int r;
+	int r, held;
 
 	if (!ctx || (mode != DDSS_LOCK_SHARED && mode != DDSS_LOCK_EXCLUSIVE))
 		return -EINVAL;
@@ -229,13 +252,13 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 		if (r)
 			return r;
 	}
+	/* SRSL needs no record, but takes a slot all the same: the same limit
+	 * (DDSS_LOCK_SLOTS) then holds for every scheme. */
+	r = take_slot(lk, key, implicit, &rq.slot, &held);
+	if (r || held)
+		return r ? r : held;
 	scheme = lk_scheme(lk);
 	if (scheme == DDSS_LOCK_SRSL) {
-		/* SRSL needs no record, but takes a slot all the same: the same limit
-		 * (DDSS_LOCK_SLOTS) then holds for every scheme. */
-		r = lock_slot_take(lk, &rq.slot);
-		if (r)
-			return r;
 		r = ddss_srsl_acquire(lk->srsl, rq.home, key, mode, try_only,
 				      try_only ? 0 : timeout_ms);
 		pthread_mutex_lock(&lk->mu);
@@ -269,14 +292,10 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key)
 {
 	struct ddss_lock *lk = ctx->lock;
-	struct lock_hold *h;
-	int mode = 0;
+	int mode;
 
 	pthread_mutex_lock(&lk->mu);
-	h = lock_holds_find(lk, key);
-	if (h)
-		mode = h->excl && !h->implicit ? DDSS_LOCK_EXCLUSIVE :
-		       h->shared		  ? DDSS_LOCK_SHARED : 0;
+	mode = user_mode(lock_holds_find(lk, key));
 	pthread_mutex_unlock(&lk->mu);
 	return mode;
 }

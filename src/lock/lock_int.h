@@ -129,6 +129,7 @@ struct ddss_lock {
 /* lock_slot.c */
 void lock_slots_init(struct ddss_lock *lk);
 int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p);
+int lock_slot_take_locked(struct ddss_lock *lk, unsigned *slot_p); /* mu held */
 void lock_slot_put(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why);
 void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why);
 void lock_on_notify(void *arg, uint32_t from, uint32_t value);

@@ -34,23 +34,28 @@ void lock_slots_init(struct ddss_lock *lk)
 	lk->free_head = 0;
 }
 
-int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p)
+int lock_slot_take_locked(struct ddss_lock *lk, unsigned *slot_p)
 {
-	int i;
+	int i = lk->free_head;
 
-	pthread_mutex_lock(&lk->mu);
-	i = lk->free_head;
-	if (i >= 0) {
-		lk->free_head = lk->slot[i].next_free;
-		lk->slot[i].state = SLOT_BUSY;
-		lk->slots_taken++;
-		__atomic_store_n(&lk->slot[i].drained, 0, __ATOMIC_RELAXED);
-	}
-	pthread_mutex_unlock(&lk->mu);
 	if (i < 0)
 		return -ENOLCK;
+	lk->free_head = lk->slot[i].next_free;
+	lk->slot[i].state = SLOT_BUSY;
+	lk->slots_taken++;
+	__atomic_store_n(&lk->slot[i].drained, 0, __ATOMIC_RELAXED);
 	*slot_p = (unsigned)i;
 	return 0;
+}
+
+int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p)
+{
+	int r;
+
+	pthread_mutex_lock(&lk->mu);
+	r = lock_slot_take_locked(lk, slot_p);
+	pthread_mutex_unlock(&lk->mu);
+	return r;
 }
 
 void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why)
