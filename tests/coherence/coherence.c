@@ -657,6 +657,46 @@ static void test_delta_flat(void)
  * nothing is older than the newest version completed before the get started (published on
  * a null segment by the writer after each put returns).
  */
+/*
+ * The single writer of a test: @put(@arg, n) makes put n (n = 1, 2, ...) until the count at
+ * @readers_off of @done shows every other rank's readers finished (count_done), polling it
+ * @polls times per put (more polls: fewer puts per read), or 120 s passed.
+ */
+static void write_until_done(struct wk *w, ddss_key_t done, size_t readers_off, int polls,
+			     int (*put)(void *arg, uint64_t n), void *arg)
+{
+	int64_t give_up = mono_ns() + 120ll * 1000000000;
+	uint64_t readers = 0;
+
+	for (uint64_t n = 1; readers < nranks - 1; n++) {
+		int r = put(arg, n);
+
+		for (int i = 0; !r && i < polls; i++)
+			r = ddss_get(ctx, done, readers_off, &readers, 8);
+		if (r || mono_ns() > give_up) {
+			wfail(w, "writer: %s", r ? ddss_strerror(r) : "readers too slow");
+			return;
+		}
+		w->n_put++;
+	}
+}
+
+/* Put payload n into @key, then publish n at word 0 of @done: "n puts completed". */
+struct published {
+	ddss_key_t key, done;
+};
+
+static int put_and_publish(void *arg, uint64_t n)
+{
+	struct published *pub = arg;
+	uint64_t p[PAYLOAD / 8];
+	int r;
+
+	payload_make(p, PAYLOAD / 8, n);
+	r = ddss_put(ctx, pub->key, 0, p, PAYLOAD);
+	return r ? r : ddss_put(ctx, pub->done, 0, &n, 8);
+}
+
 struct delta_run {
 	ddss_key_t key, done;
 	uint32_t x;
@@ -667,25 +707,12 @@ static void *delta_main(void *arg)
 	struct wk *w = arg;
 	struct delta_run *run = w->arg;
 	uint64_t p[PAYLOAD / 8], seq, version, completed;
-	int64_t give_up = mono_ns() + 120ll * 1000000000;
 	int r;
 
 	if (me == 2 && w->tid == 0) {
-		uint64_t readers = 0;
+		struct published pub = { run->key, run->done };
 
-		for (uint64_t n = 1; readers < nranks - 1; n++) {
-			payload_make(p, PAYLOAD / 8, n);
-			r = ddss_put(ctx, run->key, 0, p, PAYLOAD);
-			if (!r)
-				r = ddss_put(ctx, run->done, 0, &n, 8); /* "n completed" */
-			if (!r)
-				r = ddss_get(ctx, run->done, 8, &readers, 8);
-			if (r || mono_ns() > give_up) {
-				wfail(w, "writer: %s", r ? ddss_strerror(r) : "readers too slow");
-				break;
-			}
-			w->n_put++;
-		}
+		write_until_done(w, run->done, 8, 1, put_and_publish, &pub);
 		return NULL;
 	}
 	if (me == 2)
@@ -818,26 +845,13 @@ static void *version_stale_main(void *arg)
 	struct wk *w = arg;
 	struct stale_run *run = w->arg;
 	uint64_t p[PAYLOAD / 8], seq, completed;
-	int64_t give_up = mono_ns() + 120ll * 1000000000;
 	int r;
 
 	if (me == 1 && w->tid == 0) {
-		uint64_t readers = 0;
+		struct published pub = { run->key, run->done };
 
 		/* a put every few reads, so most gets find the segment unchanged */
-		for (uint64_t n = 1; readers < nranks - 1; n++) {
-			payload_make(p, PAYLOAD / 8, n);
-			r = ddss_put(ctx, run->key, 0, p, PAYLOAD);
-			if (!r)
-				r = ddss_put(ctx, run->done, 0, &n, 8);
-			for (int i = 0; !r && i < 20; i++)
-				r = ddss_get(ctx, run->done, 8, &readers, 8);
-			if (r || mono_ns() > give_up) {
-				wfail(w, "writer: %s", r ? ddss_strerror(r) : "readers too slow");
-				break;
-			}
-			w->n_put++;
-		}
+		write_until_done(w, run->done, 8, 20, put_and_publish, &pub);
 		return NULL;
 	}
 	if (me == 1)
@@ -939,6 +953,15 @@ static void test_temporal_clock(void)
 	drop(key);
 }
 
+/* Put the time now: all ranks share this machine's monotonic clock. */
+static int put_stamp(void *arg, uint64_t n)
+{
+	int64_t stamp = mono_ns();
+
+	(void)n;
+	return ddss_put(ctx, *(ddss_key_t *)arg, 0, &stamp, 8);
+}
+
 struct temporal_run {
 	ddss_key_t key, done;
 };
@@ -947,23 +970,11 @@ static void *temporal_main(void *arg)
 {
 	struct wk *w = arg;
 	struct temporal_run *run = w->arg;
-	int64_t start = mono_ns(), give_up = start + 120ll * 1000000000, stamp;
+	int64_t start = mono_ns(), stamp;
 	int r;
 
 	if (me == 1 && w->tid == 0) {
-		uint64_t readers = 0;
-
-		while (readers < nranks - 1) {
-			stamp = mono_ns(); /* all ranks share this machine's monotonic clock */
-			r = ddss_put(ctx, run->key, 0, &stamp, 8);
-			if (!r)
-				r = ddss_get(ctx, run->done, 0, &readers, 8);
-			if (r || mono_ns() > give_up) {
-				wfail(w, "writer: %s", r ? ddss_strerror(r) : "readers too slow");
-				break;
-			}
-			w->n_put++;
-		}
+		write_until_done(w, run->done, 0, 1, put_stamp, &run->key);
 		return NULL;
 	}
 	if (me == 1)
