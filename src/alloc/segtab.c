@@ -8,6 +8,7 @@
 #include "core/key.h"
 #include "core/log.h"
 #include "core/wire.h"
+#include "lock/lock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -38,6 +39,9 @@ struct ddss_segtab {
 	uint32_t nslots, cap;
 	uint32_t free_head, free_tail;
 	uint64_t count; /* not FREE */
+	/* Released segments whose lock words are still in use: freed once idle (sweep). */
+	uint64_t *draining;
+	uint32_t ndraining, draining_cap;
 };
 
 int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_size,
@@ -66,6 +70,7 @@ void ddss_segtab_destroy(struct ddss_segtab *tab)
 		free(tab->slots[i].cachers);
 	}
 	free(tab->slots);
+	free(tab->draining);
 	pthread_mutex_destroy(&tab->mu);
 	free(tab);
 }
@@ -126,6 +131,55 @@ static void fill_loc(struct ddss_segtab *tab, uint32_t i, struct ddss_seg_loc *l
 	loc->param = s->param;
 }
 
+static bool words_idle(struct ddss_segtab *tab, uint64_t hdr_off)
+{
+	return ddss_lock_words_idle((uint8_t *)ddss_pool_base(tab->pool) + hdr_off);
+}
+
+/* mu held: free the draining segments whose lock words have gone idle. */
+static void sweep(struct ddss_segtab *tab)
+{
+	uint32_t kept = 0;
+
+	for (uint32_t j = 0; j < tab->ndraining; j++) {
+		if (words_idle(tab, tab->draining[j]))
+			ddss_pool_free(tab->pool, tab->draining[j]);
+		else
+			tab->draining[kept++] = tab->draining[j];
+	}
+	tab->ndraining = kept;
+}
+
+/* mu held: keep @hdr_off until its lock words are idle. */
+static void add_draining(struct ddss_segtab *tab, uint64_t hdr_off)
+{
+	if (tab->ndraining == tab->draining_cap) {
+		uint32_t cap = tab->draining_cap ? 2 * tab->draining_cap : 8;
+		uint64_t *d = realloc(tab->draining, cap * sizeof(*d));
+
+		if (!d) {
+			/* Freeing it could let a late holder's atomics hit someone else's data. */
+			DDSS_WARN("segment table: out of memory, segment at %#llx is never freed",
+				  (unsigned long long)hdr_off);
+			return;
+		}
+		tab->draining = d;
+		tab->draining_cap = cap;
+	}
+	tab->draining[tab->ndraining++] = hdr_off;
+}
+
+uint32_t ddss_segtab_draining(struct ddss_segtab *tab)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&tab->mu);
+	sweep(tab);
+	n = tab->ndraining;
+	pthread_mutex_unlock(&tab->mu);
+	return n;
+}
+
 int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, uint32_t coherence,
 		      uint32_t param, const char *name, uint32_t requester,
 		      struct ddss_seg_loc *loc_p)
@@ -143,6 +197,9 @@ int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, uint32_t coherence
 		return r;
 	if (data_len > ddss_pool_len(tab->pool))
 		return -ENOMEM;
+	pthread_mutex_lock(&tab->mu);
+	sweep(tab); /* first: what it frees may be what this allocation needs */
+	pthread_mutex_unlock(&tab->mu);
 	r = ddss_pool_alloc(tab->pool, DDSS_SEG_HDR_LEN + data_len, 64, &off);
 	if (r)
 		return r;
@@ -241,7 +298,6 @@ int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, char name[D
 
 int ddss_segtab_release_end(struct ddss_segtab *tab, uint64_t key)
 {
-	uint64_t off = 0;
 	uint32_t i;
 	int r;
 
@@ -250,7 +306,6 @@ int ddss_segtab_release_end(struct ddss_segtab *tab, uint64_t key)
 	if (!r) {
 		struct slot *s = &tab->slots[i];
 
-		off = s->hdr_off;
 		free(s->name);
 		free(s->cachers);
 		s->name = NULL;
@@ -258,10 +313,14 @@ int ddss_segtab_release_end(struct ddss_segtab *tab, uint64_t key)
 		s->state = SLOT_FREE;
 		put_slot(tab, i);
 		tab->count--;
+		/* A holder or queued waiter may still run the lock protocol on the words. */
+		if (words_idle(tab, s->hdr_off))
+			ddss_pool_free(tab->pool, s->hdr_off);
+		else
+			add_draining(tab, s->hdr_off);
+		sweep(tab);
 	}
 	pthread_mutex_unlock(&tab->mu);
-	if (!r)
-		ddss_pool_free(tab->pool, off);
 	return r;
 }
 

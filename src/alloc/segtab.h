@@ -57,8 +57,18 @@ int ddss_segtab_lookup(struct ddss_segtab *tab, uint64_t key, uint32_t requester
 int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, char name[DDSS_NAME_MAX],
 			      uint8_t *cachers, size_t cachers_len);
 
-/** Free the segment whose release began with @key. -ESTALE if there is none. */
+/**
+ * End the release begun for @key: the key is gone; the memory is freed now, or, while the
+ * lock words are still in use, once they are idle. -ESTALE if there is none.
+ */
 int ddss_segtab_release_end(struct ddss_segtab *tab, uint64_t key);
+
+/*
+ * Released segments whose memory is not yet freed: their lock words were still in use (a
+ * holder or waiter had yet to finish). Each is freed once its words are idle, checked on
+ * every allocation and release and by this call.
+ */
+uint32_t ddss_segtab_draining(struct ddss_segtab *tab);
 
 /** Segments not yet freed (live or being released). */
 uint64_t ddss_segtab_count(struct ddss_segtab *tab);

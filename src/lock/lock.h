@@ -57,6 +57,14 @@ struct ddss_lock_fence {
 /* Release an implicit hold; @fence (or NULL) as above. */
 int ddss_lock_release_implicit(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_lock_fence *fence);
 
+/*
+ * Whether the lock words of the segment header at @hdr (the home's own memory) are idle:
+ * no holder, no waiter, no request under way. A released segment's memory is freed only
+ * then, so a holder or waiter of a released segment can still finish the protocol on its
+ * words (src/alloc/segtab.c).
+ */
+bool ddss_lock_words_idle(const void *hdr);
+
 /**
  * Switch the scheme (benchmarks only). Collective in spirit: every rank must switch while no
  * lock is held or awaited anywhere (barrier before and after). -EBUSY if this context

@@ -349,7 +349,7 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 	uint32_t home;
 	uint64_t hdr;
 	bool srsl, reset;
-	int r;
+	int r, stale;
 
 	if (!ctx)
 		return -EINVAL;
@@ -376,28 +376,24 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 	pthread_mutex_unlock(&lk->mu);
 
 	/* An implicit hold's caller keeps the descriptor referenced: it cannot go stale. */
-	r = implicit ? 0 : lock_word_of(ctx, key, &home, &hdr);
+	stale = implicit ? 0 : lock_word_of(ctx, key, &home, &hdr);
+	if (stale && stale != -ESTALE)
+		stale = 0; /* could not tell (e.g. home unreachable): the release says */
 	if (srsl) {
 		/* The home's CPU keeps SRSL state by key: release it even for a stale key. */
-		int r2 = ddss_srsl_release(lk->srsl, rq.home, key, rq.mode);
-
+		r = ddss_srsl_release(lk->srsl, rq.home, key, rq.mode);
 		if (rq.mode == DDSS_LOCK_EXCLUSIVE)
 			lock_slot_put(lk, rq.slot, SLOT_FREE);
-		return r ? r : r2;
+		return stale ? stale : r;
 	}
-	if (r == -ESTALE) {
-		/* The words may be someone else's memory now: touch them no more, but hand
-		 * over to a successor that already queued (it waits on its own record). */
-		if (rq.mode == DDSS_LOCK_EXCLUSIVE && lock_rec_load(lk, rq.slot, REC_NEXT))
-			lock_queue_release(lk, &rq);
-	} else {
-		r = lock_queue_release(lk, &rq);
-		if (!r && reset)
-			reset_word(lk, &rq);
-	}
+	/* Even for a released segment: its home keeps the words' memory until they are idle
+	 * (src/alloc/segtab.c), so a successor that queued behind us is still handed over to. */
+	r = lock_queue_release(lk, &rq);
+	if (!r && reset && !stale) /* a stale word may be freed as soon as we left it */
+		reset_word(lk, &rq);
 	if (rq.mode == DDSS_LOCK_EXCLUSIVE)
-		lock_slot_put(lk, rq.slot, r && r != -ESTALE ? SLOT_LOST : SLOT_FREE);
-	return r;
+		lock_slot_put(lk, rq.slot, r ? SLOT_LOST : SLOT_FREE);
+	return r ? r : stale;
 }
 
 int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)

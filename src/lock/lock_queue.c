@@ -434,3 +434,26 @@ int lock_queue_release(struct ddss_lock *lk, const struct lock_req *rq)
 {
 	return rq->mode == DDSS_LOCK_EXCLUSIVE ? x_release(lk, rq) : s_release(lk, rq);
 }
+
+/*
+ * The home's own look at a released segment's words, before it frees their memory: the
+ * queue is empty (T == 0), every shared arrival has released (S == R), no epoch is being
+ * closed (C == 0) and, in fair mode, no exclusive request holds a ticket it has not used
+ * (K == N). W is read again last: had anyone arrived meanwhile, it would have changed
+ * (S only grows, and T is 0 only while nobody queues). Loads only; the words stay the
+ * NIC's (docs/locks.md "Words").
+ */
+bool ddss_lock_words_idle(const void *hdr)
+{
+	const uint64_t *w = (const uint64_t *)((const char *)hdr + LOCK_W);
+	const uint64_t *d = (const uint64_t *)((const char *)hdr + LOCK_D);
+	const uint64_t *k = (const uint64_t *)((const char *)hdr + LOCK_K);
+	const uint64_t *n = (const uint64_t *)((const char *)hdr + LOCK_N);
+	uint64_t w0 = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+	uint64_t dv = __atomic_load_n(d, __ATOMIC_ACQUIRE);
+	uint64_t kv = __atomic_load_n(k, __ATOMIC_ACQUIRE);
+	uint64_t nv = __atomic_load_n(n, __ATOMIC_ACQUIRE);
+
+	return LOCK_TAIL(w0) == 0 && LOCK_COUNT(w0) == LOCK_COUNT(dv) && LOCK_TAIL(dv) == 0 &&
+	       kv == nv && __atomic_load_n(w, __ATOMIC_ACQUIRE) == w0;
+}

@@ -105,6 +105,46 @@ static void test_segtab(void)
 	ddss_pool_destroy(pool);
 }
 
+/* A released segment whose lock words are in use keeps its memory until they are idle. */
+static void test_segtab_draining(void)
+{
+	struct ddss_pool *pool;
+	struct ddss_segtab *tab;
+	struct ddss_seg_loc a, b;
+	struct ddss_pool_stats st0, st1;
+	char name[DDSS_NAME_MAX];
+	uint8_t cachers[1];
+	uint64_t *w;
+
+	CU_ASSERT_FATAL(ddss_pool_create(8 * MiB, 0, &pool) == 0);
+	CU_ASSERT_FATAL(ddss_segtab_create(pool, 1, 4, &tab) == 0);
+	CU_ASSERT_EQUAL(ddss_pool_stats(pool, &st0), 0);
+	CU_ASSERT_FATAL(ddss_segtab_alloc(tab, 64, DDSS_COHERENCE_NULL, 0, NULL, 2, &a) == 0);
+	/* An exclusive holder (waiter id 2:5) sits in the tail half of the lock word. */
+	w = (uint64_t *)((uint8_t *)ddss_pool_base(pool) + a.data_off - DDSS_SEG_HDR_LEN);
+	__atomic_store_n(w, (uint64_t)0x00020005u << 32, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(ddss_segtab_release_begin(tab, a.key, name, cachers, 1), 0);
+	CU_ASSERT_EQUAL(ddss_segtab_release_end(tab, a.key), 0);
+	CU_ASSERT_EQUAL(ddss_segtab_count(tab), 0);
+	CU_ASSERT_EQUAL(ddss_segtab_lookup(tab, a.key, 2, &b), -ESTALE);
+	CU_ASSERT_EQUAL(ddss_segtab_draining(tab), 1);
+	CU_ASSERT_EQUAL(ddss_pool_stats(pool, &st1), 0);
+	CU_ASSERT_EQUAL(st1.live, st0.live + 1);
+	/* A new segment never lands on the words still in use. */
+	CU_ASSERT_FATAL(ddss_segtab_alloc(tab, 64, DDSS_COHERENCE_NULL, 0, NULL, 2, &b) == 0);
+	CU_ASSERT(b.data_off != a.data_off);
+	/* The holder released, but a shared arrival has not (S = 1, R = 0): still in use. */
+	__atomic_store_n(w, 1, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(ddss_segtab_draining(tab), 1);
+	/* Its release counted in D: idle, so the memory goes back to the pool. */
+	__atomic_store_n(w + 4, 1, __ATOMIC_RELEASE);
+	CU_ASSERT_EQUAL(ddss_segtab_draining(tab), 0);
+	CU_ASSERT_EQUAL(ddss_pool_stats(pool, &st1), 0);
+	CU_ASSERT_EQUAL(st1.live, st0.live + 1); /* just b */
+	ddss_segtab_destroy(tab);
+	ddss_pool_destroy(pool);
+}
+
 /* ---- the cache ---- */
 
 static const struct coh_want any = { .fetched_after = INT64_MIN };
@@ -296,6 +336,8 @@ int main(void)
 	CU_add_test(s, "choosing a model: parameters checked", test_choose);
 	CU_add_test(s, "pool bytes per model; overflow", test_data_len);
 	CU_add_test(s, "the home's table refuses bad models, sizes delta copies", test_segtab);
+	CU_add_test(s, "a released segment with its lock in use keeps its memory until idle",
+		    test_segtab_draining);
 	CU_add_test(s, "cache: ranges, versions, ages, replacement, forget", test_cache_basics);
 	CU_add_test(s, "cache: byte bound, oversize copies, capacity 0", test_cache_bound);
 	CU_add_test(s, "cache: least recently used goes first", test_cache_lru);

@@ -1,4 +1,6 @@
 #include "common/test_util.h"
+#include "alloc/segtab.h"
+#include "core/ctx.h"
 #include "ddss/ddss.h"
 #include "net/net.h"
 
@@ -132,4 +134,9 @@ void test_ctx_barrier_or_exit(ddss_ctx_t *ctx)
 		fprintf(stderr, "rank %u: barrier failed: %s\n", ddss_rank(ctx), ddss_strerror(r));
 		exit(1);
 	}
+}
+
+uint64_t test_segments_draining(struct ddss_ctx *ctx)
+{
+	return ddss_segtab_draining(ctx->segtab);
 }

@@ -76,6 +76,8 @@ int test_board_open(struct ddss_ctx *ctx);
 void test_board_put(unsigned i, uint64_t v);
 /** Read rank @from's slot @i (asserted; 0 on failure). */
 uint64_t test_board_get(uint32_t from, unsigned i);
+/** Released segments whose home (this rank) has not yet freed their memory. */
+uint64_t test_segments_draining(struct ddss_ctx *ctx);
 /** ddss_barrier on @ctx, or exit(1) saying why (see test_barrier_or_exit). */
 void test_ctx_barrier_or_exit(struct ddss_ctx *ctx);
 
