@@ -2,7 +2,8 @@
  * ddssrun - start N ranks of a DDSS program on this machine (like `mpirun -n`).
  *
  * Usage:
- *   ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR...]] [--timeout SEC] [--] prog [args...]
+ *   ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR...]] [--timeout SEC]
+ *           [--daemon [--clients K] [--ddssd PATH]] [--] prog [args...]
  *
  *   -n, --np N         number of ranks, 1..1024 (required)
  *   --transport T      tcp or verbs (default: $DDSS_TRANSPORT, else tcp)
@@ -12,6 +13,10 @@
  *                      (default 127.0.0.1; for verbs: $DDSS_RDMA_HOST, else $RXE_IP,
  *                      else 127.0.0.1)
  *   --timeout SEC      SIGKILL all ranks after SEC seconds and exit 124 (0 = never, default)
+ *   --daemon           daemon mode: each rank is a ddssd, and prog runs as its clients
+ *   --clients K        daemon mode: K clients of prog per rank, 1..256 (default 1)
+ *   --ddssd PATH       daemon mode: the daemon binary (default: ddssd in the directory
+ *                      of ddssrun's own executable)
  *   -h, --help         show usage
  *
  * Environment given to every rank (on top of the inherited environment):
@@ -25,17 +30,39 @@
  * An inherited DDSS_NODES_FILE (and, for verbs, DDSS_LISTEN_FD) is removed so it
  * cannot contradict DDSS_NODES. For verbs the ports are only reserved as numbers:
  * rdma_cm has its own port space, so the sockets are closed before the ranks start.
- * Ranks get /dev/null as stdin.
+ * Every child (rank, daemon, client) gets /dev/null as stdin.
  *
- * Output: each line a rank writes to stdout/stderr is written to ddssrun's
- * stdout/stderr as "[r] line", one write() per line.
+ * Daemon mode (--daemon): rank r is "ddssd --ready-fd FD", started as a rank above
+ * with, in addition:
+ *   DDSS_DAEMON_SOCKET   DIR/ddssd-r.sock, where it serves its clients; DIR is a fresh
+ *                        /tmp/ddssrun.XXXXXX, removed with all it holds at the end
+ *   DDSS_DAEMON_CLIENTS  K
+ * FD is the inherited write end of a pipe; ddssd writes one byte to it once it serves
+ * clients (after its collective init with the other daemons) and closes it. When all
+ * daemons are ready, K clients of prog start per rank, with DDSS_RANK, DDSS_SIZE,
+ * DDSS_NODES, DDSS_TRANSPORT and DDSS_GROUP of their rank (no DDSS_LISTEN_FD) and:
+ *   DDSS_MODE            daemon
+ *   DDSS_DAEMON_SOCKET   their rank's daemon socket
+ *   DDSS_CLIENT          this client, 1..K
+ *   DDSS_CLIENTS         K
+ * When every client has exited, the daemons get SIGTERM (SIGKILL 10 s later). These
+ * five variables are removed from every other kind of child.
  *
- * Exit status: 0 if every rank exits 0. Otherwise the remaining ranks get SIGTERM
- * (SIGKILL 3 s later) and ddssrun exits with the first failing rank's exit status,
- * or 128+signal if it was killed; 124 on --timeout; 128+signal if ddssrun itself
- * got SIGINT/SIGTERM/SIGHUP; 2 on bad usage; 1 if it could not start the ranks.
+ * Output: each line a child writes to stdout/stderr is written to ddssrun's
+ * stdout/stderr as "[r] line" (a rank, or the client when K is 1), "[r.i] line"
+ * (client i of rank r) or "[ddssd r] line", one write() per line.
+ *
+ * Exit status: 0 if every rank (client) exits 0. Otherwise the remaining children get
+ * SIGTERM (SIGKILL 3 s later) and ddssrun exits with the first failing one's exit
+ * status, or 128+signal if it was killed; so the first SKIP (77) decides a run that
+ * fails no other way. A daemon that exits before it is ready or while its clients run
+ * fails the run the same way (with 1 if it exited 0); one that does not exit 0 on the
+ * final SIGTERM gives its status (128+signal if killed) to a run that was otherwise
+ * successful. 124 on --timeout; 128+signal if ddssrun itself got SIGINT/SIGTERM/SIGHUP;
+ * 2 on bad usage (also a missing ddssd); 1 if it could not start the ranks.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -60,12 +87,14 @@
 
 enum {
     MAX_RANKS = 1024,
+    MAX_CLIENTS = 256,              /* per rank */
     CHILD_LISTEN_FD = 3,
     LISTEN_BACKLOG = 128,
     EXIT_USAGE = 2,
     EXIT_TIMEOUT = 124,
     EXIT_EXEC_FAILED = 127,
-    PREFIX_MAX = 16,               /* "[1024] " plus slack */
+    PREFIX_MAX = 32,               /* "[1024.256] ", "[ddssd 1024] "; room for any int */
+    NAME_MAX_LEN = 40,             /* "rank 1024 client 256"; room for any int */
     GROUP_ID_LEN = 16,             /* hex digits of a 64-bit id */
 };
 
@@ -76,6 +105,11 @@ enum {
 #define NS_PER_MS INT64_C(1000000)
 #define TERM_GRACE_NS (3 * NS_PER_SEC)
 #define DRAIN_GRACE_NS (1 * NS_PER_SEC)
+#define DAEMON_GRACE_NS (10 * NS_PER_SEC)
+/* How long a daemon that closed its ready pipe without the byte gets to exit by itself
+ * (and so tell us why) before we stop it. */
+#define READY_CLOSE_GRACE_NS (1 * NS_PER_SEC)
+#define SOCK_DIR_TEMPLATE "/tmp/ddssrun.XXXXXX"
 #define MAX_HOSTS 8
 
 enum parse_result { PARSE_OK, PARSE_HELP, PARSE_ERROR };
@@ -85,6 +119,10 @@ struct options {
     const char *transport;
     const char *host;
     long timeout_sec;
+    bool daemon;
+    int clients;                    /* 0 until given */
+    const char *ddssd;
+    char ddssd_default[PATH_MAX];
     char **prog_argv;
 };
 
@@ -98,31 +136,56 @@ struct launch {
     char group[GROUP_ID_LEN + 1];
     int *listen_fds;                /* tcp: one per rank, until all ranks are forked */
     char **prog_argv;
+    bool daemon;
+    int clients;                    /* per rank, daemon mode */
+    const char *ddssd;
+    char sock_dir[sizeof SOCK_DIR_TEMPLATE]; /* daemon mode; "" when there is none */
     sigset_t saved_mask;
     struct sigaction saved_sigpipe;
     struct rlimit saved_nofile;
 };
 
-/* One rank's stdout or stderr pipe and its not yet complete line. */
+struct child;
+
+/* One child's stdout or stderr pipe and its not yet complete line. */
 struct stream {
     int fd;                         /* -1 once closed */
     int dest_fd;
-    int rank;
+    const struct child *owner;
     char *buf;                      /* allocated on first data: most streams stay silent */
     size_t len;
 };
 
-struct rank {
+enum child_kind {
+    CHILD_RANK,                     /* prog as a rank (direct mode) */
+    CHILD_DAEMON,                   /* ddssd as a rank (daemon mode) */
+    CHILD_CLIENT,                   /* prog as a client of its rank's ddssd */
+};
+
+struct child {
+    enum child_kind kind;
+    int rank;                       /* 1..N */
+    int client;                     /* CHILD_CLIENT: 1..K, else 0 */
+    char name[NAME_MAX_LEN];        /* for messages: "rank 2", "rank 2 client 3", "ddssd of rank 2" */
+    char prefix[PREFIX_MAX];        /* of its output lines: "[2] ", "[2.3] ", "[ddssd 2] " */
     pid_t pid;
     bool running;                   /* forked and not yet reaped */
     struct stream out;
     struct stream err;
+    int ready_fd;                   /* CHILD_DAEMON: read end of its ready pipe, -1 once closed */
+    bool ready;                     /* CHILD_DAEMON: wrote its ready byte */
 };
 
+/* Children are ranks (direct mode), or N daemons followed by N*K clients. */
 struct run {
-    struct rank *ranks;
+    struct child *children;
+    int nchildren;
     int nranks;
     int running;
+    int clients_running;
+    int daemons_ready;
+    bool clients_started;
+    bool stopping;                  /* the clients are done, the daemons got SIGTERM */
     pid_t pgid;
     int sigfd;
     char *scratch;                  /* prefix + line + newline, assembled for one write() */
@@ -131,7 +194,9 @@ struct run {
     long timeout_sec;
     int64_t timeout_deadline;       /* 0 = none */
     int64_t kill_deadline;          /* 0 = none */
-    int64_t drain_deadline;         /* 0 until the last rank is reaped */
+    int64_t kill_grace_ns;          /* SIGTERM to kill_deadline, for the message */
+    int64_t ready_close_deadline;   /* 0 = none; see READY_CLOSE_GRACE_NS */
+    int64_t drain_deadline;         /* 0 until the last child is reaped */
 };
 
 static int64_t now_ns(void)
@@ -178,13 +243,17 @@ static void say(const char *fmt, ...)
 
 static void usage(FILE *to)
 {
-    fputs("usage: ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR..]] [--timeout SEC] [--] prog [args...]\n"
+    fputs("usage: ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR..]] [--timeout SEC]\n"
+          "               [--daemon [--clients K] [--ddssd PATH]] [--] prog [args...]\n"
           "  -n, --np N        number of ranks (1..1024)\n"
           "  --transport T     tcp or verbs (default: $DDSS_TRANSPORT, else tcp)\n"
           "  --host ADDRS      IPv4 address(es) to listen on, comma separated; rank r gets\n"
           "                    address (r-1) mod count (default 127.0.0.1; verbs:\n"
           "                    $DDSS_RDMA_HOST, else $RXE_IP)\n"
           "  --timeout SEC     kill all ranks after SEC seconds, exit 124 (0 = never)\n"
+          "  --daemon          daemon mode: each rank is a ddssd, prog runs as its clients\n"
+          "  --clients K       daemon mode: clients of prog per rank (1..256, default 1)\n"
+          "  --ddssd PATH      daemon mode: the daemon binary (default: ddssd next to ddssrun)\n"
           "  -h, --help        show this help\n",
           to);
 }
@@ -235,6 +304,33 @@ static int parse_hosts(const char *list, char (*out)[INET_ADDRSTRLEN])
     }
 }
 
+/* Default: ddssd beside our own executable, so a build tree or an install finds its own. */
+static bool find_ddssd(struct options *opt)
+{
+    if (!opt->ddssd) {
+        char *buf = opt->ddssd_default;
+        ssize_t n = readlink("/proc/self/exe", buf, sizeof opt->ddssd_default);
+        if (n < 0 || (size_t)n >= sizeof opt->ddssd_default) {
+            say("ddssrun: cannot find my own executable, give the daemon with --ddssd PATH\n");
+            return false;
+        }
+        buf[n] = 0;
+        char *dir_end = strrchr(buf, '/') + 1;  /* the link is an absolute path */
+        size_t room = sizeof opt->ddssd_default - (size_t)(dir_end - buf);
+        if ((size_t)snprintf(dir_end, room, "ddssd") >= room) {
+            say("ddssrun: path of ddssd too long, give it with --ddssd PATH\n");
+            return false;
+        }
+        opt->ddssd = buf;
+    }
+    if (access(opt->ddssd, X_OK) < 0) {
+        say("ddssrun: no daemon binary %s: %s (give one with --ddssd PATH)\n",
+            opt->ddssd, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 static enum parse_result check_options(struct options *opt, int argc, char **argv)
 {
     bool tcp = strcmp(opt->transport, "tcp") == 0;
@@ -258,6 +354,14 @@ static enum parse_result check_options(struct options *opt, int argc, char **arg
     }
     if (parse_hosts(opt->host, NULL) < 0)
         return PARSE_ERROR;
+    if (!opt->daemon && (opt->clients || opt->ddssd)) {
+        say("ddssrun: --clients and --ddssd need --daemon\n");
+        return PARSE_ERROR;
+    }
+    if (opt->daemon && !find_ddssd(opt))
+        return PARSE_ERROR;
+    if (opt->clients == 0)
+        opt->clients = 1;
     opt->prog_argv = argv + optind;
     return PARSE_OK;
 }
@@ -269,6 +373,9 @@ static enum parse_result parse_options(int argc, char **argv, struct options *op
         { "transport", required_argument, NULL, 't' },
         { "host", required_argument, NULL, 'H' },
         { "timeout", required_argument, NULL, 'T' },
+        { "daemon", no_argument, NULL, 'D' },
+        { "clients", required_argument, NULL, 'C' },
+        { "ddssd", required_argument, NULL, 'B' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -300,6 +407,19 @@ static enum parse_result parse_options(int argc, char **argv, struct options *op
             }
             opt->timeout_sec = value;
             break;
+        case 'D':
+            opt->daemon = true;
+            break;
+        case 'C':
+            if (!parse_long(optarg, 1, MAX_CLIENTS, &value)) {
+                say("ddssrun: --clients must be a number from 1 to %d\n", MAX_CLIENTS);
+                return PARSE_ERROR;
+            }
+            opt->clients = (int)value;
+            break;
+        case 'B':
+            opt->ddssd = optarg;
+            break;
         case 'h':
             return PARSE_HELP;
         default:
@@ -322,13 +442,18 @@ static void ensure_stdio_open(void)
     }
 }
 
-/* The parent holds up to 3 fds per rank at once; 1024 ranks exceed the usual
+static int child_count(const struct options *opt)
+{
+    return opt->daemon ? opt->nranks + opt->nranks * opt->clients : opt->nranks;
+}
+
+/* The parent holds up to 3 fds per child at once; 1024 ranks exceed the usual
  * soft limit. Children get the original limit back. */
-static void raise_fd_limit(int nranks, struct rlimit *saved)
+static void raise_fd_limit(int nchildren, struct rlimit *saved)
 {
     if (getrlimit(RLIMIT_NOFILE, saved) < 0)
         return;
-    rlim_t need = (rlim_t)nranks * 3 + 64;
+    rlim_t need = (rlim_t)nchildren * 3 + 64;
     if (saved->rlim_cur != RLIM_INFINITY && saved->rlim_cur < need) {
         struct rlimit raised = *saved;
         raised.rlim_cur = saved->rlim_max == RLIM_INFINITY || saved->rlim_max > need
@@ -435,11 +560,42 @@ static bool make_group_id(char out[GROUP_ID_LEN + 1])
     return true;
 }
 
+/* Called when no daemon runs any more; one that was killed left its socket behind. */
+static void remove_sock_dir(struct launch *l)
+{
+    if (!l->sock_dir[0])
+        return;
+    DIR *dir = opendir(l->sock_dir);
+    if (dir) {
+        struct dirent *e;
+        while ((e = readdir(dir)) != NULL) {
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                unlinkat(dirfd(dir), e->d_name, 0);
+        }
+        closedir(dir);
+    }
+    if (rmdir(l->sock_dir) < 0)
+        say("ddssrun: cannot remove %s: %s\n", l->sock_dir, strerror(errno));
+    l->sock_dir[0] = 0;
+}
+
 static void free_launch(struct launch *l)
 {
     close_listeners(l);
     free(l->nodes);
     l->nodes = NULL;
+    remove_sock_dir(l);
+}
+
+static bool make_sock_dir(struct launch *l)
+{
+    memcpy(l->sock_dir, SOCK_DIR_TEMPLATE, sizeof SOCK_DIR_TEMPLATE);
+    if (!mkdtemp(l->sock_dir)) {
+        say("ddssrun: cannot create a directory for the daemon sockets: %s\n", strerror(errno));
+        l->sock_dir[0] = 0;
+        return false;
+    }
+    return true;
 }
 
 static bool prepare_launch(const struct options *opt, struct launch *l)
@@ -448,10 +604,13 @@ static bool prepare_launch(const struct options *opt, struct launch *l)
         .nranks = opt->nranks,
         .use_tcp = strcmp(opt->transport, "tcp") == 0,
         .prog_argv = opt->prog_argv,
+        .daemon = opt->daemon,
+        .clients = opt->clients,
+        .ddssd = opt->ddssd,
     };
     l->nhosts = parse_hosts(opt->host, l->hosts);
-    raise_fd_limit(opt->nranks, &l->saved_nofile);
-    if (!make_group_id(l->group) || !reserve_ports(l)) {
+    raise_fd_limit(child_count(opt), &l->saved_nofile);
+    if (!make_group_id(l->group) || !reserve_ports(l) || (l->daemon && !make_sock_dir(l))) {
         free_launch(l);
         return false;
     }
@@ -460,23 +619,50 @@ static bool prepare_launch(const struct options *opt, struct launch *l)
     return true;
 }
 
-static void set_rank_env(const struct launch *l, int rank)
+/* Daemon mode's variables; an inherited one must not reach a child it does not fit. */
+static const char *const daemon_mode_env[] = {
+    "DDSS_MODE", "DDSS_DAEMON_SOCKET", "DDSS_DAEMON_CLIENTS", "DDSS_CLIENT", "DDSS_CLIENTS",
+};
+
+static void setenv_int(const char *name, int value)
 {
     char num[16];
-    snprintf(num, sizeof num, "%d", rank);
-    setenv("DDSS_RANK", num, 1);
-    snprintf(num, sizeof num, "%d", l->nranks);
-    setenv("DDSS_SIZE", num, 1);
+    snprintf(num, sizeof num, "%d", value);
+    setenv(name, num, 1);
+}
+
+static void set_rank_env(const struct launch *l, int rank)
+{
+    setenv_int("DDSS_RANK", rank);
+    setenv_int("DDSS_SIZE", l->nranks);
     setenv("DDSS_NODES", l->nodes, 1);
     setenv("DDSS_TRANSPORT", l->use_tcp ? "tcp" : "verbs", 1);
     setenv("DDSS_GROUP", l->group, 1);
-    if (l->use_tcp) {
-        snprintf(num, sizeof num, "%d", CHILD_LISTEN_FD);
-        setenv("DDSS_LISTEN_FD", num, 1);
-    } else {
+    if (l->use_tcp)
+        setenv_int("DDSS_LISTEN_FD", CHILD_LISTEN_FD);
+    else
         unsetenv("DDSS_LISTEN_FD");
-    }
     unsetenv("DDSS_NODES_FILE");
+}
+
+static void set_child_env(const struct launch *l, const struct child *c)
+{
+    for (size_t i = 0; i < sizeof daemon_mode_env / sizeof daemon_mode_env[0]; i++)
+        unsetenv(daemon_mode_env[i]);
+    set_rank_env(l, c->rank);
+    if (c->kind == CHILD_RANK)
+        return;
+    char path[sizeof l->sock_dir + 32];
+    snprintf(path, sizeof path, "%s/ddssd-%d.sock", l->sock_dir, c->rank);
+    setenv("DDSS_DAEMON_SOCKET", path, 1);
+    if (c->kind == CHILD_DAEMON) {
+        setenv_int("DDSS_DAEMON_CLIENTS", l->clients);
+        return;
+    }
+    unsetenv("DDSS_LISTEN_FD");
+    setenv("DDSS_MODE", "daemon", 1);
+    setenv_int("DDSS_CLIENT", c->client);
+    setenv_int("DDSS_CLIENTS", l->clients);
 }
 
 /* Ranks share no stdin: N readers of one terminal or pipe would only fight over
@@ -492,8 +678,25 @@ static bool redirect_stdin_to_null(void)
     return ok;
 }
 
+_Noreturn static void exec_program(const struct launch *l, const struct child *c, int ready_fd)
+{
+    if (c->kind == CHILD_DAEMON) {
+        char flag[] = "--ready-fd";
+        char num[16];
+        snprintf(num, sizeof num, "%d", ready_fd);
+        char *argv[] = { (char *)l->ddssd, flag, num, NULL };
+        execv(l->ddssd, argv);
+        dprintf(STDERR_FILENO, "ddssrun: cannot exec %s: %s\n", l->ddssd, strerror(errno));
+    } else {
+        execvp(l->prog_argv[0], l->prog_argv);
+        dprintf(STDERR_FILENO, "ddssrun: cannot exec %s: %s\n", l->prog_argv[0], strerror(errno));
+    }
+    _exit(EXIT_EXEC_FAILED);
+}
+
 /* Runs in the forked child; the parent is single-threaded, so setenv() is safe here. */
-_Noreturn static void exec_rank(const struct launch *l, int rank, pid_t pgid, int out_w, int err_w)
+_Noreturn static void exec_child(const struct launch *l, const struct child *c, pid_t pgid,
+                                 int out_w, int err_w, int ready_w)
 {
     setpgid(0, pgid);
     sigprocmask(SIG_SETMASK, &l->saved_mask, NULL);
@@ -505,8 +708,14 @@ _Noreturn static void exec_rank(const struct launch *l, int rank, pid_t pgid, in
         dprintf(STDERR_FILENO, "ddssrun: cannot open /dev/null: %s\n", strerror(errno));
         _exit(EXIT_EXEC_FAILED);
     }
-    if (l->use_tcp) {
-        int fd = l->listen_fds[rank - 1];
+    /* F_DUPFD gives a copy without FD_CLOEXEC, above the listen socket's fd. */
+    int ready_fd = -1;
+    if (c->kind == CHILD_DAEMON && (ready_fd = fcntl(ready_w, F_DUPFD, CHILD_LISTEN_FD + 1)) < 0) {
+        dprintf(STDERR_FILENO, "ddssrun: cannot pass the ready fd: %s\n", strerror(errno));
+        _exit(EXIT_EXEC_FAILED);
+    }
+    if (l->use_tcp && c->kind != CHILD_CLIENT) {
+        int fd = l->listen_fds[c->rank - 1];
         /* dup2() onto itself would leave FD_CLOEXEC set, hence the explicit fcntl(). */
         if ((fd != CHILD_LISTEN_FD && dup2(fd, CHILD_LISTEN_FD) < 0) ||
             fcntl(CHILD_LISTEN_FD, F_SETFD, 0) < 0) {
@@ -514,37 +723,54 @@ _Noreturn static void exec_rank(const struct launch *l, int rank, pid_t pgid, in
             _exit(EXIT_EXEC_FAILED);
         }
     }
-    set_rank_env(l, rank);
+    set_child_env(l, c);
     /* Only now: the inherited fds above the old limit would make open() fail. */
     setrlimit(RLIMIT_NOFILE, &l->saved_nofile);
-    execvp(l->prog_argv[0], l->prog_argv);
-    dprintf(STDERR_FILENO, "ddssrun: cannot exec %s: %s\n", l->prog_argv[0], strerror(errno));
-    _exit(EXIT_EXEC_FAILED);
+    exec_program(l, c, ready_fd);
 }
 
-static void init_stream(struct stream *s, int fd, int dest_fd, int rank)
+static void init_stream(struct stream *s, int fd, int dest_fd, const struct child *owner)
 {
-    *s = (struct stream){ .fd = fd, .dest_fd = dest_fd, .rank = rank };
+    *s = (struct stream){ .fd = fd, .dest_fd = dest_fd, .owner = owner };
 }
 
-static bool spawn_rank(struct run *run, const struct launch *l, int index)
+static void close_fd(int *fd)
 {
-    int out_pipe[2], err_pipe[2];
-    if (pipe2(out_pipe, O_CLOEXEC) < 0)
-        return false;
-    if (pipe2(err_pipe, O_CLOEXEC) < 0) {
-        close(out_pipe[0]);
-        close(out_pipe[1]);
-        return false;
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* Makes @n pipes; all or none. */
+static bool make_pipes(int (*pipes)[2], int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (pipe2(pipes[i], O_CLOEXEC) < 0) {
+            while (i-- > 0) {
+                close(pipes[i][0]);
+                close(pipes[i][1]);
+            }
+            return false;
+        }
     }
+    return true;
+}
+
+static bool spawn_child(struct run *run, const struct launch *l, struct child *c)
+{
+    enum { OUT, ERR, READY };
+    int pipes[3][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
+    int npipes = c->kind == CHILD_DAEMON ? 3 : 2;
+    if (!make_pipes(pipes, npipes))
+        return false;
     pid_t pid = fork();
     if (pid == 0)
-        exec_rank(l, index + 1, run->pgid, out_pipe[1], err_pipe[1]);
-    close(out_pipe[1]);
-    close(err_pipe[1]);
+        exec_child(l, c, run->pgid, pipes[OUT][1], pipes[ERR][1], pipes[READY][1]);
+    for (int i = 0; i < npipes; i++)
+        close(pipes[i][1]);
     if (pid < 0) {
-        close(out_pipe[0]);
-        close(err_pipe[0]);
+        for (int i = 0; i < npipes; i++)
+            close(pipes[i][0]);
         return false;
     }
     if (run->pgid == 0)
@@ -553,27 +779,38 @@ static bool spawn_rank(struct run *run, const struct launch *l, int index)
      * matter which of them runs first. EACCES just means the child already exec'd. */
     setpgid(pid, run->pgid);
 
-    struct rank *r = &run->ranks[index];
-    r->pid = pid;
-    r->running = true;
+    c->pid = pid;
+    c->running = true;
     run->running++;
-    init_stream(&r->out, out_pipe[0], STDOUT_FILENO, index + 1);
-    init_stream(&r->err, err_pipe[0], STDERR_FILENO, index + 1);
+    if (c->kind == CHILD_CLIENT)
+        run->clients_running++;
+    init_stream(&c->out, pipes[OUT][0], STDOUT_FILENO, c);
+    init_stream(&c->err, pipes[ERR][0], STDERR_FILENO, c);
+    c->ready_fd = pipes[READY][0];
+    if (c->ready_fd >= 0)
+        fcntl(c->ready_fd, F_SETFL, O_NONBLOCK);
     return true;
 }
 
 /* Only while one of our children is unreaped is the group id guaranteed to still
  * be ours; after that the number may belong to someone else. */
-static void signal_ranks(const struct run *run, int sig)
+static void signal_children(const struct run *run, int sig)
 {
     if (run->running == 0)
         return;
     killpg(run->pgid, sig);
-    /* A rank that moved to its own group (setsid) still gets the signal. */
-    for (int i = 0; i < run->nranks; i++) {
-        if (run->ranks[i].running)
-            kill(run->ranks[i].pid, sig);
+    /* A child that moved to its own group (setsid) still gets the signal. */
+    for (int i = 0; i < run->nchildren; i++) {
+        if (run->children[i].running)
+            kill(run->children[i].pid, sig);
     }
+}
+
+static void terminate_children(struct run *run, int64_t grace_ns)
+{
+    signal_children(run, SIGTERM);
+    run->kill_grace_ns = grace_ns;
+    run->kill_deadline = now_ns() + grace_ns;
 }
 
 static void start_shutdown(struct run *run, int exit_code)
@@ -583,15 +820,15 @@ static void start_shutdown(struct run *run, int exit_code)
     if (run->terminating)
         return;
     run->terminating = true;
-    signal_ranks(run, SIGTERM);
-    run->kill_deadline = now_ns() + TERM_GRACE_NS;
+    terminate_children(run, TERM_GRACE_NS);
 }
 
-static void spawn_all(struct run *run, const struct launch *l)
+/* Starts children[from..to); on failure the run shuts down. */
+static void spawn_children(struct run *run, const struct launch *l, int from, int to)
 {
-    for (int i = 0; i < run->nranks; i++) {
-        if (!spawn_rank(run, l, i)) {
-            say("ddssrun: cannot start rank %d: %s\n", i + 1, strerror(errno));
+    for (int i = from; i < to; i++) {
+        if (!spawn_child(run, l, &run->children[i])) {
+            say("ddssrun: cannot start %s: %s\n", run->children[i].name, strerror(errno));
             start_shutdown(run, 1);
             return;
         }
@@ -600,10 +837,11 @@ static void spawn_all(struct run *run, const struct launch *l)
 
 static void emit_line(const struct stream *s, const char *line, size_t len, char *scratch)
 {
-    int prefix = snprintf(scratch, PREFIX_MAX, "[%d] ", s->rank);
+    size_t prefix = strlen(s->owner->prefix);
+    memcpy(scratch, s->owner->prefix, prefix);
     memcpy(scratch + prefix, line, len);
-    scratch[(size_t)prefix + len] = '\n';
-    write_all(s->dest_fd, scratch, (size_t)prefix + len + 1);
+    scratch[prefix + len] = '\n';
+    write_all(s->dest_fd, scratch, prefix + len + 1);
 }
 
 static void emit_complete_lines(struct stream *s, char *scratch)
@@ -638,7 +876,7 @@ static void close_stream(struct stream *s, char *scratch)
 static void pump_stream(struct stream *s, char *scratch)
 {
     if (!s->buf && !(s->buf = malloc(LINE_BUF_SIZE))) {
-        say("ddssrun: out of memory, dropping output of rank %d\n", s->rank);
+        say("ddssrun: out of memory, dropping output of %s\n", s->owner->name);
         close_stream(s, scratch);
         return;
     }
@@ -653,37 +891,93 @@ static void pump_stream(struct stream *s, char *scratch)
     emit_complete_lines(s, scratch);
 }
 
-static struct rank *find_rank(struct run *run, pid_t pid)
+static struct child *find_child(struct run *run, pid_t pid)
 {
-    for (int i = 0; i < run->nranks; i++) {
-        if (run->ranks[i].pid == pid && run->ranks[i].running)
-            return &run->ranks[i];
+    for (int i = 0; i < run->nchildren; i++) {
+        if (run->children[i].pid == pid && run->children[i].running)
+            return &run->children[i];
     }
     return NULL;
 }
 
-static void report_failure(int rank, int status)
+/* "status 3" or "signal 9 (SIGKILL)". */
+static const char *describe_status(int status, char *buf, size_t size)
 {
     if (WIFEXITED(status)) {
-        say("ddssrun: rank %d exited with status %d\n", rank, WEXITSTATUS(status));
+        snprintf(buf, size, "status %d", WEXITSTATUS(status));
     } else {
-        int sig = WTERMSIG(status);
-        const char *abbrev = sigabbrev_np(sig);
-        say("ddssrun: rank %d killed by signal %d (SIG%s)\n", rank, sig, abbrev ? abbrev : "?");
+        const char *abbrev = sigabbrev_np(WTERMSIG(status));
+        snprintf(buf, size, "signal %d (SIG%s)", WTERMSIG(status), abbrev ? abbrev : "?");
     }
+    return buf;
 }
 
-static void on_rank_exit(struct run *run, struct rank *r, int status)
+static bool exited_ok(int status)
 {
-    r->running = false;
-    run->running--;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* The run's exit code for a child that failed with @status; never 0. */
+static int failure_code(int status)
+{
+    if (!WIFEXITED(status))
+        return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : 1;
+}
+
+static void on_program_exit(struct run *run, struct child *c, int status)
+{
+    if (c->kind == CHILD_CLIENT)
+        run->clients_running--;
+    if (exited_ok(status))
         return;
     /* Deaths we caused ourselves would only bury the real cause. */
     if (run->terminating)
         return;
-    report_failure((int)(r - run->ranks) + 1, status);
-    start_shutdown(run, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    char what[48];
+    describe_status(status, what, sizeof what);
+    say("ddssrun: %s %s %s\n", c->name, WIFEXITED(status) ? "exited with" : "killed by", what);
+    start_shutdown(run, failure_code(status));
+}
+
+/* A daemon's ready pipe is readable: the byte, or the end without it. */
+static void read_ready(struct run *run, struct child *c)
+{
+    char byte;
+    ssize_t n = read(c->ready_fd, &byte, 1);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    close_fd(&c->ready_fd);
+    if (n == 1) {
+        c->ready = true;
+        run->daemons_ready++;
+    } else if (c->running && run->ready_close_deadline == 0) {
+        /* Most likely it is exiting: its status, soon reaped, will say why. */
+        run->ready_close_deadline = now_ns() + READY_CLOSE_GRACE_NS;
+    }
+}
+
+static void on_daemon_exit(struct run *run, struct child *c, int status)
+{
+    /* The byte may still sit in the pipe when the exit is seen first. */
+    if (c->ready_fd >= 0)
+        read_ready(run, c);
+    close_fd(&c->ready_fd);         /* a grandchild may hold the write end */
+    if (run->terminating)
+        return;
+    char what[48];
+    describe_status(status, what, sizeof what);
+    if (!c->ready) {
+        say("ddssrun: %s exited before it was ready: %s\n", c->name, what);
+        start_shutdown(run, failure_code(status));
+    } else if (!run->stopping) {
+        say("ddssrun: %s died while its clients ran: %s\n", c->name, what);
+        start_shutdown(run, failure_code(status));
+    } else if (!exited_ok(status)) {
+        say("ddssrun: %s did not stop cleanly: %s\n", c->name, what);
+        if (run->exit_code < 0)
+            run->exit_code = failure_code(status);
+    }
 }
 
 static void reap_children(struct run *run)
@@ -691,9 +985,15 @@ static void reap_children(struct run *run)
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        struct rank *r = find_rank(run, pid);
-        if (r)
-            on_rank_exit(run, r, status);
+        struct child *c = find_child(run, pid);
+        if (!c)
+            continue;
+        c->running = false;
+        run->running--;
+        if (c->kind == CHILD_DAEMON)
+            on_daemon_exit(run, c, status);
+        else
+            on_program_exit(run, c, status);
     }
     if (run->running == 0 && run->drain_deadline == 0)
         run->drain_deadline = now_ns() + DRAIN_GRACE_NS;
@@ -703,7 +1003,7 @@ static void on_shutdown_signal(struct run *run, int sig)
 {
     if (run->terminating) {
         /* Asked again: the user does not want to wait for the grace period. */
-        signal_ranks(run, SIGKILL);
+        signal_children(run, SIGKILL);
         return;
     }
     say("ddssrun: got SIG%s, terminating ranks\n", sigabbrev_np(sig));
@@ -728,7 +1028,20 @@ static void on_timeout(struct run *run)
         run->exit_code = EXIT_TIMEOUT;
     run->terminating = true;
     run->kill_deadline = 0;
-    signal_ranks(run, SIGKILL);
+    signal_children(run, SIGKILL);
+}
+
+/* The grace of READY_CLOSE_GRACE_NS is over: a daemon still running will never be ready. */
+static void on_ready_close_deadline(struct run *run)
+{
+    run->ready_close_deadline = 0;
+    for (int i = 0; i < run->nchildren && !run->terminating; i++) {
+        const struct child *c = &run->children[i];
+        if (c->kind == CHILD_DAEMON && c->running && !c->ready && c->ready_fd < 0) {
+            say("ddssrun: %s closed its ready fd without writing to it\n", c->name);
+            start_shutdown(run, 1);
+        }
+    }
 }
 
 static void check_deadlines(struct run *run)
@@ -736,10 +1049,12 @@ static void check_deadlines(struct run *run)
     int64_t now = now_ns();
     if (run->timeout_deadline && !run->terminating && now >= run->timeout_deadline)
         on_timeout(run);
+    if (run->ready_close_deadline && now >= run->ready_close_deadline)
+        on_ready_close_deadline(run);
     if (run->kill_deadline && run->running > 0 && now >= run->kill_deadline) {
-        say("ddssrun: ranks still running %d s after SIGTERM, sending SIGKILL\n",
-            (int)(TERM_GRACE_NS / NS_PER_SEC));
-        signal_ranks(run, SIGKILL);
+        say("ddssrun: %s still running %d s after SIGTERM, sending SIGKILL\n",
+            run->terminating ? "ranks" : "daemons", (int)(run->kill_grace_ns / NS_PER_SEC));
+        signal_children(run, SIGKILL);
         run->kill_deadline = 0;
     }
 }
@@ -749,6 +1064,8 @@ static int64_t next_deadline(const struct run *run)
     int64_t next = INT64_MAX;
     if (run->timeout_deadline && !run->terminating && run->timeout_deadline < next)
         next = run->timeout_deadline;
+    if (run->ready_close_deadline && run->ready_close_deadline < next)
+        next = run->ready_close_deadline;
     if (run->kill_deadline && run->running > 0 && run->kill_deadline < next)
         next = run->kill_deadline;
     if (run->running == 0 && run->drain_deadline < next)
@@ -769,28 +1086,62 @@ static int poll_timeout_ms(const struct run *run)
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
-static bool add_stream(struct stream *s, struct pollfd *pfds, struct stream **owners, size_t *n)
+/* What one pollfd is: the signalfd (both NULL), a child's output stream, or a
+ * daemon's ready pipe (stream NULL). */
+struct watch {
+    struct child *child;
+    struct stream *stream;
+};
+
+static void add_watch(int fd, struct child *c, struct stream *s, struct pollfd *pfds,
+                      struct watch *watches, size_t *n)
 {
-    if (s->fd < 0)
-        return false;
-    pfds[*n] = (struct pollfd){ .fd = s->fd, .events = POLLIN };
-    owners[*n] = s;
+    if (fd < 0)
+        return;
+    pfds[*n] = (struct pollfd){ .fd = fd, .events = POLLIN };
+    watches[*n] = (struct watch){ .child = c, .stream = s };
     (*n)++;
-    return true;
 }
 
-static size_t build_pollset(struct run *run, struct pollfd *pfds, struct stream **owners,
+static size_t build_pollset(struct run *run, struct pollfd *pfds, struct watch *watches,
                             size_t *open_streams)
 {
     size_t n = 0;
-    pfds[n] = (struct pollfd){ .fd = run->sigfd, .events = POLLIN };
-    owners[n++] = NULL;
-    for (int i = 0; i < run->nranks; i++) {
-        add_stream(&run->ranks[i].out, pfds, owners, &n);
-        add_stream(&run->ranks[i].err, pfds, owners, &n);
+    add_watch(run->sigfd, NULL, NULL, pfds, watches, &n);
+    *open_streams = 0;
+    for (int i = 0; i < run->nchildren; i++) {
+        struct child *c = &run->children[i];
+        *open_streams += (c->out.fd >= 0) + (c->err.fd >= 0);
+        add_watch(c->out.fd, c, &c->out, pfds, watches, &n);
+        add_watch(c->err.fd, c, &c->err, pfds, watches, &n);
+        add_watch(c->ready_fd, c, NULL, pfds, watches, &n);
     }
-    *open_streams = n - 1;
     return n;
+}
+
+static void dispatch(struct run *run, const struct watch *w)
+{
+    if (!w->child)
+        handle_signals(run);
+    else if (w->stream)
+        pump_stream(w->stream, run->scratch);
+    else if (w->child->ready_fd >= 0)      /* not closed by a reap in this round */
+        read_ready(run, w->child);
+}
+
+/* Daemon mode moves on when all daemons are ready (the clients start) and when all
+ * clients are gone (the daemons stop). */
+static void advance_daemon_mode(struct run *run, const struct launch *l)
+{
+    if (!l->daemon || run->terminating || run->stopping)
+        return;
+    if (!run->clients_started && run->daemons_ready == run->nranks) {
+        run->clients_started = true;
+        spawn_children(run, l, run->nranks, run->nchildren);
+    } else if (run->clients_started && run->clients_running == 0) {
+        run->stopping = true;
+        terminate_children(run, DAEMON_GRACE_NS);
+    }
 }
 
 static bool run_finished(const struct run *run, size_t open_streams)
@@ -801,47 +1152,44 @@ static bool run_finished(const struct run *run, size_t open_streams)
     return open_streams == 0 || now_ns() >= run->drain_deadline;
 }
 
-static void event_loop(struct run *run)
+static void event_loop(struct run *run, const struct launch *l)
 {
-    size_t max = 1 + 2 * (size_t)run->nranks;
+    size_t max = 1 + 2 * (size_t)run->nchildren + (size_t)run->nranks;
     struct pollfd *pfds = malloc(max * sizeof *pfds);
-    struct stream **owners = malloc(max * sizeof *owners);
-    if (!pfds || !owners) {
+    struct watch *watches = malloc(max * sizeof *watches);
+    if (!pfds || !watches) {
         say("ddssrun: out of memory\n");
-        signal_ranks(run, SIGKILL);
+        signal_children(run, SIGKILL);
         if (run->exit_code < 0)
             run->exit_code = 1;
         free(pfds);
-        free(owners);
+        free(watches);
         return;
     }
     if (run->running == 0)
         run->drain_deadline = now_ns();
     for (;;) {
         size_t open_streams;
-        size_t n = build_pollset(run, pfds, owners, &open_streams);
+        size_t n = build_pollset(run, pfds, watches, &open_streams);
         if (run_finished(run, open_streams))
             break;
         int ready = poll(pfds, n, poll_timeout_ms(run));
         if (ready < 0 && errno != EINTR) {
             say("ddssrun: poll: %s\n", strerror(errno));
-            signal_ranks(run, SIGKILL);
+            signal_children(run, SIGKILL);
             if (run->exit_code < 0)
                 run->exit_code = 1;
             break;
         }
         for (size_t i = 0; ready > 0 && i < n; i++) {
-            if (!pfds[i].revents)
-                continue;
-            if (owners[i])
-                pump_stream(owners[i], run->scratch);
-            else
-                handle_signals(run);
+            if (pfds[i].revents)
+                dispatch(run, &watches[i]);
         }
         check_deadlines(run);
+        advance_daemon_mode(run, l);
     }
     free(pfds);
-    free(owners);
+    free(watches);
 }
 
 static bool setup_signals(struct run *run, struct launch *l)
@@ -865,32 +1213,54 @@ static bool setup_signals(struct run *run, struct launch *l)
     return true;
 }
 
+static void init_child(struct child *c, const struct options *opt, int index)
+{
+    *c = (struct child){ .out.fd = -1, .err.fd = -1, .ready_fd = -1 };
+    if (index < opt->nranks) {
+        c->kind = opt->daemon ? CHILD_DAEMON : CHILD_RANK;
+        c->rank = index + 1;
+    } else {
+        c->kind = CHILD_CLIENT;
+        c->rank = (index - opt->nranks) / opt->clients + 1;
+        c->client = (index - opt->nranks) % opt->clients + 1;
+    }
+    if (c->kind == CHILD_DAEMON) {
+        snprintf(c->name, sizeof c->name, "ddssd of rank %d", c->rank);
+        snprintf(c->prefix, sizeof c->prefix, "[ddssd %d] ", c->rank);
+    } else if (c->kind == CHILD_CLIENT && opt->clients > 1) {
+        snprintf(c->name, sizeof c->name, "rank %d client %d", c->rank, c->client);
+        snprintf(c->prefix, sizeof c->prefix, "[%d.%d] ", c->rank, c->client);
+    } else {
+        snprintf(c->name, sizeof c->name, "rank %d", c->rank);
+        snprintf(c->prefix, sizeof c->prefix, "[%d] ", c->rank);
+    }
+}
+
 static bool init_run(struct run *run, const struct options *opt)
 {
-    *run = (struct run){ .nranks = opt->nranks, .sigfd = -1, .exit_code = -1,
-                         .timeout_sec = opt->timeout_sec };
-    run->ranks = calloc((size_t)opt->nranks, sizeof *run->ranks);
+    *run = (struct run){ .nranks = opt->nranks, .nchildren = child_count(opt), .sigfd = -1,
+                         .exit_code = -1, .timeout_sec = opt->timeout_sec };
+    run->children = calloc((size_t)run->nchildren, sizeof *run->children);
     run->scratch = malloc(PREFIX_MAX + LINE_BUF_SIZE + 1);
-    if (!run->ranks || !run->scratch) {
+    if (!run->children || !run->scratch) {
         say("ddssrun: out of memory\n");
         return false;
     }
-    for (int i = 0; i < opt->nranks; i++) {
-        run->ranks[i].out.fd = -1;
-        run->ranks[i].err.fd = -1;
-    }
+    for (int i = 0; i < run->nchildren; i++)
+        init_child(&run->children[i], opt, i);
     return true;
 }
 
 static int finish_run(struct run *run)
 {
-    for (int i = 0; run->ranks && i < run->nranks; i++) {
-        close_stream(&run->ranks[i].out, run->scratch);
-        close_stream(&run->ranks[i].err, run->scratch);
+    for (int i = 0; run->children && i < run->nchildren; i++) {
+        close_stream(&run->children[i].out, run->scratch);
+        close_stream(&run->children[i].err, run->scratch);
+        close_fd(&run->children[i].ready_fd);
     }
     if (run->sigfd >= 0)
         close(run->sigfd);
-    free(run->ranks);
+    free(run->children);
     free(run->scratch);
     return run->exit_code < 0 ? 0 : run->exit_code;
 }
@@ -923,11 +1293,13 @@ int main(int argc, char **argv)
     if (opt.timeout_sec > 0)
         run.timeout_deadline = now_ns() + opt.timeout_sec * NS_PER_SEC;
 
-    spawn_all(&run, &launch);
+    /* In daemon mode the first nranks children are the daemons; the clients follow
+     * once those are ready (advance_daemon_mode). */
+    spawn_children(&run, &launch, 0, run.nranks);
     /* The children hold their own copies now; keeping ours would keep the ports
      * open after a rank exits. */
     close_listeners(&launch);
-    event_loop(&run);
+    event_loop(&run, &launch);
 
     int code = finish_run(&run);
     free_launch(&launch);

@@ -51,6 +51,17 @@ enum ddss_lock_scheme {
 	DDSS_LOCK_SRSL,               /* the home rank's CPU queues requests (two-sided) */
 };
 
+/*
+ * How a process joins (docs/daemon.md). Direct: the process is a rank and drives the NIC.
+ * Daemon: the node's ddssd is the rank and the process attaches to it over shared memory;
+ * every call then goes through the daemon, with the same results.
+ */
+enum ddss_mode {
+	DDSS_MODE_DEFAULT = 0, /* DDSS_MODE ("direct", "daemon"), else direct */
+	DDSS_MODE_DIRECT,
+	DDSS_MODE_DAEMON,
+};
+
 /**
  * struct ddss_attr - configuration for ddss_init().
  *
@@ -58,7 +69,9 @@ enum ddss_lock_scheme {
  * set, overrides the field (so a deployed program can be retuned without a rebuild):
  * DDSS_POOL_SIZE, DDSS_TRANSPORT, DDSS_COMPLETION, DDSS_OP_TIMEOUT_MS,
  * DDSS_CONNECT_TIMEOUT_MS, DDSS_LOCK_SCHEME, DDSS_LOCK_FAIR,
- * DDSS_CACHE_SIZE. The group itself (DDSS_RANK, DDSS_SIZE, DDSS_NODES...) always
+ * DDSS_CACHE_SIZE, DDSS_MODE, DDSS_DAEMON_SOCKET. In daemon mode only mode,
+ * daemon_socket and connect_timeout_ms apply: the daemon was configured when it started.
+ * The group itself (DDSS_RANK, DDSS_SIZE, DDSS_NODES...) always
  * comes from the environment, which ddssrun sets.
  */
 struct ddss_attr {
@@ -71,6 +84,8 @@ struct ddss_attr {
 	int lock_fair;             /* 1: starvation-free exclusive queueing (ticket); 0: env */
 	size_t cache_size;         /* bytes of segment copies kept by the coherence cache;
 				    * 0: DDSS_CACHE_SIZE, else 16 MiB (docs/coherence.md) */
+	enum ddss_mode mode;
+	const char *daemon_socket; /* daemon mode: the node's ddssd; NULL: /tmp/ddssd.sock */
 };
 
 /** ddss_attr_init() - set every field of @attr to its default. */
@@ -83,7 +98,9 @@ DDSS_API void ddss_attr_init(struct ddss_attr *attr);
  * @ctx_p: the new context.
  *
  * Returns 0, -EINVAL (bad attr or environment), -ENOMEM, -ENODEV (transport unavailable),
- * -ETIMEDOUT.
+ * -ETIMEDOUT; in daemon mode -ENOENT / -ECONNREFUSED (no daemon at the socket), -EPROTO
+ * (a daemon of another version). In daemon mode the call only attaches to the daemon (it
+ * is not collective: the daemons' own start was).
  */
 DDSS_API int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p);
 
@@ -91,6 +108,8 @@ DDSS_API int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p);
  * ddss_finalize() - leave the group. Collective (waits, up to the connect timeout, until
  * every rank has called it, so nobody leaves while others still read its segments); then
  * frees @ctx whatever happened. Requests not yet waited for must not be used afterwards.
+ * In daemon mode it detaches at once (the segments stay with the daemon) and the daemon
+ * releases the locks this process still holds.
  */
 DDSS_API int ddss_finalize(ddss_ctx_t *ctx);
 
@@ -98,7 +117,11 @@ DDSS_API int ddss_finalize(ddss_ctx_t *ctx);
 DDSS_API uint32_t ddss_rank(const ddss_ctx_t *ctx);
 /** ddss_size() - the number of ranks in the group. */
 DDSS_API uint32_t ddss_size(const ddss_ctx_t *ctx);
-/** ddss_barrier() - wait until every rank has entered. -ETIMEDOUT, -EHOSTDOWN. */
+/**
+ * ddss_barrier() - wait until every rank has entered. -ETIMEDOUT, -EHOSTDOWN. In daemon
+ * mode: until every client of every daemon has (a daemon counts the clients it was told
+ * to expect, by ddssd --clients, else those attached).
+ */
 DDSS_API int ddss_barrier(ddss_ctx_t *ctx);
 
 /* ---- segments ---- */

@@ -5,6 +5,7 @@
  */
 #include "coherence/coherence.h"
 #include "core/ctx.h"
+#include "daemon/client_api.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -41,7 +42,12 @@ static int transfer(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, s
 {
 	const struct ddss_seg_desc *d;
 	uint64_t at;
-	int r = prepare(ctx, key, offset, buf, len, &d, &at);
+	int r;
+
+	if (ctx && ctx->client)
+		return is_put ? ddss_cl_put(ctx->client, key, offset, buf, len) :
+				ddss_cl_get(ctx->client, key, offset, buf, len, back, version_p);
+	r = prepare(ctx, key, offset, buf, len, &d, &at);
 
 	if (r)
 		return r;
@@ -76,6 +82,19 @@ static int start(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size
 
 	if (!req_p)
 		return -EINVAL;
+	if (ctx && ctx->client) {
+		/* The daemon runs the call now (docs/daemon.md): its result waits in @req. */
+		r = is_put ? ddss_cl_put(ctx->client, key, offset, buf, len) :
+			     ddss_cl_get(ctx->client, key, offset, buf, len, 0, NULL);
+		if (r == -EINVAL || r == -ESTALE || r == -ERANGE)
+			return r; /* found before anything started, as in direct mode */
+		req = malloc(sizeof(*req));
+		if (!req)
+			return -ENOMEM;
+		*req = (struct ddss_req){ .desc = NULL, .status = r };
+		*req_p = req;
+		return 0;
+	}
 	req = malloc(sizeof(*req));
 	if (!req)
 		return -ENOMEM;

@@ -6,6 +6,7 @@
 #include "core/config.h"
 #include "core/ctx.h"
 #include "core/log.h"
+#include "daemon/client_api.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -115,16 +116,77 @@ static void ctx_free(struct ddss_ctx *ctx)
 	free(ctx);
 }
 
+/* The mode @attr asks for, overridden by DDSS_MODE. */
+static int choose_mode(const struct ddss_attr *attr, enum ddss_mode *mode_p)
+{
+	const char *s = getenv("DDSS_MODE");
+
+	if (attr->mode > DDSS_MODE_DAEMON)
+		return -EINVAL;
+	*mode_p = attr->mode ? attr->mode : DDSS_MODE_DIRECT;
+	if (s && *s) {
+		if (!strcmp(s, "direct"))
+			*mode_p = DDSS_MODE_DIRECT;
+		else if (!strcmp(s, "daemon"))
+			*mode_p = DDSS_MODE_DAEMON;
+		else {
+			DDSS_ERR("DDSS_MODE=%s: expected direct or daemon", s);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* Daemon mode: a context that only forwards to the node's ddssd. */
+static int attach(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
+{
+	const char *path = getenv("DDSS_DAEMON_SOCKET");
+	struct ddss_ctx *ctx;
+	long timeout;
+	int r;
+
+	if (!path || !*path)
+		path = attr->daemon_socket ? attr->daemon_socket : "/tmp/ddssd.sock";
+	r = ddss_env_long("DDSS_CONNECT_TIMEOUT_MS", 1, INT32_MAX,
+			  attr->connect_timeout_ms ? attr->connect_timeout_ms : 30000, &timeout);
+	if (r)
+		return r;
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return -ENOMEM;
+	r = ddss_client_attach(path, (int)timeout, &ctx->client);
+	if (r) {
+		free(ctx);
+		return r;
+	}
+	ctx->rank = ddss_client_rank(ctx->client);
+	ctx->size = ddss_client_size(ctx->client);
+	ddss_log_set_rank(ctx->rank);
+	*ctx_p = ctx;
+	return 0;
+}
+
 int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 {
 	struct ddss_attr dflt = { 0 };
 	struct ddss_net_env env;
 	struct ddss_ctx *ctx;
 	struct ctx_conf conf = { 0 };
+	enum ddss_mode mode;
 	int r;
 
 	if (!ctx_p)
 		return -EINVAL;
+	r = choose_mode(attr ? attr : &dflt, &mode);
+	if (r)
+		return r;
+	if (mode == DDSS_MODE_DAEMON) {
+		/* The daemon has its own settings; the caller's are still checked. */
+		struct ddss_net_env unused = { 0 };
+
+		r = configure(attr ? attr : &dflt, &unused, &conf);
+		return r ? r : attach(attr ? attr : &dflt, ctx_p);
+	}
 	r = ddss_net_env_load(&env);
 	if (r)
 		return r;
@@ -181,6 +243,11 @@ int ddss_finalize(ddss_ctx_t *ctx)
 
 	if (!ctx)
 		return -EINVAL;
+	if (ctx->client) {
+		ddss_client_detach(ctx->client);
+		free(ctx);
+		return 0;
+	}
 	r = ddss_net_barrier(ctx->net, -1);
 	/*
 	 * Rank 1 coordinates the barrier: it leaves last. A rank still waiting for the
@@ -207,5 +274,7 @@ uint32_t ddss_size(const ddss_ctx_t *ctx)
 
 int ddss_barrier(ddss_ctx_t *ctx)
 {
-	return ctx ? ddss_net_barrier(ctx->net, -1) : -EINVAL;
+	if (!ctx)
+		return -EINVAL;
+	return ctx->client ? ddss_cl_barrier(ctx->client) : ddss_net_barrier(ctx->net, -1);
 }

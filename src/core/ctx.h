@@ -17,6 +17,9 @@
 struct ddss_coh;
 
 struct ddss_ctx {
+	/* Daemon mode: the attachment to the node's ddssd. Every public call forwards to it
+	 * (src/daemon/client_api.h) and nothing below is used; NULL in direct mode. */
+	struct ddss_client *client;
 	struct ddss_net *net;
 	struct ddss_tp *tp;
 	struct ddss_rpc *rpc;

@@ -32,6 +32,7 @@ const char *ddss_strerror(int err)
 	case ENOMEM: return "out of memory";
 	case EBUSY: return "resource busy";
 	case EACCES: return "peer rejected the handshake";
+	case ENOTCONN: return "not connected: the node's daemon is gone (daemon mode)";
 	default: break;
 	}
 	/* The build defines _GNU_SOURCE: this is the GNU strerror_r, returning the text. */

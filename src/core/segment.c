@@ -7,6 +7,7 @@
 #include "core/key.h"
 #include "core/log.h"
 #include "core/proto.h"
+#include "daemon/client_api.h"
 #include "core/wire.h"
 #include "coherence/coherence.h"
 
@@ -183,6 +184,9 @@ int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr 
 	struct coh_choice model;
 	uint64_t data_len;
 	uint32_t home;
+
+	if (ctx && ctx->client)
+		return ddss_cl_allocate(ctx->client, nbytes, attr, key_p);
 	int r;
 
 	if (!ctx || !key_p || nbytes == 0)
@@ -209,6 +213,8 @@ int ddss_lookup_ss(ddss_ctx_t *ctx, const char *name, ddss_key_t *key_p)
 {
 	int r;
 
+	if (ctx && ctx->client)
+		return ddss_cl_lookup(ctx->client, name, key_p);
 	if (!ctx || !name || !key_p)
 		return -EINVAL;
 	r = check_name(name);
@@ -240,6 +246,8 @@ int ddss_release_ss(ddss_ctx_t *ctx, ddss_key_t key)
 	size_t got = 0;
 	int r;
 
+	if (ctx && ctx->client)
+		return ddss_cl_release(ctx->client, key);
 	if (!ctx)
 		return -EINVAL;
 	if (ddss_key_parse(key, &k) || k.rank > ctx->size)
@@ -263,6 +271,8 @@ int ddss_stat_ss(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_seg_info *info_p)
 	const struct ddss_seg_desc *d;
 	int r;
 
+	if (ctx && ctx->client)
+		return ddss_cl_stat(ctx->client, key, info_p);
 	if (!ctx || !info_p)
 		return -EINVAL;
 	r = ddss_ctx_desc(ctx, key, &d);

@@ -65,6 +65,20 @@ int ddss_lock_release_implicit(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_lock
  */
 bool ddss_lock_words_idle(const void *hdr);
 
+/*
+ * Daemon mode: the calling thread acts for client @owner (0: the context itself, as in
+ * direct mode) until called again. Lock holds belong to the owner that took them; see
+ * lock_holds.c.
+ */
+void ddss_lock_act_for(uint32_t owner);
+
+/*
+ * Release every lock @owner holds (a client that went away). Returns how many holds were
+ * released; failures are logged. Holds the owner's requests still take later must be
+ * released by calling this again once those requests are over.
+ */
+int ddss_lock_release_owner(ddss_ctx_t *ctx, uint32_t owner);
+
 /**
  * Switch the scheme (benchmarks only). Collective in spirit: every rank must switch while no
  * lock is held or awaited anywhere (barrier before and after). -EBUSY if this context

@@ -6,6 +6,7 @@
 #include "core/ctx.h"
 #include "core/key.h"
 #include "core/log.h"
+#include "daemon/client_api.h"
 #include "lock/lock_int.h"
 #include "lock/srsl.h"
 
@@ -302,6 +303,8 @@ int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key)
 
 int ddss_acquire_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
 {
+	if (ctx && ctx->client)
+		return ddss_cl_lock(ctx->client, key, mode, DOP_LOCK, -1);
 	return acquire(ctx, key, mode, false, -1, false, NULL);
 }
 
@@ -315,11 +318,15 @@ int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_m
 {
 	if (timeout_ms < 0)
 		return -EINVAL;
+	if (ctx && ctx->client)
+		return ddss_cl_lock(ctx->client, key, mode, DOP_LOCK_TIMED, timeout_ms);
 	return acquire(ctx, key, mode, false, timeout_ms, false, NULL);
 }
 
 int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
 {
+	if (ctx && ctx->client)
+		return ddss_cl_lock(ctx->client, key, mode, DOP_TRY_LOCK, 0);
 	return acquire(ctx, key, mode, true, 0, false, NULL);
 }
 
@@ -398,10 +405,42 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 
 int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
 {
+	if (ctx && ctx->client)
+		return ddss_cl_unlock(ctx->client, key);
 	return release(ctx, key, false, NULL);
 }
 
 int ddss_lock_release_implicit(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_lock_fence *fence)
 {
 	return release(ctx, key, true, fence);
+}
+
+int ddss_lock_release_owner(ddss_ctx_t *ctx, uint32_t owner)
+{
+	struct ddss_lock *lk = ctx->lock;
+	uint32_t saved = lock_owner();
+	int n = 0;
+
+	ddss_lock_act_for(owner);
+	for (;;) {
+		struct lock_hold *h;
+		uint64_t key;
+		int r;
+
+		pthread_mutex_lock(&lk->mu);
+		h = lock_holds_any_of(lk, owner);
+		key = h ? h->key : 0;
+		pthread_mutex_unlock(&lk->mu);
+		if (!h)
+			break;
+		r = release(ctx, key, false, NULL);
+		if (r && r != -ESTALE)
+			DDSS_WARN("lock: releasing lock %#llx of departed client %u: %s",
+				  (unsigned long long)key, owner, ddss_strerror(r));
+		if (r == -EPERM)
+			break; /* someone else released it meanwhile and nothing is left */
+		n++;
+	}
+	ddss_lock_act_for(saved);
+	return n;
 }

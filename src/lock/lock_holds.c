@@ -2,6 +2,12 @@
  * Which locks this context holds: key -> (home, header offset, exclusive slot, shared
  * holds). Release needs it to know the mode and, for an exclusive hold, the waiter record
  * that successors announce themselves in. All calls hold ddss_lock.mu.
+ *
+ * Holds have an owner. In direct mode it is always 0: the context holds its locks, as the
+ * papers' processes do. In the daemon (src/daemon) one context serves many client
+ * processes, and each worker thread acts for one client (ddss_lock_act_for): a client
+ * sees, releases and skips implicit locks under only its own holds, and its holds can be
+ * released when it dies.
  */
 #include "lock/lock_int.h"
 
@@ -45,11 +51,32 @@ void lock_holds_fini(struct ddss_lock *lk)
 	}
 }
 
+static __thread uint32_t acting_owner;
+
+void ddss_lock_act_for(uint32_t owner)
+{
+	acting_owner = owner;
+}
+
+uint32_t lock_owner(void)
+{
+	return acting_owner;
+}
+
 struct lock_hold *lock_holds_find(struct ddss_lock *lk, uint64_t key)
 {
 	for (struct lock_hold *h = lk->holds[bucket(key)]; h; h = h->next)
-		if (h->key == key)
+		if (h->key == key && h->owner == acting_owner)
 			return h;
+	return NULL;
+}
+
+struct lock_hold *lock_holds_any_of(struct ddss_lock *lk, uint32_t owner)
+{
+	for (unsigned b = 0; b < HOLD_BUCKETS; b++)
+		for (struct lock_hold *h = lk->holds[b]; h; h = h->next)
+			if (h->owner == owner && ((h->excl && !h->implicit) || h->shared))
+				return h;
 	return NULL;
 }
 
@@ -67,6 +94,7 @@ struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t ho
 			return NULL;
 		*h = (struct lock_hold){ 0 };
 		h->key = key;
+		h->owner = acting_owner;
 		h->home = home;
 		h->hdr = hdr;
 		h->xslot = -1;

@@ -165,6 +165,7 @@ int lock_queue_release(struct ddss_lock *lk, const struct lock_req *req);
 struct lock_hold {
 	struct lock_hold *next;
 	uint64_t key;
+	uint32_t owner;   /* whose hold: 0, or in the daemon the client (ddss_lock_act_for) */
 	uint32_t home;
 	uint64_t hdr;
 	bool excl;        /* held exclusively */
@@ -176,7 +177,11 @@ struct lock_hold {
 };
 int lock_holds_init(struct ddss_lock *lk);
 void lock_holds_fini(struct ddss_lock *lk);
+/* The calling thread's owner's hold of @key, or NULL. */
 struct lock_hold *lock_holds_find(struct ddss_lock *lk, uint64_t key);
+/* Any user hold (not implicit) of @owner, or NULL. */
+struct lock_hold *lock_holds_any_of(struct ddss_lock *lk, uint32_t owner);
+uint32_t lock_owner(void);
 struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home,
 				  uint64_t hdr, int mode, int xslot);
 void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode);

@@ -140,3 +140,13 @@ uint64_t test_segments_draining(struct ddss_ctx *ctx)
 {
 	return ddss_segtab_draining(ctx->segtab);
 }
+
+bool test_ctx_is_client(struct ddss_ctx *ctx)
+{
+	return ctx->client != NULL;
+}
+
+const char *test_ctx_transport(struct ddss_ctx *ctx)
+{
+	return ctx->client ? "daemon" : ddss_net_transport_name(ctx->net);
+}

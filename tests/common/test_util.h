@@ -3,6 +3,7 @@
 #define DDSS_TEST_UTIL_H
 
 #include <CUnit/CUnit.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,7 +77,11 @@ int test_board_open(struct ddss_ctx *ctx);
 void test_board_put(unsigned i, uint64_t v);
 /** Read rank @from's slot @i (asserted; 0 on failure). */
 uint64_t test_board_get(uint32_t from, unsigned i);
-/** Released segments whose home (this rank) has not yet freed their memory. */
+/** Whether @ctx is attached to a daemon (daemon mode): the rank's internals are not here. */
+bool test_ctx_is_client(struct ddss_ctx *ctx);
+/** The transport's name, or "daemon" in daemon mode (for suite names). */
+const char *test_ctx_transport(struct ddss_ctx *ctx);
+/** Released segments whose home (this rank, direct mode) has not yet freed their memory. */
 uint64_t test_segments_draining(struct ddss_ctx *ctx);
 /** ddss_barrier on @ctx, or exit(1) saying why (see test_barrier_or_exit). */
 void test_ctx_barrier_or_exit(struct ddss_ctx *ctx);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Black-box checks of the ddssrun launcher: environment contract, output
-# forwarding, failure propagation, timeouts and usage errors.
+# forwarding, failure propagation, timeouts, usage errors, and daemon mode with
+# fake_ddssd.sh as the daemon.
 # Usage: ddssrun_test.sh /path/to/ddssrun
 # The rank commands are single-quoted on purpose: the ranks expand them.
 # shellcheck disable=SC2016
@@ -9,8 +10,21 @@ set -u
 DDSSRUN=${1:?usage: $0 /path/to/ddssrun}
 [ -x "$DDSSRUN" ] || { echo "not executable: $DDSSRUN" >&2; exit 1; }
 
+# Start from a clean fd table (only stdio and bash's script fd), so that an fd the
+# fake daemon finds open was leaked by ddssrun, not inherited from whoever runs us.
+for fd in "/proc/$$/fd"/*; do
+    fd=${fd##*/}
+    [ "$fd" -gt 2 ] && [ "$fd" != 255 ] && eval "exec $fd>&-"
+done
+
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+# The fake daemon as "ddssd" beside a copy of ddssrun, for the default --ddssd.
+mkdir "$TMP/bin"
+cp "$DDSSRUN" "$TMP/bin/ddssrun"
+cp "$(dirname "$0")/fake_ddssd.sh" "$TMP/bin/ddssd"
+chmod +x "$TMP/bin/ddssd"
+FAKE=$TMP/bin/ddssd
 PASSED=0
 FAILED=0
 
@@ -179,7 +193,11 @@ check_grandchild_holding_pipe() {
 check_usage_errors() {
     local args bad=""
     for args in "sh -c true" "-n 0 sh -c true" "-n 1025 sh -c true" "--bogus -n 1 sh -c true" \
-                "-n 2" "-n 1 --transport ib sh -c true" "-n 1 --host nowhere sh -c true"; do
+                "-n 2" "-n 1 --transport ib sh -c true" "-n 1 --host nowhere sh -c true" \
+                "-n 1 --clients 2 sh -c true" "-n 1 --ddssd $FAKE sh -c true" \
+                "-n 1 --daemon --ddssd $FAKE --clients 0 sh -c true" \
+                "-n 1 --daemon --ddssd $FAKE --clients 257 sh -c true" \
+                "-n 1 --daemon --ddssd $FAKE"; do
         # shellcheck disable=SC2086  # word splitting of $args is intended
         run $args
         [ "$RC" -eq 2 ] || bad="$bad [$args -> $RC]"
@@ -189,6 +207,185 @@ check_usage_errors() {
     else
         fail "bad usage exits 2" "$bad"
     fi
+}
+
+# --- daemon mode -------------------------------------------------------------
+
+# Runs ddssrun --daemon with the fake daemon; its records go to a fresh $FAKE_DIR.
+daemon_run() {
+    FAKE_DIR=$(mktemp -d -p "$TMP")
+    FAKE_DDSSD_DIR=$FAKE_DIR run --daemon --ddssd "$FAKE" "$@"
+}
+
+# Prints the processes recorded in $FAKE_DIR/pids (fake daemons, their children,
+# clients) that still run, after giving the killed ones a moment to vanish.
+leftovers() {
+    local try pid state left
+    for try in 1 2 3 4 5 6 7 8 9 10; do
+        left=""
+        while read -r pid; do
+            state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)
+            [ -n "$state" ] && [ "$state" != Z ] && left="$left $pid"
+        done <"$FAKE_DIR/pids"
+        [ -z "$left" ] && return
+        [ "$try" = 10 ] || sleep 0.2
+    done
+    echo "$left"
+}
+
+# The socket directories named in the run's output that still exist.
+sock_dirs_left() {
+    local dir
+    grep -ohE '/tmp/ddssrun\.[A-Za-z0-9]{6}' "$TMP/out" | sort -u | while read -r dir; do
+        [ -e "$dir" ] && echo "$dir"
+    done
+}
+
+# Checks that the run left no process and no socket directory behind.
+check_clean_end() {
+    local what=$1 left dirs
+    left=$(leftovers)
+    dirs=$(sock_dirs_left)
+    if [ -z "$left" ] && [ -z "$dirs" ] && grep -q '/tmp/ddssrun\.' "$TMP/out"; then
+        pass "$what: no process and no socket directory left"
+    else
+        fail "$what: no process and no socket directory left" \
+             "alive:$left dirs:$dirs out=$(cat "$TMP/out")"
+    fi
+}
+
+CLIENT_LINE='echo "client $DDSS_RANK.$DDSS_CLIENT/$DDSS_CLIENTS size=$DDSS_SIZE mode=$DDSS_MODE" \
+    "listen=${DDSS_LISTEN_FD-unset} group=$DDSS_GROUP sock=$DDSS_DAEMON_SOCKET" \
+    "ready=$(ls "$FAKE_DDSSD_DIR" | grep -c "^ready\.")"'
+
+check_daemon_clients() {
+    daemon_run -n 2 --clients 3 sh -c "$CLIENT_LINE"
+    local r i expected="" got groups
+    for r in 1 2; do
+        expected+="[ddssd $r] fake ddssd rank=$r clients=3 size=2 listen=3 sock=DIR/ddssd-$r.sock"$'\n'
+        for i in 1 2 3; do
+            expected+="[$r.$i] client $r.$i/3 size=2 mode=daemon listen=unset sock=DIR/ddssd-$r.sock ready=2"$'\n'
+        done
+    done
+    expected=$(LC_ALL=C sort <<<"${expected%$'\n'}")
+    got=$(sed -E 's| group=[0-9a-f]+||; s|/tmp/ddssrun\.[A-Za-z0-9]{6}/|DIR/|' "$TMP/out" | LC_ALL=C sort)
+    groups=$(grep -oE 'group=[0-9a-f]+' "$TMP/out" | sort -u | wc -l)
+    if [ "$RC" -eq 0 ] && [ "$got" = "$expected" ] && [ "$groups" -eq 1 ] &&
+       [ "$(grep -ohE '/tmp/ddssrun\.[A-Za-z0-9]{6}' "$TMP/out" | sort -u | wc -l)" -eq 1 ] &&
+       [ ! -s "$TMP/err" ]; then
+        pass "daemon mode: 2 ranks x 3 clients, started after all daemons are ready, env and prefixes"
+    else
+        fail "daemon mode: 2 ranks x 3 clients, started after all daemons are ready, env and prefixes" \
+             "rc=$RC got=$got err=$(cat "$TMP/err")"
+    fi
+    check_clean_end "daemon mode, success"
+}
+
+check_daemon_default_path() {
+    DDSSRUN=$TMP/bin/ddssrun FAKE_DDSSD_DIR=$TMP run -n 1 --daemon sh -c 'echo "ok $DDSS_MODE"'
+    if [ "$RC" -eq 0 ] && grep -qx '\[1\] ok daemon' "$TMP/out"; then
+        pass "daemon mode: ddssd found beside ddssrun by default; one client is prefixed [r]"
+    else
+        fail "daemon mode: ddssd found beside ddssrun by default; one client is prefixed [r]" \
+             "rc=$RC out=$(cat "$TMP/out") err=$(cat "$TMP/err")"
+    fi
+}
+
+check_daemon_missing() {
+    run -n 1 --daemon --ddssd /nonexistent/ddssd sh -c true
+    if [ "$RC" -eq 2 ] && grep -q 'no daemon binary /nonexistent/ddssd' "$TMP/err"; then
+        pass "daemon mode: missing ddssd is a usage error"
+    else
+        fail "daemon mode: missing ddssd is a usage error" "rc=$RC err=$(cat "$TMP/err")"
+    fi
+}
+
+check_daemon_client_fails() {
+    daemon_run -n 2 --clients 2 sh -c 'echo $$ >>"$FAKE_DDSSD_DIR/pids"
+        if [ $DDSS_RANK.$DDSS_CLIENT = 2.2 ]; then exit 7; fi; exec sleep 1000'
+    if [ "$RC" -eq 7 ] && [ "$ELAPSED" -lt 10000 ] &&
+       grep -q 'rank 2 client 2 exited with status 7' "$TMP/err"; then
+        pass "daemon mode: a failing client fails the run and stops the rest (${ELAPSED} ms)"
+    else
+        fail "daemon mode: a failing client fails the run and stops the rest" \
+             "rc=$RC elapsed=${ELAPSED}ms err=$(cat "$TMP/err")"
+    fi
+    check_clean_end "daemon mode, failing client"
+}
+
+check_daemon_skip() {
+    daemon_run -n 2 --clients 2 sh -c 'exit 77'
+    if [ "$RC" -eq 77 ]; then
+        pass "daemon mode: clients that all exit 77 give 77"
+    else
+        fail "daemon mode: clients that all exit 77 give 77" "rc=$RC err=$(cat "$TMP/err")"
+    fi
+}
+
+check_daemon_not_ready() {
+    FAKE_DDSSD_MODE=early-exit FAKE_DDSSD_RANK=2 daemon_run -n 2 sh -c "$CLIENT_LINE"
+    if [ "$RC" -eq 3 ] && [ "$ELAPSED" -lt 5000 ] && ! grep -q "] client " "$TMP/out" &&
+       grep -q 'ddssd of rank 2 exited before it was ready: status 3' "$TMP/err"; then
+        pass "daemon mode: a daemon that exits before it is ready fails the run (${ELAPSED} ms)"
+    else
+        fail "daemon mode: a daemon that exits before it is ready fails the run" \
+             "rc=$RC elapsed=${ELAPSED}ms out=$(cat "$TMP/out") err=$(cat "$TMP/err")"
+    fi
+    check_clean_end "daemon mode, daemon not ready"
+
+    FAKE_DDSSD_MODE=close FAKE_DDSSD_RANK=1 daemon_run -n 2 sh -c "$CLIENT_LINE"
+    if [ "$RC" -eq 1 ] && [ "$ELAPSED" -lt 5000 ] && ! grep -q "] client " "$TMP/out" &&
+       grep -q 'ddssd of rank 1 closed its ready fd without writing to it' "$TMP/err"; then
+        pass "daemon mode: a daemon that closes its ready fd unready fails the run (${ELAPSED} ms)"
+    else
+        fail "daemon mode: a daemon that closes its ready fd unready fails the run" \
+             "rc=$RC elapsed=${ELAPSED}ms out=$(cat "$TMP/out") err=$(cat "$TMP/err")"
+    fi
+}
+
+check_daemon_timeout() {
+    FAKE_DDSSD_MODE=never-ready daemon_run -n 2 --timeout 1 sh -c "$CLIENT_LINE"
+    if [ "$RC" -eq 124 ] && [ "$ELAPSED" -lt 5000 ] && ! grep -q "] client " "$TMP/out"; then
+        pass "daemon mode: --timeout covers the wait for the daemons (${ELAPSED} ms)"
+    else
+        fail "daemon mode: --timeout covers the wait for the daemons" \
+             "rc=$RC elapsed=${ELAPSED}ms err=$(cat "$TMP/err")"
+    fi
+    check_clean_end "daemon mode, timeout"
+}
+
+check_daemon_dies() {
+    FAKE_DDSSD_MODE=die FAKE_DDSSD_RANK=2 daemon_run -n 2 --clients 2 \
+        sh -c 'echo $$ >>"$FAKE_DDSSD_DIR/pids"; exec sleep 1000'
+    if [ "$RC" -eq 3 ] && [ "$ELAPSED" -lt 10000 ] &&
+       grep -q 'ddssd of rank 2 died while its clients ran: status 3' "$TMP/err"; then
+        pass "daemon mode: a daemon dying under its clients fails the run (${ELAPSED} ms)"
+    else
+        fail "daemon mode: a daemon dying under its clients fails the run" \
+             "rc=$RC elapsed=${ELAPSED}ms err=$(cat "$TMP/err")"
+    fi
+    check_clean_end "daemon mode, daemon died"
+}
+
+check_daemon_bad_stop() {
+    FAKE_DDSSD_MODE=bad-exit FAKE_DDSSD_RANK=1 daemon_run -n 2 sh -c true
+    if [ "$RC" -eq 5 ] && grep -q 'ddssd of rank 1 did not stop cleanly: status 5' "$TMP/err"; then
+        pass "daemon mode: a daemon that exits non-zero on SIGTERM fails the run"
+    else
+        fail "daemon mode: a daemon that exits non-zero on SIGTERM fails the run" \
+             "rc=$RC err=$(cat "$TMP/err")"
+    fi
+
+    FAKE_DDSSD_MODE=ignore-term FAKE_DDSSD_RANK=2 daemon_run -n 2 sh -c true
+    if [ "$RC" -eq 137 ] && [ "$ELAPSED" -ge 9500 ] && [ "$ELAPSED" -lt 15000 ] &&
+       grep -q 'daemons still running 10 s after SIGTERM, sending SIGKILL' "$TMP/err" &&
+       grep -q 'ddssd of rank 2 did not stop cleanly: signal 9 (SIGKILL)' "$TMP/err"; then
+        pass "daemon mode: a daemon ignoring SIGTERM is killed after 10 s and fails the run"
+    else
+        fail "daemon mode: a daemon ignoring SIGTERM is killed after 10 s and fails the run" \
+             "rc=$RC elapsed=${ELAPSED}ms err=$(cat "$TMP/err")"
+    fi
+    check_clean_end "daemon mode, daemon ignoring SIGTERM"
 }
 
 check_env_per_rank
@@ -204,6 +401,15 @@ check_exec_failure
 check_sigterm_forwarded
 check_grandchild_holding_pipe
 check_usage_errors
+check_daemon_clients
+check_daemon_default_path
+check_daemon_missing
+check_daemon_client_fails
+check_daemon_skip
+check_daemon_not_ready
+check_daemon_timeout
+check_daemon_dies
+check_daemon_bad_stop
 
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

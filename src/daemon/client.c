@@ -1,0 +1,237 @@
+/*
+ * Daemon mode, the client's side (client.h): the socket to the daemon and the channels.
+ */
+#include "daemon/client.h"
+#include "core/log.h"
+#include "daemon/chan.h"
+#include "daemon/sock.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+struct client_chan {
+	struct ddss_chan *chan;
+	struct client_chan *next; /* on the free list */
+	bool broken;              /* a call on it failed in transport: never reused */
+};
+
+struct ddss_client {
+	int sock;
+	uint32_t rank, size, id;
+	pthread_mutex_t mu;       /* the free list, the channel count, the socket's replies */
+	struct client_chan *free;
+	struct client_chan **all; /* every channel, for detach */
+	unsigned nall, cap;
+	bool gone;                /* atomic: the daemon hung up */
+};
+
+static int daemon_alive(void *arg)
+{
+	struct ddss_client *cl = arg;
+	struct pollfd p = { .fd = cl->sock, .events = POLLIN };
+
+	if (__atomic_load_n(&cl->gone, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	/* Only the hang-up counts: a pending answer on the socket is someone's channel reply. */
+	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLNVAL))) {
+		__atomic_store_n(&cl->gone, true, __ATOMIC_RELEASE);
+		return -ENOTCONN;
+	}
+	return 0;
+}
+
+int ddss_client_attach(const char *path, int timeout_ms, struct ddss_client **cl_p)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct dsock_hello hello = { .op = DSOCK_HELLO, .magic = DPROTO_MAGIC,
+				     .version = DPROTO_VERSION, .pid = getpid() };
+	struct dsock_welcome w;
+	struct ddss_client *cl;
+	int r;
+
+	if (!path || !path[0] || strlen(path) >= sizeof(a.sun_path))
+		return -EINVAL;
+	strcpy(a.sun_path, path);
+	cl = calloc(1, sizeof(*cl));
+	if (!cl)
+		return -ENOMEM;
+	pthread_mutex_init(&cl->mu, NULL);
+	cl->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (cl->sock < 0 || connect(cl->sock, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		r = -errno;
+		DDSS_ERR("daemon mode: cannot reach ddssd at %s: %s", path, ddss_strerror(r));
+		goto fail;
+	}
+	r = ddss_sock_send(cl->sock, &hello, sizeof(hello), -1);
+	if (!r)
+		r = ddss_sock_recv(cl->sock, &w, sizeof(w), NULL, timeout_ms);
+	if (!r && (w.op != DSOCK_WELCOME))
+		r = -EPROTO;
+	if (!r)
+		r = w.rc;
+	if (r) {
+		DDSS_ERR("daemon mode: ddssd at %s did not take us: %s", path, ddss_strerror(r));
+		goto fail;
+	}
+	cl->rank = w.rank;
+	cl->size = w.size;
+	cl->id = w.client;
+	*cl_p = cl;
+	return 0;
+fail:
+	if (cl->sock >= 0)
+		close(cl->sock);
+	pthread_mutex_destroy(&cl->mu);
+	free(cl);
+	return r;
+}
+
+void ddss_client_detach(struct ddss_client *cl)
+{
+	if (!cl)
+		return;
+	/* Closing the socket is the goodbye: the daemon then drops our channels and locks. */
+	for (unsigned i = 0; i < cl->nall; i++) {
+		ddss_chan_close(cl->all[i]->chan);
+		ddss_chan_destroy(cl->all[i]->chan);
+		free(cl->all[i]);
+	}
+	free(cl->all);
+	close(cl->sock);
+	pthread_mutex_destroy(&cl->mu);
+	free(cl);
+}
+
+uint32_t ddss_client_rank(const struct ddss_client *cl)
+{
+	return cl->rank;
+}
+
+uint32_t ddss_client_size(const struct ddss_client *cl)
+{
+	return cl->size;
+}
+
+/* mu held: a new channel, handed to the daemon (which starts a worker for it). */
+static int open_chan(struct ddss_client *cl, struct client_chan **cc_p)
+{
+	struct dsock_chan m = { .op = DSOCK_CHAN, .index = cl->nall };
+	struct client_chan *cc;
+	int r;
+
+	if (cl->nall == cl->cap) {
+		unsigned cap = cl->cap ? 2 * cl->cap : 8;
+		struct client_chan **all = realloc(cl->all, cap * sizeof(*all));
+
+		if (!all)
+			return -ENOMEM;
+		cl->all = all;
+		cl->cap = cap;
+	}
+	cc = calloc(1, sizeof(*cc));
+	if (!cc)
+		return -ENOMEM;
+	r = ddss_chan_create(&cc->chan);
+	if (r) {
+		free(cc);
+		return r;
+	}
+	r = ddss_sock_send(cl->sock, &m, sizeof(m), ddss_chan_fd(cc->chan));
+	if (!r)
+		r = ddss_sock_recv(cl->sock, &m, sizeof(m), NULL, -1);
+	if (!r && m.op != DSOCK_CHAN_OK)
+		r = -EPROTO;
+	if (!r)
+		r = m.rc;
+	if (r) {
+		if (r == -EPIPE || r == -ECONNRESET)
+			r = -ENOTCONN;
+		ddss_chan_destroy(cc->chan);
+		free(cc);
+		return r;
+	}
+	cl->all[cl->nall++] = cc;
+	*cc_p = cc;
+	return 0;
+}
+
+static int take_chan(struct ddss_client *cl, struct client_chan **cc_p)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&cl->mu);
+	if (cl->free) {
+		*cc_p = cl->free;
+		cl->free = cl->free->next;
+	} else {
+		r = open_chan(cl, cc_p);
+	}
+	pthread_mutex_unlock(&cl->mu);
+	return r;
+}
+
+static void give_chan(struct ddss_client *cl, struct client_chan *cc)
+{
+	if (cc->broken)
+		return; /* stays in `all` until detach */
+	pthread_mutex_lock(&cl->mu);
+	cc->next = cl->free;
+	cl->free = cc;
+	pthread_mutex_unlock(&cl->mu);
+}
+
+static int exchange(struct ddss_client *cl, struct client_chan *cc, struct dmsg_req *req,
+		    const void *put_data, size_t put_len, void *get_buf, struct dmsg_resp *resp)
+{
+	size_t data_len = put_len > req->len ? put_len : (size_t)req->len;
+	void *data = NULL, *slot;
+	const void *msg;
+	int r;
+
+	if ((put_len || get_buf) && data_len) {
+		r = ddss_chan_data(cc->chan, data_len, &data);
+		if (r)
+			return r;
+	}
+	if (put_len)
+		memcpy(data, put_data, put_len);
+	req->data_off = 0;
+	r = ddss_chan_req_slot(cc->chan, &slot); /* one call at a time: never full */
+	if (r)
+		return r == -EPIPE ? -ENOTCONN : r;
+	memcpy(slot, req, sizeof(*req));
+	ddss_chan_req_post(cc->chan);
+	r = ddss_chan_wait_resp(cc->chan, -1, daemon_alive, cl, &msg);
+	if (r)
+		return r == -EPIPE ? -ENOTCONN : r;
+	memcpy(resp, msg, sizeof(*resp));
+	ddss_chan_resp_done(cc->chan);
+	if (!resp->rc && get_buf)
+		memcpy(get_buf, data, req->len);
+	return 0;
+}
+
+int ddss_client_call(struct ddss_client *cl, struct dmsg_req *req, const void *put_data,
+		     size_t put_len, void *get_buf, struct dmsg_resp *resp)
+{
+	struct client_chan *cc;
+	int r;
+
+	if (__atomic_load_n(&cl->gone, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	r = take_chan(cl, &cc);
+	if (r)
+		return r;
+	r = exchange(cl, cc, req, put_data, put_len, get_buf, resp);
+	if (r)
+		cc->broken = true; /* its answer may still come: never reuse it */
+	give_chan(cl, cc);
+	return r ? r : resp->rc;
+}

@@ -1,0 +1,30 @@
+/*
+ * Daemon mode: running one client call in the daemon (serve_ops.c), and what the calls
+ * need from the server (server.c).
+ */
+#ifndef DDSS_DAEMON_SERVE_H
+#define DDSS_DAEMON_SERVE_H
+
+#include "daemon/chan.h"
+#include "daemon/proto.h"
+#include "daemon/server.h"
+
+/*
+ * Run request @q (already copied out of shared memory) on @ctx with @chan's data area as
+ * the payload, answering in @a. Everything in @q is checked here as a direct call's
+ * arguments would be; a range outside the data area is -EINVAL.
+ */
+void ddss_serve_call(struct ddss_server *srv, ddss_ctx_t *ctx, struct ddss_chan *chan,
+		     const struct dmsg_req *q, struct dmsg_resp *a);
+
+/* A barrier over every client of every daemon (server.c). */
+int ddss_server_barrier(struct ddss_server *srv);
+
+/* BENCH: which call the daemon times itself (ddss-daemon-bench). */
+enum dbench_what {
+	DBENCH_GET = 1, /* ddss_get of 1 byte */
+	DBENCH_PUT,     /* ddss_put of 1 byte */
+	DBENCH_LOCK,    /* exclusive acquire + release */
+};
+
+#endif /* DDSS_DAEMON_SERVE_H */

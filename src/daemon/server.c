@@ -1,0 +1,459 @@
+/*
+ * Daemon mode, the daemon's side (server.h): clients, their channels' workers, barriers.
+ *
+ * Lifetimes: a client is referenced by the listener (until its socket hangs up) and by
+ * each of its workers; the last reference frees it. A worker owns its channel. When a
+ * client goes, the listener closes its channels (its workers see -EPIPE once they finish
+ * the call under way) and releases its locks; each worker releases them again as it
+ * leaves, for a lock its last call took after that.
+ */
+#include "daemon/serve.h"
+#include "core/log.h"
+#include "daemon/sock.h"
+#include "lock/lock.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHANS_PER_CLIENT 1024 /* a client cannot make the daemon start more threads */
+#define HELLO_TIMEOUT_MS 2000 /* a silent connection does not hold up the others for long */
+
+struct srv_worker {
+	struct srv_client *cl;
+	struct ddss_chan *chan;
+	struct srv_worker *next;
+};
+
+struct srv_client {
+	struct ddss_server *srv;
+	int sock;
+	uint32_t id;
+	int pid;
+	bool gone;  /* atomic */
+	int refs;   /* atomic */
+	unsigned nchans;
+	struct srv_worker *workers; /* under srv->mu */
+	struct srv_client *next;
+};
+
+struct ddss_server {
+	ddss_ctx_t *ctx;
+	struct ddss_server_conf conf;
+	int lsock, stop_fd;
+	pthread_t listener;
+	pthread_mutex_t mu;          /* clients, workers, barrier */
+	pthread_cond_t cv;           /* a worker left; a barrier completed */
+	struct srv_client *clients;
+	unsigned nclients, nworkers;
+	uint32_t next_id;
+	bool stopping;               /* atomic */
+	/* The barrier: the last client to arrive runs the daemons' barrier for everyone. */
+	unsigned arrived;
+	uint64_t barrier_gen;
+	int barrier_rc;
+};
+
+static void client_unref(struct srv_client *cl)
+{
+	if (__atomic_sub_fetch(&cl->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free(cl);
+}
+
+static int worker_alive(void *arg)
+{
+	struct srv_worker *w = arg;
+
+	if (__atomic_load_n(&w->cl->gone, __ATOMIC_ACQUIRE) ||
+	    __atomic_load_n(&w->cl->srv->stopping, __ATOMIC_ACQUIRE))
+		return -ECANCELED;
+	return 0;
+}
+
+static void *worker_main(void *arg)
+{
+	struct srv_worker *w = arg;
+	struct srv_client *cl = w->cl;
+	struct ddss_server *srv = cl->srv;
+	struct srv_worker **pp;
+
+	ddss_lock_act_for(cl->id);
+	for (;;) {
+		struct dmsg_req q;
+		struct dmsg_resp a;
+		const void *msg;
+		void *slot;
+
+		if (ddss_chan_wait_req(w->chan, -1, worker_alive, w, &msg))
+			break;
+		memcpy(&q, msg, sizeof(q));
+		ddss_chan_req_done(w->chan);
+		ddss_serve_call(srv, srv->ctx, w->chan, &q, &a);
+		if (ddss_chan_resp_slot(w->chan, &slot))
+			break; /* closed, or the client broke the one-call-at-a-time rule */
+		memcpy(slot, &a, sizeof(a));
+		ddss_chan_resp_post(w->chan);
+	}
+	pthread_mutex_lock(&srv->mu);
+	for (pp = &cl->workers; *pp != w; pp = &(*pp)->next)
+		;
+	*pp = w->next;
+	pthread_mutex_unlock(&srv->mu);
+	if (__atomic_load_n(&cl->gone, __ATOMIC_ACQUIRE))
+		ddss_lock_release_owner(srv->ctx, cl->id);
+	ddss_chan_destroy(w->chan);
+	free(w);
+	client_unref(cl);
+	pthread_mutex_lock(&srv->mu);
+	srv->nworkers--;
+	pthread_cond_broadcast(&srv->cv);
+	pthread_mutex_unlock(&srv->mu);
+	return NULL;
+}
+
+/* A channel's fd arrived: map it and start its worker. 0 or -errno (told to the client). */
+static int add_channel(struct srv_client *cl, int fd)
+{
+	struct ddss_server *srv = cl->srv;
+	struct srv_worker *w;
+	pthread_attr_t attr;
+	pthread_t th;
+	int r;
+
+	if (cl->nchans >= CHANS_PER_CLIENT) {
+		close(fd);
+		return -ENOSPC;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		close(fd);
+		return -ENOMEM;
+	}
+	r = ddss_chan_attach(fd, &w->chan);
+	close(fd); /* the channel keeps its own */
+	if (r) {
+		free(w);
+		return r;
+	}
+	w->cl = cl;
+	__atomic_add_fetch(&cl->refs, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&srv->mu);
+	w->next = cl->workers;
+	cl->workers = w;
+	srv->nworkers++;
+	pthread_mutex_unlock(&srv->mu);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	r = -pthread_create(&th, &attr, worker_main, w);
+	pthread_attr_destroy(&attr);
+	if (r) {
+		/* Undo as the worker itself would have. */
+		ddss_chan_close(w->chan);
+		pthread_mutex_lock(&srv->mu);
+		cl->workers = w->next;
+		srv->nworkers--;
+		pthread_mutex_unlock(&srv->mu);
+		ddss_chan_destroy(w->chan);
+		free(w);
+		client_unref(cl);
+		return r;
+	}
+	cl->nchans++;
+	return 0;
+}
+
+/* The client hung up (or the daemon stops): nothing it asked for may outlive it. */
+static void client_gone(struct srv_client *cl)
+{
+	struct ddss_server *srv = cl->srv;
+	struct srv_client **pp;
+
+	__atomic_store_n(&cl->gone, true, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&srv->mu);
+	for (struct srv_worker *w = cl->workers; w; w = w->next)
+		ddss_chan_close(w->chan);
+	for (pp = &srv->clients; *pp != cl; pp = &(*pp)->next)
+		;
+	*pp = cl->next;
+	srv->nclients--;
+	pthread_mutex_unlock(&srv->mu);
+	close(cl->sock);
+	int n = ddss_lock_release_owner(srv->ctx, cl->id);
+	DDSS_INFO("client %u (pid %d) left%s; %d lock hold(s) released", cl->id, cl->pid,
+		  __atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE) ? " (daemon stopping)" : "",
+		  n);
+	client_unref(cl);
+}
+
+static void client_message(struct srv_client *cl)
+{
+	struct dsock_chan m;
+	int fd, r;
+
+	r = ddss_sock_recv(cl->sock, &m, sizeof(m), &fd, 0);
+	if (r == -ETIMEDOUT)
+		return;
+	if (!r && (m.op != DSOCK_CHAN || fd < 0)) {
+		r = -EPROTO;
+		if (fd >= 0)
+			close(fd);
+	}
+	if (r) {
+		if (r != -ECONNRESET)
+			DDSS_WARN("client %u (pid %d): %s; dropping it", cl->id, cl->pid,
+				  ddss_strerror(r));
+		client_gone(cl);
+		return;
+	}
+	m.op = DSOCK_CHAN_OK;
+	m.rc = add_channel(cl, fd);
+	if (ddss_sock_send(cl->sock, &m, sizeof(m), -1))
+		client_gone(cl);
+}
+
+static void accept_client(struct ddss_server *srv)
+{
+	struct dsock_welcome w = { .op = DSOCK_WELCOME, .rank = ddss_rank(srv->ctx),
+				   .size = ddss_size(srv->ctx), .daemon_pid = getpid() };
+	struct dsock_hello h;
+	struct srv_client *cl;
+	int s = accept4(srv->lsock, NULL, NULL, SOCK_CLOEXEC);
+	int r;
+
+	if (s < 0)
+		return;
+	r = ddss_sock_recv(s, &h, sizeof(h), NULL, HELLO_TIMEOUT_MS);
+	if (!r && (h.op != DSOCK_HELLO || h.magic != DPROTO_MAGIC || h.version != DPROTO_VERSION))
+		r = -EPROTO;
+	cl = r ? NULL : calloc(1, sizeof(*cl));
+	if (!r && !cl)
+		r = -ENOMEM;
+	if (r) {
+		DDSS_WARN("refusing a client: %s", ddss_strerror(r));
+		w.rc = r;
+		ddss_sock_send(s, &w, sizeof(w), -1);
+		close(s);
+		return;
+	}
+	cl->srv = srv;
+	cl->sock = s;
+	cl->pid = h.pid;
+	cl->refs = 1;
+	pthread_mutex_lock(&srv->mu);
+	cl->id = ++srv->next_id;
+	cl->next = srv->clients;
+	srv->clients = cl;
+	srv->nclients++;
+	pthread_mutex_unlock(&srv->mu);
+	w.client = cl->id;
+	if (ddss_sock_send(s, &w, sizeof(w), -1)) {
+		client_gone(cl);
+		return;
+	}
+	DDSS_INFO("client %u attached (pid %d)", cl->id, cl->pid);
+}
+
+static void *listener_main(void *arg)
+{
+	struct ddss_server *srv = arg;
+	struct pollfd *p = NULL;
+	struct srv_client **who = NULL;
+	unsigned cap = 0;
+
+	while (!__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE)) {
+		unsigned n = 2;
+
+		pthread_mutex_lock(&srv->mu);
+		if (srv->nclients + 2 > cap) {
+			cap = 2 * (srv->nclients + 2);
+			free(p);
+			free(who);
+			p = calloc(cap, sizeof(*p));
+			who = calloc(cap, sizeof(*who));
+		}
+		if (!p || !who) {
+			pthread_mutex_unlock(&srv->mu);
+			DDSS_ERR("daemon: out of memory watching clients");
+			break;
+		}
+		p[0] = (struct pollfd){ .fd = srv->stop_fd, .events = POLLIN };
+		p[1] = (struct pollfd){ .fd = srv->lsock, .events = POLLIN };
+		for (struct srv_client *cl = srv->clients; cl; cl = cl->next, n++) {
+			p[n] = (struct pollfd){ .fd = cl->sock, .events = POLLIN };
+			who[n] = cl;
+		}
+		pthread_mutex_unlock(&srv->mu);
+		if (poll(p, n, -1) < 0)
+			continue;
+		if (p[0].revents)
+			break;
+		/* Only this thread removes clients: who[] stays valid. */
+		for (unsigned i = 2; i < n; i++)
+			if (p[i].revents & (POLLHUP | POLLERR | POLLNVAL))
+				client_gone(who[i]);
+			else if (p[i].revents & POLLIN)
+				client_message(who[i]);
+		if (p[1].revents & POLLIN)
+			accept_client(srv);
+	}
+	free(p);
+	free(who);
+	return NULL;
+}
+
+static int listen_at(const char *path, int *s_p)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int s;
+
+	if (!path || strlen(path) >= sizeof(a.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(a.sun_path, path);
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	/* The caller holds the node's instance lock: a socket file here is a dead one's. */
+	unlink(path);
+	if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 64) < 0) {
+		int r = -errno;
+
+		close(s);
+		return r;
+	}
+	*s_p = s;
+	return 0;
+}
+
+int ddss_server_start(ddss_ctx_t *ctx, const struct ddss_server_conf *conf,
+		      struct ddss_server **srv_p)
+{
+	struct ddss_server *srv = calloc(1, sizeof(*srv));
+	int r;
+
+	if (!srv)
+		return -ENOMEM;
+	srv->ctx = ctx;
+	srv->conf = *conf;
+	srv->lsock = -1;
+	pthread_mutex_init(&srv->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&srv->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	srv->stop_fd = eventfd(0, EFD_CLOEXEC);
+	r = srv->stop_fd < 0 ? -errno : listen_at(conf->socket_path, &srv->lsock);
+	if (!r)
+		r = -pthread_create(&srv->listener, NULL, listener_main, srv);
+	if (r) {
+		if (srv->lsock >= 0)
+			close(srv->lsock);
+		if (srv->stop_fd >= 0)
+			close(srv->stop_fd);
+		pthread_cond_destroy(&srv->cv);
+		pthread_mutex_destroy(&srv->mu);
+		free(srv);
+		return r;
+	}
+	*srv_p = srv;
+	return 0;
+}
+
+static struct timespec deadline_in(int ms)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	t.tv_sec += ms / 1000;
+	t.tv_nsec += (long)(ms % 1000) * 1000000l;
+	if (t.tv_nsec >= 1000000000l) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000l;
+	}
+	return t;
+}
+
+int ddss_server_stop(struct ddss_server *srv, int timeout_ms)
+{
+	struct timespec until = deadline_in(timeout_ms);
+	uint64_t one = 1;
+	int busy;
+
+	__atomic_store_n(&srv->stopping, true, __ATOMIC_RELEASE);
+	if (write(srv->stop_fd, &one, sizeof(one)) != sizeof(one))
+		DDSS_WARN("daemon: waking the listener failed");
+	pthread_join(srv->listener, NULL);
+	while (srv->clients)
+		client_gone(srv->clients);
+	close(srv->lsock);
+	unlink(srv->conf.socket_path);
+	pthread_mutex_lock(&srv->mu);
+	pthread_cond_broadcast(&srv->cv); /* clients waiting in a barrier */
+	while (srv->nworkers &&
+	       pthread_cond_timedwait(&srv->cv, &srv->mu, &until) != ETIMEDOUT)
+		;
+	busy = (int)srv->nworkers;
+	pthread_mutex_unlock(&srv->mu);
+	if (busy)
+		return busy; /* their calls still use the server: it stays */
+	close(srv->stop_fd);
+	pthread_cond_destroy(&srv->cv);
+	pthread_mutex_destroy(&srv->mu);
+	free(srv);
+	return 0;
+}
+
+unsigned ddss_server_clients(struct ddss_server *srv)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&srv->mu);
+	n = srv->nclients;
+	pthread_mutex_unlock(&srv->mu);
+	return n;
+}
+
+int ddss_server_barrier(struct ddss_server *srv)
+{
+	unsigned want;
+	uint64_t gen;
+	int r = 0;
+
+	pthread_mutex_lock(&srv->mu);
+	gen = srv->barrier_gen;
+	want = srv->conf.expected_clients ? srv->conf.expected_clients : srv->nclients;
+	if (++srv->arrived >= want) {
+		/* Last here: the daemons' barrier, then everyone goes. */
+		srv->arrived = 0;
+		pthread_mutex_unlock(&srv->mu);
+		r = ddss_barrier(srv->ctx);
+		pthread_mutex_lock(&srv->mu);
+		srv->barrier_rc = r;
+		srv->barrier_gen++;
+		pthread_cond_broadcast(&srv->cv);
+	} else {
+		struct timespec until = deadline_in(srv->conf.barrier_timeout_ms);
+
+		while (srv->barrier_gen == gen && !r &&
+		       !__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE))
+			if (pthread_cond_timedwait(&srv->cv, &srv->mu, &until) == ETIMEDOUT)
+				r = -ETIMEDOUT;
+		if (r || srv->barrier_gen == gen) {
+			/* Leave the count as if we had not come. */
+			srv->arrived--;
+			r = r ? r : -ECANCELED;
+		} else {
+			r = srv->barrier_rc;
+		}
+	}
+	pthread_mutex_unlock(&srv->mu);
+	return r;
+}

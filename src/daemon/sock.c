@@ -1,0 +1,86 @@
+/* Daemon mode: messages over the unix socket (sock.h). */
+#include "daemon/sock.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int ddss_sock_send(int s, const void *m, size_t len, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = { .iov_base = (void *)m, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(&ctl, 0, sizeof(ctl));
+		msg.msg_control = ctl.buf;
+		msg.msg_controllen = sizeof(ctl.buf);
+		c = CMSG_FIRSTHDR(&msg);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	do
+		n = sendmsg(s, &msg, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == ECONNRESET ? -EPIPE : -errno;
+	return (size_t)n == len ? 0 : -EPROTO;
+}
+
+int ddss_sock_recv(int s, void *m, size_t len, int *fd_p, int timeout_ms)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = { .iov_base = m, .iov_len = len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	struct pollfd p = { .fd = s, .events = POLLIN };
+	int fd = -1, r;
+	ssize_t n;
+
+	if (fd_p)
+		*fd_p = -1;
+	do
+		r = poll(&p, 1, timeout_ms);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	if (r == 0)
+		return -ETIMEDOUT;
+	do
+		n = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EPIPE ? -ECONNRESET : -errno;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	if (n == 0) {
+		if (fd >= 0)
+			close(fd);
+		return -ECONNRESET;
+	}
+	if ((size_t)n != len || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+		if (fd >= 0)
+			close(fd);
+		return -EPROTO;
+	}
+	if (fd_p)
+		*fd_p = fd;
+	else if (fd >= 0)
+		close(fd);
+	return 0;
+}

@@ -1,0 +1,238 @@
+/*
+ * The daemon's own life, seen from a client: one instance per socket, a daemon that is
+ * killed turns the calls of its clients (one of them blocked inside the daemon) into
+ * -ENOTCONN quickly, a crashed daemon's successor starts on the same socket, SIGTERM stops
+ * a daemon cleanly (exit 0) with a client still attached and holding a lock.
+ *
+ *   daemon_life PATH/TO/ddssd
+ *
+ * Starts its own one-rank ddssd (tcp), as ddssrun would, so it can kill it.
+ */
+#include "common/test_util.h"
+#include "ddss/ddss.h"
+
+#include <CUnit/CUnit.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEAD_BOUND_MS 2000 /* a blocked call must notice a dead daemon within this */
+
+static const char *ddssd;
+static char sock_path[64];
+static uint32_t me = 1; /* for EXPECT_RC */
+
+static double now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* A listening tcp socket on a free port of 127.0.0.1, for the daemon's DDSS_LISTEN_FD. */
+static int listen_any(unsigned *port_p)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+
+	if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 16) < 0 ||
+	    getsockname(s, (struct sockaddr *)&a, &len) < 0)
+		return -1;
+	*port_p = ntohs(a.sin_port);
+	return s;
+}
+
+/*
+ * Start a one-rank ddssd serving sock_path; returns its pid once it is ready, or -1 (then
+ * *status_p is its exit status if it ended: a second instance exits with 3).
+ */
+static pid_t start_daemon(int *status_p)
+{
+	unsigned port = 0;
+	int ls = listen_any(&port), p[2];
+	pid_t pid;
+	char b;
+
+	*status_p = -1;
+	if (ls < 0 || pipe(p) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		char nodes[64];
+
+		snprintf(nodes, sizeof(nodes), "127.0.0.1:%u", port);
+		dup2(ls, 3);
+		dup2(p[1], 4);
+		setenv("DDSS_RANK", "1", 1);
+		setenv("DDSS_SIZE", "1", 1);
+		setenv("DDSS_NODES", nodes, 1);
+		setenv("DDSS_TRANSPORT", "tcp", 1);
+		setenv("DDSS_LISTEN_FD", "3", 1);
+		setenv("DDSS_GROUP", "0x5eed", 1);
+		unsetenv("DDSS_MODE");
+		execl(ddssd, "ddssd", "--socket", sock_path, "--ready-fd", "4", (char *)NULL);
+		_exit(127);
+	}
+	close(ls);
+	close(p[1]);
+	/* The byte comes once it serves; EOF if it exits first. */
+	if (pid < 0 || read(p[0], &b, 1) != 1) {
+		close(p[0]);
+		if (pid > 0)
+			waitpid(pid, status_p, 0);
+		return -1;
+	}
+	close(p[0]);
+	return pid;
+}
+
+static ddss_ctx_t *attach(void)
+{
+	struct ddss_attr attr;
+	ddss_ctx_t *c = NULL;
+	int r;
+
+	ddss_attr_init(&attr);
+	attr.mode = DDSS_MODE_DAEMON;
+	attr.daemon_socket = sock_path;
+	r = ddss_init(&attr, &c);
+	EXPECT_RC(r, 0);
+	return r ? NULL : c;
+}
+
+struct blocked {
+	ddss_ctx_t *ctx;
+	ddss_key_t key;
+	int started; /* atomic */
+	int rc;
+	double returned_ms;
+};
+
+static void *block_in_lock(void *p)
+{
+	struct blocked *b = p;
+
+	__atomic_store_n(&b->started, 1, __ATOMIC_RELEASE);
+	b->rc = ddss_acquire_lock_ss(b->ctx, b->key, DDSS_LOCK_EXCLUSIVE);
+	b->returned_ms = now_ms();
+	return NULL;
+}
+
+static void test_no_daemon(void)
+{
+	struct ddss_attr attr;
+	ddss_ctx_t *c = NULL;
+	int r;
+
+	ddss_attr_init(&attr);
+	attr.mode = DDSS_MODE_DAEMON;
+	attr.daemon_socket = "/tmp/ddss-no-such-daemon.sock";
+	r = ddss_init(&attr, &c);
+	CU_ASSERT(r == -ENOENT || r == -ECONNREFUSED);
+	attr.mode = 9;
+	CU_ASSERT_EQUAL(ddss_init(&attr, &c), -EINVAL);
+}
+
+static void test_killed(void)
+{
+	struct blocked b = { 0 };
+	ddss_key_t key;
+	pid_t d, second;
+	double killed;
+	int st;
+	uint64_t v = 42;
+
+	d = start_daemon(&st);
+	CU_ASSERT_FATAL(d > 0);
+	/* One daemon per socket. */
+	second = start_daemon(&st);
+	CU_ASSERT_EQUAL(second, -1);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+
+	b.ctx = attach();
+	CU_ASSERT_FATAL(b.ctx != NULL);
+	EXPECT_RC(ddss_allocate_ss(b.ctx, 64, NULL, &key), 0);
+	EXPECT_RC(ddss_put(b.ctx, key, 0, &v, 8), 0);
+	v = 0;
+	EXPECT_RC(ddss_get(b.ctx, key, 0, &v, 8), 0);
+	CU_ASSERT_EQUAL(v, 42);
+	/* Hold the lock, and have a second thread wait for it inside the daemon. */
+	b.key = key;
+	EXPECT_RC(ddss_acquire_lock_ss(b.ctx, key, DDSS_LOCK_EXCLUSIVE), 0);
+	pthread_t th;
+	CU_ASSERT_FATAL(pthread_create(&th, NULL, block_in_lock, &b) == 0);
+	while (!__atomic_load_n(&b.started, __ATOMIC_ACQUIRE))
+		sched_yield();
+	CU_ASSERT_EQUAL(kill(d, SIGKILL), 0);
+	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
+	killed = now_ms();
+	pthread_join(th, NULL);
+	printf("\n    blocked lock call after the daemon was killed: %d (%s) after %.1f ms",
+	       b.rc, ddss_strerror(b.rc), b.returned_ms - killed);
+	CU_ASSERT_EQUAL(b.rc, -ENOTCONN);
+	CU_ASSERT(b.returned_ms - killed < DEAD_BOUND_MS);
+	EXPECT_RC(ddss_get(b.ctx, key, 0, &v, 8), -ENOTCONN);
+	EXPECT_RC(ddss_release_lock_ss(b.ctx, key), -ENOTCONN);
+	EXPECT_RC(ddss_barrier(b.ctx), -ENOTCONN);
+	EXPECT_RC(ddss_finalize(b.ctx), 0);
+}
+
+static void test_sigterm(void)
+{
+	ddss_ctx_t *c;
+	ddss_key_t key;
+	pid_t d;
+	int st;
+
+	/* The killed daemon's successor takes the same socket. */
+	d = start_daemon(&st);
+	CU_ASSERT_FATAL(d > 0);
+	c = attach();
+	CU_ASSERT_FATAL(c != NULL);
+	EXPECT_RC(ddss_allocate_ss(c, 64, NULL, &key), 0);
+	EXPECT_RC(ddss_acquire_lock_ss(c, key, DDSS_LOCK_EXCLUSIVE), 0);
+	CU_ASSERT_EQUAL(kill(d, SIGTERM), 0);
+	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	EXPECT_RC(ddss_release_lock_ss(c, key), -ENOTCONN);
+	EXPECT_RC(ddss_finalize(c), 0);
+	CU_ASSERT_EQUAL(access(sock_path, F_OK), -1); /* it removed its socket */
+}
+
+int main(int argc, char **argv)
+{
+	unsigned failed;
+	CU_pSuite s;
+
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s PATH/TO/ddssd\n", argv[0]);
+		return 2;
+	}
+	ddssd = argv[1];
+	snprintf(sock_path, sizeof(sock_path), "/tmp/ddss-life-%d.sock", (int)getpid());
+	signal(SIGPIPE, SIG_IGN);
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("daemon life", NULL, NULL);
+	CU_add_test(s, "no daemon at the socket: clear error", test_no_daemon);
+	CU_add_test(s, "killed daemon: blocked and later calls give -ENOTCONN", test_killed);
+	CU_add_test(s, "SIGTERM: clean stop with a client attached", test_sigterm);
+	failed = test_run_all();
+	CU_cleanup_registry();
+	unlink(sock_path);
+	strcat(sock_path, ".lock"); /* the daemons' instance lock */
+	unlink(sock_path);
+	return failed ? 1 : 0;
+}
