@@ -20,3 +20,9 @@ echo "== lock schemes side by side: latency, cascades, throughput under contenti
 echo
 echo "== coherence models: put/get latency per model next to raw read/write/atomic (Figure 4a) =="
 "$build/apps/ddssrun" -n 2 --transport tcp "$build/apps/ddss-coh-bench"
+echo
+echo "== daemon mode: a ddssd per node, the same 4-rank demo as its clients =="
+"$build/apps/ddssrun" -n 4 --transport tcp --daemon "$build/apps/ddss-hello"
+echo
+echo "== daemon mode: cost per call against direct mode, same run =="
+"$build/apps/ddssrun" -n 2 --transport tcp --daemon "$build/apps/ddss-daemon-bench"
