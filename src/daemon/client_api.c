@@ -151,3 +151,14 @@ int ddss_cl_bench(struct ddss_client *cl, uint32_t what, ddss_key_t key, uint32_
 	}
 	return r;
 }
+
+int ddss_cl_coh_stats(struct ddss_client *cl, uint64_t stats[5])
+{
+	struct dmsg_req q = { .op = DOP_COH_STATS };
+	struct dmsg_resp a;
+	int r = ddss_client_call(cl, &q, NULL, 0, NULL, &a);
+
+	if (!r)
+		memcpy(stats, a.stats, sizeof(a.stats));
+	return r;
+}

@@ -63,6 +63,7 @@ enum dproto_op {
 	DOP_UNLOCK,
 	DOP_BARRIER,
 	DOP_BENCH,     /* the daemon times @iters calls of @mode itself (ddss-daemon-bench) */
+	DOP_COH_STATS, /* the daemon's coherence counters (struct ddss_coh_stats order) */
 	DOP_MAX
 };
 
@@ -91,6 +92,7 @@ struct dmsg_resp {
 	uint64_t size;       /* STAT */
 	uint32_t coherence, param; /* STAT */
 	uint64_t ns_median, ns_p99; /* BENCH */
+	uint64_t stats[5];   /* COH_STATS: fetches, hits, retries, locked, cached */
 };
 
 #endif /* DDSS_DAEMON_PROTO_H */

@@ -3,6 +3,7 @@
  * on the daemon's own (direct) context: results are exactly what direct mode gives.
  */
 #include "daemon/serve.h"
+#include "coherence/coherence.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -149,6 +150,18 @@ void ddss_serve_call(struct ddss_server *srv, ddss_ctx_t *ctx, struct ddss_chan 
 	case DOP_BENCH:
 		r = bench(ctx, q, a);
 		break;
+	case DOP_COH_STATS: {
+		struct ddss_coh_stats s;
+
+		ddss_coh_stats_get(ctx, &s);
+		a->stats[0] = s.fetches;
+		a->stats[1] = s.hits;
+		a->stats[2] = s.retries;
+		a->stats[3] = s.locked;
+		a->stats[4] = s.cached;
+		r = 0;
+		break;
+	}
 	default:
 		r = -EPROTO;
 	}
