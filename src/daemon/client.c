@@ -29,8 +29,67 @@ struct ddss_client {
 	struct client_chan *free;
 	struct client_chan **all; /* every channel, for detach */
 	unsigned nall, cap;
-	bool gone;                /* atomic: the daemon hung up */
+	bool gone;                /* atomic: the daemon hung up (or we are a fork's copy) */
+	bool forked;              /* a fork's copy: the channels are the parent's */
+	struct ddss_client *next_attached; /* on the process's list (fork handling) */
 };
+
+/*
+ * Every attachment of this process. A child made by fork() must not keep its parent's
+ * socket open: the daemon learns that a client died from the socket's hang-up, which would
+ * wait for the child too. The child's copies are closed (its contexts then say -ENOTCONN;
+ * a child attaches anew with ddss_init).
+ */
+static pthread_mutex_t attached_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ddss_client *attached;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void)
+{
+	pthread_mutex_lock(&attached_mu);
+}
+
+static void after_fork_parent(void)
+{
+	pthread_mutex_unlock(&attached_mu);
+}
+
+static void after_fork_child(void)
+{
+	for (struct ddss_client *cl = attached; cl; cl = cl->next_attached) {
+		close(cl->sock);
+		cl->sock = -1;
+		cl->forked = true;
+		__atomic_store_n(&cl->gone, true, __ATOMIC_RELEASE);
+	}
+	attached = NULL;
+	pthread_mutex_unlock(&attached_mu);
+}
+
+static void register_atfork(void)
+{
+	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+static void list_add(struct ddss_client *cl)
+{
+	pthread_once(&atfork_once, register_atfork);
+	pthread_mutex_lock(&attached_mu);
+	cl->next_attached = attached;
+	attached = cl;
+	pthread_mutex_unlock(&attached_mu);
+}
+
+static void list_del(struct ddss_client *cl)
+{
+	pthread_mutex_lock(&attached_mu);
+	for (struct ddss_client **pp = &attached; *pp; pp = &(*pp)->next_attached)
+		if (*pp == cl) {
+			*pp = cl->next_attached;
+			break;
+		}
+	pthread_mutex_unlock(&attached_mu);
+}
 
 static int daemon_alive(void *arg)
 {
@@ -83,6 +142,7 @@ int ddss_client_attach(const char *path, int timeout_ms, struct ddss_client **cl
 	cl->rank = w.rank;
 	cl->size = w.size;
 	cl->id = w.client;
+	list_add(cl);
 	*cl_p = cl;
 	return 0;
 fail:
@@ -97,14 +157,17 @@ void ddss_client_detach(struct ddss_client *cl)
 {
 	if (!cl)
 		return;
+	list_del(cl);
 	/* Closing the socket is the goodbye: the daemon then drops our channels and locks. */
 	for (unsigned i = 0; i < cl->nall; i++) {
-		ddss_chan_close(cl->all[i]->chan);
+		if (!cl->forked) /* a fork's copy must not close its parent's channels */
+			ddss_chan_close(cl->all[i]->chan);
 		ddss_chan_destroy(cl->all[i]->chan);
 		free(cl->all[i]);
 	}
 	free(cl->all);
-	close(cl->sock);
+	if (cl->sock >= 0)
+		close(cl->sock);
 	pthread_mutex_destroy(&cl->mu);
 	free(cl);
 }

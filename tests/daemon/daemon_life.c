@@ -1,5 +1,6 @@
 /*
- * The daemon's own life, seen from a client: one instance per socket, a daemon that is
+ * The daemon's own life, seen from a client: one instance per socket, a forked child's
+ * copy of an attachment is dead there and harmless to the parent, a daemon that is
  * killed turns the calls of its clients (one of them blocked inside the daemon) into
  * -ENOTCONN quickly, a crashed daemon's successor starts on the same socket, SIGTERM stops
  * a daemon cleanly (exit 0) with a client still attached and holding a lock.
@@ -165,6 +166,20 @@ static void test_killed(void)
 	CU_ASSERT_FATAL(b.ctx != NULL);
 	EXPECT_RC(ddss_allocate_ss(b.ctx, 64, NULL, &key), 0);
 	EXPECT_RC(ddss_put(b.ctx, key, 0, &v, 8), 0);
+	v = 0;
+	EXPECT_RC(ddss_get(b.ctx, key, 0, &v, 8), 0);
+	CU_ASSERT_EQUAL(v, 42);
+	/* A fork's copy of the attachment is dead in the child and leaves the parent's alone. */
+	pid_t child = fork();
+
+	if (child == 0) {
+		int r = ddss_get(b.ctx, key, 0, &v, 8);
+
+		ddss_finalize(b.ctx);
+		_exit(r == -ENOTCONN ? 0 : 1);
+	}
+	CU_ASSERT_EQUAL_FATAL(waitpid(child, &st, 0), child);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	v = 0;
 	EXPECT_RC(ddss_get(b.ctx, key, 0, &v, 8), 0);
 	CU_ASSERT_EQUAL(v, 42);
