@@ -9,8 +9,10 @@
  *
  *   ddssrun --daemon -n 2 ddss-daemon-bench [--iters N] [--rounds R] [--csv]
  *
- * Calls: ddss_get and ddss_put of 1 byte of a null segment homed at rank 2, and an
- * exclusive ddss_acquire_lock_ss + ddss_release_lock_ss of its lock. Rounds alternate the
+ * Calls: ddss_get and ddss_put of 1 byte of a null segment homed at rank 2, an exclusive
+ * ddss_acquire_lock_ss + ddss_release_lock_ss of its lock, and a get of 1 byte of a null
+ * segment homed at rank 1, the client's own node: the daemon reads it through its loopback
+ * connection, the client straight from the daemon's pool (docs/daemon.md "Local reads"). Rounds alternate the
  * two ways so drift hits both alike. Prints medians and p99 in microseconds and the
  * target: daemon - direct <= 1 us per call (the papers measured 10-12 us). Exit status
  * (the target does not change it): 0; 1 if a call failed; 2 on bad usage, a group of
@@ -23,6 +25,7 @@
 #include "bench_util.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -33,10 +36,12 @@
 static const struct call {
 	enum dbench_what what;
 	const char *name;
+	bool local; /* the segment at rank 1, the client's own node (else at HOME) */
 } calls[] = {
-	{ DBENCH_GET, "get 1 B" },
-	{ DBENCH_PUT, "put 1 B" },
-	{ DBENCH_LOCK, "lock + unlock" },
+	{ DBENCH_GET, "get 1 B", false },
+	{ DBENCH_PUT, "put 1 B", false },
+	{ DBENCH_LOCK, "lock + unlock", false },
+	{ DBENCH_GET, "get 1 B, local", true },
 };
 #define NCALLS (sizeof(calls) / sizeof(calls[0]))
 
@@ -76,8 +81,7 @@ static int time_client(struct ddss_ctx *ctx, enum dbench_what what, ddss_key_t k
 		int r = one_call(ctx, what, key);
 
 		if (r) {
-			fprintf(stderr, "daemon-bench: %s: %s\n", calls[what - 1].name,
-				ddss_strerror(r));
+			fprintf(stderr, "daemon-bench: call %d: %s\n", (int)what, ddss_strerror(r));
 			return 1;
 		}
 		lat[i] = now_ns() - t0;
@@ -91,7 +95,7 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 	double dir_med[NCALLS][64], dir_p99[NCALLS][64], dmn_med[NCALLS][64], dmn_p99[NCALLS][64];
 	unsigned rounds = o->rounds > 64 ? 64 : o->rounds;
 	double *lat = malloc(o->iters * sizeof(double));
-	ddss_key_t key;
+	ddss_key_t keys[2]; /* [0]: at HOME; [1]: at rank 1 */
 	int r;
 
 	if (!ctx->client) {
@@ -101,7 +105,10 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 		return 2;
 	}
 	r = lat ? ddss_allocate_ss(ctx, 64, &(struct ddss_seg_attr){
-		.placement = DDSS_PLACE_RANK, .rank = HOME }, &key) : -ENOMEM;
+		.placement = DDSS_PLACE_RANK, .rank = HOME }, &keys[0]) : -ENOMEM;
+	if (!r)
+		r = ddss_allocate_ss(ctx, 64, &(struct ddss_seg_attr){
+			.placement = DDSS_PLACE_RANK, .rank = 1 }, &keys[1]);
 	if (r) {
 		fprintf(stderr, "daemon-bench: allocate: %s\n", ddss_strerror(r));
 		free(lat);
@@ -111,9 +118,9 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 	for (unsigned c = 0; c < NCALLS; c++) {
 		uint64_t m, p;
 
-		if (time_client(ctx, calls[c].what, key, o->iters < 200 ? o->iters : 200, lat,
+		if (time_client(ctx, calls[c].what, keys[calls[c].local], o->iters < 200 ? o->iters : 200, lat,
 				&dir_med[c][0], &dir_p99[c][0]) ||
-		    ddss_cl_bench(ctx->client, calls[c].what, key, 200, &m, &p)) {
+		    ddss_cl_bench(ctx->client, calls[c].what, keys[calls[c].local], 200, &m, &p)) {
 			free(lat);
 			return 1;
 		}
@@ -122,7 +129,7 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 		for (unsigned c = 0; c < NCALLS; c++) {
 			uint64_t m, p;
 
-			r = ddss_cl_bench(ctx->client, calls[c].what, key, o->iters, &m, &p);
+			r = ddss_cl_bench(ctx->client, calls[c].what, keys[calls[c].local], o->iters, &m, &p);
 			if (r) {
 				fprintf(stderr, "daemon-bench: direct %s: %s\n", calls[c].name,
 					ddss_strerror(r));
@@ -131,7 +138,7 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 			}
 			dir_med[c][k] = (double)m;
 			dir_p99[c][k] = (double)p;
-			if (time_client(ctx, calls[c].what, key, o->iters, lat, &dmn_med[c][k],
+			if (time_client(ctx, calls[c].what, keys[calls[c].local], o->iters, lat, &dmn_med[c][k],
 					&dmn_p99[c][k])) {
 				free(lat);
 				return 1;
@@ -139,7 +146,8 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 		}
 	}
 	free(lat);
-	ddss_release_ss(ctx, key);
+	ddss_release_ss(ctx, keys[0]);
+	ddss_release_ss(ctx, keys[1]);
 
 	printf("daemon mode vs direct mode, %u rounds x %u calls, segment at rank %d "
 	       "(median of the rounds' medians, us)\n", rounds, o->iters, HOME);

@@ -1,5 +1,6 @@
 /*
- * The registered pool (see pool.h): one anonymous mapping, one jemalloc arena over it.
+ * The registered pool (see pool.h): one anonymous mapping (a shared memfd one for ddssd), one
+ * jemalloc arena over it.
  *
  * The arena is created with jemalloc's default extent hooks and only then given ours. jemalloc
  * allocates an arena's metadata (its "base") through the hooks it was created with, so this
@@ -32,6 +33,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #define POOL_ALIGN ((size_t)2 << 20)
 #define POOL_MIN_ALIGN 8u
@@ -41,6 +43,7 @@ struct ddss_pool {
 	extent_hooks_t hooks;    /* first: the hooks find their pool with container_of */
 	uint8_t *base;           /* the whole pool: what peers reach */
 	size_t len;
+	int fd;                  /* shared pools: the memfd behind it (daemon mode); else -1 */
 	size_t reserve;          /* [base, base + reserve) is not the allocator's */
 	uint8_t *abase;          /* the allocator's part: base + reserve, len - reserve bytes */
 	size_t alen;
@@ -208,19 +211,27 @@ static int pool_arena_create(struct ddss_pool *pool)
 
 /* ---- the mapping ---- */
 
-static int pool_map(size_t len, uint8_t **base_p)
+/* @fd >= 0: map that memfd shared (it reads as zeros too: a fresh file has no data). */
+static int pool_map(size_t len, int fd, uint8_t **base_p)
 {
 	size_t span = len + POOL_ALIGN, head, tail;
 	uint8_t *raw;
 
 	/* Map a little more and trim both ends to get a 2 MiB-aligned base. */
-	raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	raw = mmap(NULL, span, fd < 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (raw == MAP_FAILED) {
 		DDSS_ERR("cannot map a pool of %zu bytes: %s", len, strerror(errno));
 		return -ENOMEM;
 	}
 	head = (POOL_ALIGN - ((uintptr_t)raw & (POOL_ALIGN - 1))) & (POOL_ALIGN - 1);
 	tail = span - head - len;
+	if (fd >= 0 && mmap(raw + head, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+			    0) == MAP_FAILED) {
+		DDSS_ERR("cannot map a shared pool of %zu bytes: %s", len, strerror(errno));
+		munmap(raw, span);
+		return -ENOMEM;
+	}
 	if (head)
 		munmap(raw, head);
 	if (tail)
@@ -229,7 +240,7 @@ static int pool_map(size_t len, uint8_t **base_p)
 	return 0;
 }
 
-int ddss_pool_create(size_t len, size_t reserve, struct ddss_pool **pool_p)
+static int create(size_t len, size_t reserve, bool shared, struct ddss_pool **pool_p)
 {
 	struct ddss_pool *pool;
 	int r;
@@ -247,6 +258,7 @@ int ddss_pool_create(size_t len, size_t reserve, struct ddss_pool **pool_p)
 	if (!pool)
 		return -ENOMEM;
 	pool->hooks = pool_hooks_template;
+	pool->fd = -1;
 	pool->len = len;
 	pool->reserve = reserve;
 	pool->alen = len - reserve;
@@ -256,7 +268,15 @@ int ddss_pool_create(size_t len, size_t reserve, struct ddss_pool **pool_p)
 		r = -r;
 		goto free_pool;
 	}
-	r = pool_map(len, &pool->base);
+	if (shared) {
+		pool->fd = memfd_create("ddss-pool", MFD_CLOEXEC);
+		if (pool->fd < 0 || ftruncate(pool->fd, (off_t)len) < 0) {
+			r = -errno;
+			DDSS_ERR("cannot make a shared pool of %zu bytes: %s", len, strerror(errno));
+			goto destroy_mutex;
+		}
+	}
+	r = pool_map(len, pool->fd, &pool->base);
 	if (r)
 		goto destroy_mutex;
 	pool->abase = pool->base + reserve;
@@ -269,11 +289,28 @@ int ddss_pool_create(size_t len, size_t reserve, struct ddss_pool **pool_p)
 unmap:
 	munmap(pool->base, pool->len);
 destroy_mutex:
+	if (pool->fd >= 0)
+		close(pool->fd);
 	pthread_mutex_destroy(&pool->bump_mu);
 	pthread_mutex_destroy(&pool->prime_mu);
 free_pool:
 	free(pool);
 	return r;
+}
+
+int ddss_pool_create(size_t len, size_t reserve, struct ddss_pool **pool_p)
+{
+	return create(len, reserve, false, pool_p);
+}
+
+int ddss_pool_create_shared(size_t len, size_t reserve, struct ddss_pool **pool_p)
+{
+	return create(len, reserve, true, pool_p);
+}
+
+int ddss_pool_fd(const struct ddss_pool *pool)
+{
+	return pool->fd;
 }
 
 void ddss_pool_destroy(struct ddss_pool *pool)
@@ -287,6 +324,8 @@ void ddss_pool_destroy(struct ddss_pool *pool)
 	if (arena_destroy(pool->arena))
 		return;
 	munmap(pool->base, pool->len);
+	if (pool->fd >= 0)
+		close(pool->fd);
 	pthread_mutex_destroy(&pool->bump_mu);
 	pthread_mutex_destroy(&pool->prime_mu);
 	free(pool);

@@ -31,6 +31,15 @@ struct ddss_pool_stats {
  */
 int ddss_pool_create(size_t len, size_t reserve, struct ddss_pool **pool_p);
 
+/*
+ * The same over a memfd mapped shared, so that other processes can map it too (ddssd: its
+ * clients read segments homed on their node from it directly, docs/daemon.md).
+ */
+int ddss_pool_create_shared(size_t len, size_t reserve, struct ddss_pool **pool_p);
+
+/** The shared pool's memfd (owned by the pool), or -1 for a private pool. */
+int ddss_pool_fd(const struct ddss_pool *pool);
+
 /**
  * Destroy the arena and unmap. NULL is fine. Every allocation dies with it; no other thread
  * may use the pool any more.

@@ -42,6 +42,7 @@ struct ddss_segtab {
 	/* Released segments whose lock words are still in use: freed once idle (sweep). */
 	uint64_t *draining;
 	uint32_t ndraining, draining_cap;
+	uint64_t *epoch;   /* bumped as each release begins (ddss_segtab_watch_releases) */
 };
 
 int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_size,
@@ -169,6 +170,11 @@ static void add_draining(struct ddss_segtab *tab, uint64_t hdr_off)
 	tab->draining[tab->ndraining++] = hdr_off;
 }
 
+void ddss_segtab_watch_releases(struct ddss_segtab *tab, uint64_t *epoch)
+{
+	tab->epoch = epoch;
+}
+
 uint32_t ddss_segtab_draining(struct ddss_segtab *tab)
 {
 	uint32_t n;
@@ -287,6 +293,9 @@ int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, char name[D
 		struct slot *s = &tab->slots[i];
 
 		s->state = SLOT_RELEASING;
+		/* Before the memory can be reused: a reader that copied from it sees the bump. */
+		if (tab->epoch)
+			__atomic_add_fetch(tab->epoch, 1, __ATOMIC_SEQ_CST);
 		if (s->name)
 			strncpy(name, s->name, DDSS_NAME_MAX - 1);
 		memcpy(cachers, s->cachers,

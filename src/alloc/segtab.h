@@ -70,6 +70,13 @@ int ddss_segtab_release_end(struct ddss_segtab *tab, uint64_t key);
  */
 uint32_t ddss_segtab_draining(struct ddss_segtab *tab);
 
+/*
+ * Count releases in *@epoch (in the pool, so that ddssd's clients, which read segments
+ * homed on their node straight from the pool, see that one began): bumped as each release
+ * begins, before the segment's memory can be freed.
+ */
+void ddss_segtab_watch_releases(struct ddss_segtab *tab, uint64_t *epoch);
+
 /** Segments not yet freed (live or being released). */
 uint64_t ddss_segtab_count(struct ddss_segtab *tab);
 

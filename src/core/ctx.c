@@ -116,6 +116,13 @@ static void ctx_free(struct ddss_ctx *ctx)
 	free(ctx);
 }
 
+bool ddss_ctx_share_pool;
+
+size_t ddss_ctx_epoch_off(void)
+{
+	return ddss_lock_area_len();
+}
+
 /* The mode @attr asks for, overridden by DDSS_MODE. */
 static int choose_mode(const struct ddss_attr *attr, enum ddss_mode *mode_p)
 {
@@ -210,9 +217,13 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 	if (r)
 		goto fail;
 	ctx->tp = ddss_net_tp(ctx->net);
-	r = ddss_pool_create(conf.pool_len, ddss_lock_area_len(), &ctx->pool);
+	r = (ddss_ctx_share_pool ? ddss_pool_create_shared : ddss_pool_create)(
+		conf.pool_len, ddss_ctx_epoch_off() + sizeof(uint64_t), &ctx->pool);
 	if (!r)
 		r = ddss_segtab_create(ctx->pool, ctx->rank, ctx->size, &ctx->segtab);
+	if (!r)
+		ddss_segtab_watch_releases(ctx->segtab, (uint64_t *)(
+			(uint8_t *)ddss_pool_base(ctx->pool) + ddss_ctx_epoch_off()));
 	if (!r)
 		r = ddss_names_create(&ctx->names);
 	if (!r)

@@ -36,6 +36,16 @@ struct ddss_ctx {
 	bool closing;                   /* under ack_mu: no more answers */
 };
 
+/*
+ * ddssd only, set before ddss_init: make the pool a shared memfd its clients can map
+ * (docs/daemon.md "Local reads").
+ */
+extern bool ddss_ctx_share_pool;
+
+/* The pool offset of the release epoch word (ddss_segtab_watch_releases): right after the
+ * lock module's waiter records, in the pool's reserved head. */
+size_t ddss_ctx_epoch_off(void);
+
 /* core/seg_service.c: answer the segment service's requests (an rpc serve function). */
 void ddss_seg_serve(void *arg, uint32_t from, uint32_t id, uint16_t op, const uint8_t *body,
 		    size_t len);

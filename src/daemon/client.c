@@ -4,6 +4,7 @@
 #include "daemon/client.h"
 #include "core/log.h"
 #include "daemon/chan.h"
+#include "daemon/local.h"
 #include "daemon/sock.h"
 
 #include <errno.h>
@@ -31,6 +32,7 @@ struct ddss_client {
 	unsigned nall, cap;
 	bool gone;                /* atomic: the daemon hung up (or we are a fork's copy) */
 	bool forked;              /* a fork's copy: the channels are the parent's */
+	struct ddss_local *local; /* the daemon's pool, read-only (NULL: no local reads) */
 	struct ddss_client *next_attached; /* on the process's list (fork handling) */
 };
 
@@ -113,7 +115,7 @@ int ddss_client_attach(const char *path, int timeout_ms, struct ddss_client **cl
 				     .version = DPROTO_VERSION, .pid = getpid() };
 	struct dsock_welcome w;
 	struct ddss_client *cl;
-	int r;
+	int r, pool_fd = -1;
 
 	if (!path || !path[0] || strlen(path) >= sizeof(a.sun_path))
 		return -EINVAL;
@@ -130,7 +132,7 @@ int ddss_client_attach(const char *path, int timeout_ms, struct ddss_client **cl
 	}
 	r = ddss_sock_send(cl->sock, &hello, sizeof(hello), -1);
 	if (!r)
-		r = ddss_sock_recv(cl->sock, &w, sizeof(w), NULL, timeout_ms);
+		r = ddss_sock_recv(cl->sock, &w, sizeof(w), &pool_fd, timeout_ms);
 	if (!r && (w.op != DSOCK_WELCOME))
 		r = -EPROTO;
 	if (!r)
@@ -142,10 +144,20 @@ int ddss_client_attach(const char *path, int timeout_ms, struct ddss_client **cl
 	cl->rank = w.rank;
 	cl->size = w.size;
 	cl->id = w.client;
+	if (pool_fd >= 0 && w.pool_len) {
+		r = ddss_local_open(pool_fd, w.pool_len, w.epoch_off, &cl->local);
+		if (r)
+			DDSS_WARN("daemon mode: cannot map the daemon's pool (%s): every get goes "
+				  "through the daemon", ddss_strerror(r));
+	}
+	if (pool_fd >= 0)
+		close(pool_fd);
 	list_add(cl);
 	*cl_p = cl;
 	return 0;
 fail:
+	if (pool_fd >= 0)
+		close(pool_fd);
 	if (cl->sock >= 0)
 		close(cl->sock);
 	pthread_mutex_destroy(&cl->mu);
@@ -166,6 +178,7 @@ void ddss_client_detach(struct ddss_client *cl)
 		free(cl->all[i]);
 	}
 	free(cl->all);
+	ddss_local_close(cl->local);
 	if (cl->sock >= 0)
 		close(cl->sock);
 	pthread_mutex_destroy(&cl->mu);
@@ -180,6 +193,11 @@ uint32_t ddss_client_rank(const struct ddss_client *cl)
 uint32_t ddss_client_size(const struct ddss_client *cl)
 {
 	return cl->size;
+}
+
+struct ddss_local *ddss_client_local(const struct ddss_client *cl)
+{
+	return __atomic_load_n(&cl->gone, __ATOMIC_ACQUIRE) ? NULL : cl->local;
 }
 
 /* mu held: a new channel, handed to the daemon (which starts a worker for it). */

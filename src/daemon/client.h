@@ -25,6 +25,9 @@ void ddss_client_detach(struct ddss_client *cl);
 uint32_t ddss_client_rank(const struct ddss_client *cl);
 uint32_t ddss_client_size(const struct ddss_client *cl);
 
+/* The daemon's pool mapped for local reads (daemon/local.h), or NULL. */
+struct ddss_local *ddss_client_local(const struct ddss_client *cl);
+
 /*
  * One call: send @req (its data_off is set here), with @put_len bytes of @put_data as the
  * payload, and wait for the answer in @resp. A GET's answer payload (req->len bytes) is

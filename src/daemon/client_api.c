@@ -4,6 +4,7 @@
  * the daemon checks, exactly as in direct mode, and its answer is returned as it is.
  */
 #include "daemon/client_api.h"
+#include "daemon/local.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -98,14 +99,28 @@ int ddss_cl_get(struct ddss_client *cl, ddss_key_t key, size_t offset, void *buf
 {
 	struct dmsg_req q = { .op = DOP_GET, .key = key, .offset = offset, .len = len,
 			      .back = back, .versioned = version_p != NULL };
+	struct ddss_local *lv = ddss_client_local(cl);
 	struct dmsg_resp a;
+	uint64_t epoch = 0;
 	int r;
 
 	if (!buf || !len)
 		return -EINVAL;
+	if (lv && back == 0) {
+		/* A null segment of this node: straight from the pool (version 0, as always). */
+		if (ddss_local_get(lv, key, offset, buf, len)) {
+			if (version_p)
+				*version_p = 0;
+			return 0;
+		}
+		epoch = ddss_local_epoch(lv);
+		q.want_desc = !ddss_local_known(lv, key);
+	}
 	r = ddss_client_call(cl, &q, NULL, 0, buf, &a);
 	if (!r && version_p)
 		*version_p = a.version;
+	if (!r && q.want_desc && a.has_desc)
+		ddss_local_learn(lv, key, epoch, a.data_off, a.size);
 	return r;
 }
 

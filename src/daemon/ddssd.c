@@ -16,6 +16,7 @@
  * SIGTERM or SIGINT stops it cleanly: clients are detached (their calls then fail with
  * -ENOTCONN), their locks released, and the group left as ddss_finalize does.
  */
+#include "core/ctx.h"
 #include "core/log.h"
 #include "daemon/server.h"
 #include "ddss/ddss.h"
@@ -193,6 +194,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 
 	unsetenv("DDSS_MODE"); /* we are the rank, whatever our clients are told */
+	ddss_ctx_share_pool = true; /* clients read null segments homed here from it */
 	ddss_attr_init(&attr);
 	attr.mode = DDSS_MODE_DIRECT;
 	r = ddss_init(&attr, &ctx);

@@ -24,7 +24,8 @@
 
 enum dproto_sock_op {
 	DSOCK_HELLO = 1, /* client -> daemon: struct dsock_hello */
-	DSOCK_WELCOME,   /* daemon -> client: struct dsock_welcome */
+	DSOCK_WELCOME,   /* daemon -> client: struct dsock_welcome, the pool's memfd attached
+			  * when it is shared (local reads, daemon/local.h) */
 	DSOCK_CHAN,      /* client -> daemon: struct dsock_chan, the channel's fd attached */
 	DSOCK_CHAN_OK,   /* daemon -> client: struct dsock_chan (rc set) */
 };
@@ -40,6 +41,8 @@ struct dsock_welcome {
 	uint32_t rank, size;
 	uint32_t client;    /* this client's id at the daemon (never 0) */
 	int32_t daemon_pid;
+	uint64_t pool_len;  /* the attached pool memfd's length (0: none attached) */
+	uint64_t epoch_off; /* where in it the release epoch word is */
 };
 
 struct dsock_chan {
@@ -81,6 +84,7 @@ struct dmsg_req {
 	uint32_t coherence, delta, temporal_ms;
 	uint32_t iters;      /* BENCH */
 	uint32_t named;      /* ALLOC: @name is given (it may be "", which is refused) */
+	uint32_t want_desc;  /* GET: say where a null segment homed here lies (local reads) */
 	char name[DDSS_NAME_MAX]; /* ALLOC, LOOKUP */
 };
 
@@ -93,6 +97,8 @@ struct dmsg_resp {
 	uint32_t coherence, param; /* STAT */
 	uint64_t ns_median, ns_p99; /* BENCH */
 	uint64_t stats[5];   /* COH_STATS: fetches, hits, retries, locked, cached */
+	uint64_t data_off;   /* GET with want_desc, has_desc: the segment's pool offset ... */
+	uint32_t has_desc;   /* ... and size (in @size): a null segment homed at this daemon */
 };
 
 #endif /* DDSS_DAEMON_PROTO_H */

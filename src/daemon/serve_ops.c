@@ -3,7 +3,9 @@
  * on the daemon's own (direct) context: results are exactly what direct mode gives.
  */
 #include "daemon/serve.h"
+#include "alloc/pool.h"
 #include "coherence/coherence.h"
+#include "core/ctx.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +17,21 @@ static int payload(struct ddss_chan *chan, const struct dmsg_req *q, void **p)
 	if (!q->len)
 		return -EINVAL;
 	return ddss_chan_data_peer(chan, q->data_off, q->len, p);
+}
+
+/* A null segment homed here can be read by the client from the shared pool itself. */
+static void describe_local(ddss_ctx_t *ctx, uint64_t key, struct dmsg_resp *a)
+{
+	const struct ddss_seg_desc *d;
+
+	if (ddss_pool_fd(ctx->pool) < 0 || ddss_ctx_desc(ctx, key, &d))
+		return;
+	if (d->home == ctx->rank && d->coherence == DDSS_COHERENCE_NULL) {
+		a->has_desc = 1;
+		a->data_off = d->data_off;
+		a->size = d->size;
+	}
+	ddss_seg_cache_put(d);
 }
 
 static int alloc(ddss_ctx_t *ctx, const struct dmsg_req *q, struct dmsg_resp *a)
@@ -126,6 +143,8 @@ void ddss_serve_call(struct ddss_server *srv, ddss_ctx_t *ctx, struct ddss_chan 
 		if (!r)
 			r = ddss_get_versioned(ctx, q->key, q->offset, p, q->len, q->back,
 					       q->versioned ? &a->version : NULL);
+		if (!r && q->want_desc)
+			describe_local(ctx, q->key, a);
 		break;
 	case DOP_PUT:
 		r = payload(chan, q, &p);

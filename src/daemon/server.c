@@ -8,6 +8,8 @@
  * leaves, for a lock its last call took after that.
  */
 #include "daemon/serve.h"
+#include "alloc/pool.h"
+#include "core/ctx.h"
 #include "core/log.h"
 #include "daemon/sock.h"
 #include "lock/lock.h"
@@ -221,8 +223,11 @@ static void client_message(struct srv_client *cl)
 
 static void accept_client(struct ddss_server *srv)
 {
+	int pool_fd = ddss_pool_fd(srv->ctx->pool);
 	struct dsock_welcome w = { .op = DSOCK_WELCOME, .rank = ddss_rank(srv->ctx),
-				   .size = ddss_size(srv->ctx), .daemon_pid = getpid() };
+				   .size = ddss_size(srv->ctx), .daemon_pid = getpid(),
+				   .pool_len = pool_fd < 0 ? 0 : ddss_pool_len(srv->ctx->pool),
+				   .epoch_off = ddss_ctx_epoch_off() };
 	struct dsock_hello h;
 	struct srv_client *cl;
 	int s = accept4(srv->lsock, NULL, NULL, SOCK_CLOEXEC);
@@ -254,7 +259,7 @@ static void accept_client(struct ddss_server *srv)
 	srv->nclients++;
 	pthread_mutex_unlock(&srv->mu);
 	w.client = cl->id;
-	if (ddss_sock_send(s, &w, sizeof(w), -1)) {
+	if (ddss_sock_send(s, &w, sizeof(w), pool_fd)) {
 		client_gone(cl);
 		return;
 	}

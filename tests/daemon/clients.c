@@ -8,9 +8,14 @@
  * thread of every client of every node ends exact; one client cannot release (or see as
  * its own) another client's lock; payloads up to 8 MiB cross the channel byte-exact; a
  * client killed while holding a lock, and one killed while queued for it, are cleaned up:
- * the others get the lock within a bounded time (CRASH_BOUND_MS).
+ * the others get the lock within a bounded time (CRASH_BOUND_MS); null segments of the
+ * client's own node are read from the daemon's pool directly, see every put made through
+ * the daemon, and are never served once released.
  */
 #include "common/test_util.h"
+#include "core/ctx.h"
+#include "daemon/client.h"
+#include "daemon/local.h"
 #include "ddss/ddss.h"
 
 #include <CUnit/CUnit.h>
@@ -193,6 +198,94 @@ static void test_payloads(void)
 	barrier();
 }
 
+/* ---- local reads: null segments of this node straight from the daemon's pool ---- */
+
+static uint64_t local_reads(void)
+{
+	struct ddss_local *lv = ddss_client_local(ctx->client);
+
+	return lv ? ddss_local_reads(lv) : 0;
+}
+
+/* Two gets of @k; returns how many were served from the pool. */
+static uint64_t get_twice(ddss_key_t k, uint64_t *v_p)
+{
+	uint64_t before = local_reads();
+
+	EXPECT_RC(ddss_get(ctx, k, 0, v_p, 8), 0);
+	EXPECT_RC(ddss_get(ctx, k, 0, v_p, 8), 0);
+	return local_reads() - before;
+}
+
+static void test_local_reads(void)
+{
+	ddss_key_t mine, remote, strict, shared;
+	uint64_t v = 0, want, before;
+	bool writer = client == 1, releaser = client == nclients;
+	char name[32];
+
+	snprintf(name, sizeof(name), "local-shared-%u", me); /* one per node */
+	shared = named(name, 64, me);
+
+	CU_ASSERT_FATAL(ddss_client_local(ctx->client) != NULL);
+	/* A null segment of this node: the second get (at the latest) comes from the pool. */
+	EXPECT_RC(ddss_allocate_ss(ctx, 64, &(struct ddss_seg_attr){
+		.placement = DDSS_PLACE_LOCAL }, &mine), 0);
+	want = 0x1000u * me + client;
+	EXPECT_RC(ddss_put(ctx, mine, 0, &want, 8), 0);
+	CU_ASSERT(get_twice(mine, &v) >= 1);
+	EXPECT_EQ(v, want, "local read");
+	/* Elsewhere, or under a model with locks: always through the daemon. */
+	EXPECT_RC(ddss_allocate_ss(ctx, 64, &(struct ddss_seg_attr){
+		.placement = DDSS_PLACE_RANK, .rank = me % nranks + 1 }, &remote), 0);
+	EXPECT_RC(ddss_allocate_ss(ctx, 64, &(struct ddss_seg_attr){
+		.placement = DDSS_PLACE_LOCAL, .coherence = DDSS_COHERENCE_STRICT }, &strict), 0);
+	EXPECT_EQ(get_twice(remote, &v), 0, "local reads of a remote segment");
+	EXPECT_EQ(get_twice(strict, &v), 0, "local reads of a strict segment");
+	/* Out of range: the daemon says so, as in direct mode. */
+	EXPECT_RC(ddss_get(ctx, mine, 60, &v, 8), -ERANGE);
+	/* Released: never served from the pool again, even once its memory is reused. */
+	EXPECT_RC(ddss_release_ss(ctx, mine), 0);
+	before = local_reads();
+	EXPECT_RC(ddss_get(ctx, mine, 0, &v, 8), -ESTALE);
+	EXPECT_RC(ddss_allocate_ss(ctx, 64, &(struct ddss_seg_attr){
+		.placement = DDSS_PLACE_LOCAL }, &mine), 0);
+	EXPECT_EQ(local_reads(), before, "local reads of a released segment");
+
+	/* Between the clients of one node: a put through the daemon is seen by the others'
+	 * local reads; another client's release makes them -ESTALE. */
+	barrier();
+	if (writer) {
+		want = 0xabc0u + me;
+		EXPECT_RC(ddss_put(ctx, shared, 0, &want, 8), 0);
+	}
+	barrier();
+	want = 0xabc0u + me;
+	get_twice(shared, &v);
+	EXPECT_EQ(v, want, "the node's writer's value");
+	barrier();
+	if (writer) {
+		want = 0xdef0u + me;
+		EXPECT_RC(ddss_put(ctx, shared, 0, &want, 8), 0);
+	}
+	barrier();
+	want = 0xdef0u + me;
+	before = local_reads();
+	EXPECT_RC(ddss_get(ctx, shared, 0, &v, 8), 0);
+	EXPECT_EQ(v, want, "the node's writer's second value");
+	EXPECT_EQ(local_reads() - before, 1, "local reads of the shared segment");
+	barrier();
+	if (releaser)
+		EXPECT_RC(ddss_release_ss(ctx, shared), 0);
+	barrier();
+	if (!releaser)
+		EXPECT_RC(ddss_get(ctx, shared, 0, &v, 8), -ESTALE);
+	EXPECT_RC(ddss_release_ss(ctx, mine), 0);
+	EXPECT_RC(ddss_release_ss(ctx, remote), 0);
+	EXPECT_RC(ddss_release_ss(ctx, strict), 0);
+	barrier();
+}
+
 /* ---- a client that dies holding (or waiting for) a lock ---- */
 
 /*
@@ -317,6 +410,8 @@ int main(int argc, char **argv)
 	CU_add_test(s, "exclusive counter over all threads of all clients", test_counter);
 	CU_add_test(s, "a client cannot release another client's lock", test_ownership);
 	CU_add_test(s, "payloads 1 B .. 8 MiB byte-exact; errors as in direct mode", test_payloads);
+	CU_add_test(s, "local reads: straight from the pool, fresh, never after release",
+		    test_local_reads);
 	CU_add_test(s, "a client killed holding a lock: the others get it", test_crash);
 	failed = test_run_all();
 	CU_cleanup_registry();
