@@ -40,7 +40,8 @@ _Static_assert(DDSS_CHAN_MSG % 64 == 0, "slots on cache lines");
 _Static_assert((DDSS_CHAN_DEPTH & (DDSS_CHAN_DEPTH - 1)) == 0, "depth divides 2^32");
 
 #define SLICE_NS 100000000ll   /* longest sleep between liveness checks */
-#define SPIN_YIELD 256         /* spins between sched_yield(): other processes share the cores */
+#define SPIN_ANSWER_MAX_NS 1000000 /* the longest a client spins for an answer */
+#define SPIN_YIELD 1           /* spins per sched_yield(): cores may be fewer than spinners */
 #define SPIN_CLOCK 16          /* spins between clock reads */
 
 /* This end's private view of one ring. */
@@ -49,6 +50,7 @@ struct chan_side {
 	uint8_t *slots;
 	uint32_t pos;   /* producer: messages posted; consumer: messages consumed */
 	uint32_t avail; /* producer: 1 while a slot is handed out; consumer: messages validated */
+	int64_t typical_ns; /* consumer of responses: how long answers take (moving average) */
 };
 
 struct ddss_chan {
@@ -142,15 +144,32 @@ static int ring_ready(struct ddss_chan *c, struct chan_side *s)
 	return closed ? -EPIPE : 0;
 }
 
+/*
+ * How long to spin before sleeping. The daemon's worker spins the configured time: a client
+ * that calls back to back is served without a wake-up, an idle one costs nothing after it.
+ * A client waiting for its answer spins up to twice the typical answer time (at most
+ * SPIN_ANSWER_MAX_NS): its thread has nothing else to do, each spin gives the core away
+ * (sched_yield), and on a slow machine (the emulated guest) calls that take longer than
+ * the configured spin would otherwise all pay for a futex wake-up.
+ */
+static int64_t spin_budget(const struct ddss_chan *c, const struct chan_side *s)
+{
+	int64_t ns = c->spin_ns;
+
+	if (ns > 0 && !c->daemon && 2 * s->typical_ns > ns)
+		ns = 2 * s->typical_ns < SPIN_ANSWER_MAX_NS ? 2 * s->typical_ns : SPIN_ANSWER_MAX_NS;
+	return ns;
+}
+
 /* Look until the spin time (or the deadline) is over: the other side is likely busy. */
 static int ring_spin(struct ddss_chan *c, struct chan_side *s, int64_t deadline)
 {
-	int64_t end;
+	int64_t end, budget = spin_budget(c, s);
 	int rc;
 
-	if (c->spin_ns <= 0)
+	if (budget <= 0)
 		return 0;
-	end = now_ns() + c->spin_ns;
+	end = now_ns() + budget;
 	if (end > deadline)
 		end = deadline;
 	for (unsigned i = 1;; i++) {
@@ -210,11 +229,11 @@ static int ring_sleep(struct ddss_chan *c, struct chan_side *s, int64_t deadline
 static int ring_wait(struct ddss_chan *c, struct chan_side *s, int timeout_ms,
 		     ddss_chan_alive_fn alive, void *arg, const void **msg_p)
 {
-	int64_t deadline = INT64_MAX;
+	int64_t deadline = INT64_MAX, t0 = now_ns();
 	int rc;
 
 	if (timeout_ms > 0)
-		deadline = now_ns() + (int64_t)timeout_ms * 1000000;
+		deadline = t0 + (int64_t)timeout_ms * 1000000;
 	rc = ring_ready(c, s);
 	if (!rc && timeout_ms)
 		rc = ring_spin(c, s, deadline);
@@ -222,6 +241,8 @@ static int ring_wait(struct ddss_chan *c, struct chan_side *s, int timeout_ms,
 		rc = ring_sleep(c, s, deadline, alive, arg);
 	if (rc < 0)
 		return rc;
+	if (rc > 0 && !c->daemon)
+		s->typical_ns += (now_ns() - t0 - s->typical_ns) / 8;
 	if (!rc)
 		return -ETIMEDOUT;
 	*msg_p = s->slots + (s->pos % DDSS_CHAN_DEPTH) * DDSS_CHAN_MSG;

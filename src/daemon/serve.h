@@ -25,6 +25,7 @@ enum dbench_what {
 	DBENCH_GET = 1, /* ddss_get of 1 byte */
 	DBENCH_PUT,     /* ddss_put of 1 byte */
 	DBENCH_LOCK,    /* exclusive acquire + release */
+	DBENCH_STAT,    /* ddss_stat_ss of a cached key: no I/O, the call's own cost */
 };
 
 #endif /* DDSS_DAEMON_SERVE_H */

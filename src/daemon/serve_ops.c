@@ -103,6 +103,12 @@ static int bench(ddss_ctx_t *ctx, const struct dmsg_req *q, struct dmsg_resp *a)
 			if (!r)
 				r = ddss_release_lock_ss(ctx, q->key);
 			break;
+		case DBENCH_STAT: {
+			struct ddss_seg_info info;
+
+			r = ddss_stat_ss(ctx, q->key, &info);
+			break;
+		}
 		default:
 			r = -EINVAL;
 		}
