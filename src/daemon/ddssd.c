@@ -105,6 +105,16 @@ static int parse(int argc, char **argv, struct opts *o)
  * One ddssd per node: an exclusive flock on "<socket>.lock", held for the process's life
  * (the kernel drops it when we die, so a crashed daemon never blocks its successor).
  */
+static void record_pid(int fd)
+{
+	char pid[32];
+	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+		DDSS_WARN("could not record our pid in the instance lock file");
+}
+
+/* Returns the lock file's fd (>= 0), or -errno. */
 static int claim_node(const char *socket)
 {
 	char path[PATH_MAX], pid[32];
@@ -127,10 +137,8 @@ static int claim_node(const char *socket)
 		close(fd);
 		return r;
 	}
-	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
-		DDSS_WARN("could not record our pid in %s", path);
-	return 0; /* fd stays open: it is the claim */
+	record_pid(fd);
+	return fd; /* stays open: it is the claim (a fork shares it) */
 }
 
 /* --daemonize: the parent returns once the child is ready (its exit status says how). */
@@ -172,19 +180,23 @@ int main(int argc, char **argv)
 	struct ddss_server *srv;
 	struct opts o = { 0 };
 	ddss_ctx_t *ctx;
-	int sig, busy, r, bg_ready = -1;
+	int sig, busy, r, bg_ready = -1, claim;
 	sigset_t stop;
 
 	if (parse(argc, argv, &o)) {
 		usage(stderr);
 		return 2;
 	}
-	r = claim_node(o.socket);
-	if (r)
-		return r == -EEXIST ? EXIT_SECOND_INSTANCE : 1;
-	if (o.daemonize && go_background(&bg_ready)) {
-		fprintf(stderr, "ddssd: cannot go to the background: %s\n", strerror(errno));
-		return 1;
+	claim = claim_node(o.socket);
+	if (claim < 0)
+		return claim == -EEXIST ? EXIT_SECOND_INSTANCE : 1;
+	if (o.daemonize) {
+		if (go_background(&bg_ready)) {
+			fprintf(stderr, "ddssd: cannot go to the background: %s\n",
+				strerror(errno));
+			return 1;
+		}
+		record_pid(claim); /* the daemon is the child now */
 	}
 	/* Every thread inherits the mask: only sigwait below takes these. */
 	sigemptyset(&stop);

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -57,9 +59,11 @@ static int listen_any(unsigned *port_p)
 
 /*
  * Start a one-rank ddssd serving sock_path; returns its pid once it is ready, or -1 (then
- * *status_p is its exit status if it ended: a second instance exits with 3).
+ * *status_p is its exit status if it ended: a second instance exits with 3). @daemonize:
+ * as a service would (--daemonize): the command returns once the daemon serves, and the
+ * daemon's pid is the one in its instance lock file (we are a subreaper: it stays ours).
  */
-static pid_t start_daemon(int *status_p)
+static pid_t start(bool daemonize, int *status_p)
 {
 	unsigned port = 0;
 	int ls = listen_any(&port), p[2];
@@ -83,11 +87,31 @@ static pid_t start_daemon(int *status_p)
 		setenv("DDSS_LISTEN_FD", "3", 1);
 		setenv("DDSS_GROUP", "0x5eed", 1);
 		unsetenv("DDSS_MODE");
-		execl(ddssd, "ddssd", "--socket", sock_path, "--ready-fd", "4", (char *)NULL);
+		if (daemonize)
+			execl(ddssd, "ddssd", "--socket", sock_path, "--daemonize", (char *)NULL);
+		else
+			execl(ddssd, "ddssd", "--socket", sock_path, "--ready-fd", "4",
+			      (char *)NULL);
 		_exit(127);
 	}
 	close(ls);
 	close(p[1]);
+	if (daemonize) {
+		char path[80], buf[32] = "";
+		FILE *f;
+
+		close(p[0]);
+		if (pid < 0 || waitpid(pid, status_p, 0) != pid || !WIFEXITED(*status_p) ||
+		    WEXITSTATUS(*status_p) != 0)
+			return -1;
+		snprintf(path, sizeof(path), "%s.lock", sock_path);
+		f = fopen(path, "r");
+		if (!f || !fgets(buf, sizeof(buf), f))
+			buf[0] = '\0';
+		if (f)
+			fclose(f);
+		return (pid_t)atoi(buf) > 0 ? (pid_t)atoi(buf) : -1;
+	}
 	/* The byte comes once it serves; EOF if it exits first. */
 	if (pid < 0 || read(p[0], &b, 1) != 1) {
 		close(p[0]);
@@ -97,6 +121,11 @@ static pid_t start_daemon(int *status_p)
 	}
 	close(p[0]);
 	return pid;
+}
+
+static pid_t start_daemon(int *status_p)
+{
+	return start(false, status_p);
 }
 
 static ddss_ctx_t *attach(void)
@@ -226,6 +255,29 @@ static void test_sigterm(void)
 	CU_ASSERT_EQUAL(access(sock_path, F_OK), -1); /* it removed its socket */
 }
 
+static void test_daemonize(void)
+{
+	ddss_ctx_t *c;
+	ddss_key_t key;
+	uint64_t v = 7;
+	pid_t d;
+	int st;
+
+	d = start(true, &st);
+	CU_ASSERT_FATAL(d > 0);
+	c = attach(); /* ready as soon as the command returned */
+	CU_ASSERT_FATAL(c != NULL);
+	EXPECT_RC(ddss_allocate_ss(c, 64, NULL, &key), 0);
+	EXPECT_RC(ddss_put(c, key, 0, &v, 8), 0);
+	v = 0;
+	EXPECT_RC(ddss_get(c, key, 0, &v, 8), 0);
+	CU_ASSERT_EQUAL(v, 7);
+	CU_ASSERT_EQUAL(kill(d, SIGTERM), 0);
+	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	EXPECT_RC(ddss_finalize(c), 0);
+}
+
 int main(int argc, char **argv)
 {
 	unsigned failed;
@@ -236,6 +288,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	ddssd = argv[1];
+	/* A --daemonize'd ddssd is orphaned by its launcher: make it ours to wait for. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	snprintf(sock_path, sizeof(sock_path), "/tmp/ddss-life-%d.sock", (int)getpid());
 	signal(SIGPIPE, SIG_IGN);
 	if (CU_initialize_registry() != CUE_SUCCESS)
@@ -244,6 +298,8 @@ int main(int argc, char **argv)
 	CU_add_test(s, "no daemon at the socket: clear error", test_no_daemon);
 	CU_add_test(s, "killed daemon: blocked and later calls give -ENOTCONN", test_killed);
 	CU_add_test(s, "SIGTERM: clean stop with a client attached", test_sigterm);
+	CU_add_test(s, "--daemonize: ready when the command returns, stops on SIGTERM",
+		    test_daemonize);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	unlink(sock_path);
