@@ -12,6 +12,9 @@ pkgs=(
   libcunit1-dev                      # tests
   python3                            # launcher test helper
   spin                               # lock protocol model checking
+  redis-server libhiredis-dev        # peer benchmark: what users would pick instead
+  openmpi-bin libopenmpi-dev         # peer benchmark: MPI one-sided RMA
+  gnuplot-nox                        # benchmark plots
 )
 if dpkg -s "${pkgs[@]}" >/dev/null 2>&1; then
   exit 0
