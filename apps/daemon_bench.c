@@ -44,7 +44,7 @@ static const struct call {
 	{ DBENCH_GET, "get 1 B", false },
 	{ DBENCH_PUT, "put 1 B", false },
 	{ DBENCH_LOCK, "lock + unlock", false },
-	{ DBENCH_GET, "get 1 B, local", true },
+	{ DBENCH_GET, "get 1 B (local)", true },
 	{ DBENCH_STAT, "stat (no I/O)", false },
 };
 #define NCALLS (sizeof(calls) / sizeof(calls[0]))
@@ -165,8 +165,10 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 	ddss_release_ss(ctx, keys[0]);
 	ddss_release_ss(ctx, keys[1]);
 
-	printf("daemon mode vs direct mode, %u blocks x %u calls each way, taking turns; segment "
-	       "at rank %d (median of the blocks' medians, us)\n", nblocks, per_block, HOME);
+	if (!o->csv)
+		printf("daemon mode vs direct mode, %u blocks x %u calls each way, taking turns; "
+		       "segment at rank %d (median of the blocks' medians, us)\n", nblocks,
+		       per_block, HOME);
 	if (o->csv)
 		printf("call,direct_med_us,direct_p99_us,daemon_med_us,daemon_p99_us,added_us\n");
 	else

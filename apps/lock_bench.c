@@ -5,7 +5,7 @@
  * 0/50/100% contention).
  *
  *   ddssrun -n 4 ddss-lock-bench [--iters N] [--rounds R] [--waiters W] [--threads T]
- *                                [--duration-ms D] [--quick] [--no-pin] [--csv]
+ *                                [--duration-ms D] [--hold-us H] [--quick] [--no-pin] [--csv]
  *
  * Every rank switches the scheme (ncosed, dqnl, srsl) with ddss_lock_scheme_set() between
  * two barriers, with no lock held or awaited anywhere, and the schemes take turns in blocks
@@ -36,6 +36,8 @@
  *     the DQNL paper's single lock server. Total ops/s, median over --rounds slices, and
  *     the part of it done by the home rank's own clients (on tcp a rank reaches its own
  *     pool with CPU operations, so those clients lock without the network and dominate).
+ *     --hold-us H: each client holds the lock H microseconds (busy), the DQNL paper's hold
+ *     time; the CSV's throughput rows end with H.
  *     Before it, per scheme, an exclusion check: all clients increment one counter by
  *     get / +1 / put under the exclusive lock; a lost increment is reported as a failure.
  *
@@ -120,6 +122,7 @@ static const char *const level_names[C_COUNT] = { "0%", "50%", "100%" };
 struct lb_opts {
 	struct bench_opts b; /* b.size is --waiters */
 	unsigned threads, duration_ms;
+	unsigned hold_us; /* --hold-us: time inside each critical section of (c) */
 };
 
 enum job_kind { JOB_CASCADE, JOB_TPUT, JOB_EXIT };
@@ -398,6 +401,13 @@ static void tput_client(struct lb *lb, struct worker *w)
 		r = ddss_acquire_lock_ss(lb->ctx, key, DDSS_LOCK_EXCLUSIVE);
 		if (r)
 			fail("ddss_acquire_lock_ss(exclusive) (throughput)", r);
+		if (lb->o.hold_us && !lb->job.check) {
+			/* The DQNL paper's hold time: work done while holding the lock. */
+			int64_t until = ddss_now_ns() + (int64_t)lb->o.hold_us * 1000;
+
+			while (ddss_now_ns() < until)
+				;
+		}
 		if (lb->job.check) {
 			r = ddss_get(lb->ctx, key, 0, &v, sizeof(v));
 			v++;
@@ -851,7 +861,7 @@ static void report_csv(struct lb *lb, const struct lat_result *a, const struct c
 {
 	const char *tp = ddss_net_transport_name(lb->ctx->net), *comp = completion_name();
 
-	printf("table,transport,completion,ranks,scheme,variant,param,value,unit,ratio\n");
+	printf("table,transport,completion,ranks,scheme,variant,param,value,unit,ratio,hold_us\n");
 	printf("latency,%s,%s,%u,raw,cas,,%.3f,us,\n", tp, comp, lb->size, a->raw[RAW_CAS]);
 	printf("latency,%s,%s,%u,raw,fadd,,%.3f,us,\n", tp, comp, lb->size, a->raw[RAW_FADD]);
 	for (int s = 0; s < NSCHEMES; s++)
@@ -870,9 +880,9 @@ static void report_csv(struct lb *lb, const struct lat_result *a, const struct c
 	for (int l = 0; l < C_COUNT; l++)
 		for (int s = 0; s < NSCHEMES; s++)
 		{
-			printf("throughput,%s,%s,%u,%s,contention_%s,%u,%.0f,ops/s,%.3f\n", tp, comp,
-			       lb->size, scheme_names[s], level_names[l], c->nlocks[l], c->ops[l][s],
-			       c->ops[l][s] / c->ops[l][0]);
+			printf("throughput,%s,%s,%u,%s,contention_%s,%u,%.0f,ops/s,%.3f,%u\n",
+			       tp, comp, lb->size, scheme_names[s], level_names[l], c->nlocks[l],
+			       c->ops[l][s], c->ops[l][s] / c->ops[l][0], lb->o.hold_us);
 			printf("throughput_home,%s,%s,%u,%s,contention_%s,%u,%.0f,ops/s,%.3f\n", tp,
 			       comp, lb->size, scheme_names[s], level_names[l], c->nlocks[l],
 			       c->home[l][s], c->home[l][s] / c->ops[l][s]);
@@ -1013,6 +1023,8 @@ static int parse(int argc, char **argv, struct lb_opts *o)
 		} else if (!strcmp(argv[i], "--duration-ms") && i + 1 < argc) {
 			o->duration_ms = (unsigned)strtoul(argv[++i], NULL, 0);
 			duration = true;
+		} else if (!strcmp(argv[i], "--hold-us") && i + 1 < argc) {
+			o->hold_us = (unsigned)strtoul(argv[++i], NULL, 0);
 		} else if (!strcmp(argv[i], "--quick")) {
 			quick = true;
 		} else {
@@ -1034,7 +1046,7 @@ static int parse(int argc, char **argv, struct lb_opts *o)
 		o->duration_ms = duration ? o->duration_ms : 50;
 	}
 	return o->threads && o->threads <= MAX_THREADS && o->duration_ms &&
-	       o->duration_ms <= MAX_DURATION_MS ? 0 : -1;
+	       o->duration_ms <= MAX_DURATION_MS && o->hold_us <= 1000000 ? 0 : -1;
 }
 
 /* Waiter threads this rank runs for the largest cascade. */
@@ -1125,7 +1137,8 @@ int main(int argc, char **argv)
 
 	if (parse(argc, argv, &lb.o)) {
 		fprintf(stderr, "usage: ddssrun -n 4 %s [--iters N] [--rounds R] [--waiters W<=%d] "
-			"[--threads T<=%d] [--duration-ms D] [--quick] [--no-pin] [--csv]\n",
+			"[--threads T<=%d] [--duration-ms D] [--hold-us H] [--quick] [--no-pin] "
+			"[--csv]\n",
 			argv[0], MAX_WAITERS, MAX_THREADS);
 		return 2;
 	}
