@@ -46,6 +46,10 @@ static const int sizes[NSIZES] = { 1, 64, 4096 };
 enum call { C_GET_FLUSH, C_GET_LOCK, C_PUT_FLUSH, C_PUT_LOCK, C_DATA_COUNT };
 enum { L_EXCL, L_SHARED, L_COUNT };
 
+/* The CSV's call column: short and stable (run-peers.sh selects rows by it). */
+static const char *const data_calls[C_DATA_COUNT] = { "get+flush", "lock(S)+get+unlock",
+						      "put+flush", "lock(X)+put+unlock" };
+static const char *const lock_calls[L_COUNT] = { "lock(X)+unlock", "lock(S)+unlock" };
 static const char *const data_names[C_DATA_COUNT] = {
 	"MPI_Get + MPI_Win_flush (in lock_all)",
 	"MPI_Win_lock(SHARED) + MPI_Get + unlock",
@@ -53,12 +57,10 @@ static const char *const data_names[C_DATA_COUNT] = {
 	"MPI_Win_lock(EXCLUSIVE) + MPI_Put + unlock",
 };
 static const char *const data_tests[C_DATA_COUNT] = { "get", "get", "put", "put" };
-static const char *const data_how[C_DATA_COUNT] = { "flush", "lock/op", "flush", "lock/op" };
 static const char *const lock_names[L_COUNT] = {
 	"MPI_Win_lock(EXCLUSIVE) + MPI_Win_unlock",
 	"MPI_Win_lock(SHARED) + MPI_Win_unlock",
 };
-static const char *const lock_how[L_COUNT] = { "exclusive", "shared" };
 
 struct opts {
 	unsigned iters, rounds;
@@ -197,12 +199,12 @@ static void csv(FILE *f, const struct opts *o, struct stat3 (*dst)[C_DATA_COUNT]
 		   "ops_per_s,samples,ratio,target,met\n");
 	for (int s = 0; s < NSIZES; s++)
 		for (int c = 0; c < C_DATA_COUNT; c++)
-			fprintf(f, "%s,%s,poll,latency,%s,%d,MPI,%s,%.3f,%.3f,%.3f,,%zu,,,\n",
-				data_how[c], o->label, data_tests[c], sizes[s], data_names[c],
+			fprintf(f, "mpi,%s,poll,latency,%s,%d,MPI,%s,%.3f,%.3f,%.3f,,%zu,,,\n",
+				o->label, data_tests[c], sizes[s], data_calls[c],
 				dst[s][c].med, dst[s][c].p99, dst[s][c].mean, n);
 	for (int k = 0; k < L_COUNT; k++)
-		fprintf(f, "%s,%s,poll,latency,lock+unlock,0,MPI,%s,%.3f,%.3f,%.3f,,%zu,,,\n",
-			lock_how[k], o->label, lock_names[k], lst[k].med, lst[k].p99, lst[k].mean, n);
+		fprintf(f, "mpi,%s,poll,latency,lock+unlock,0,MPI,%s,%.3f,%.3f,%.3f,,%zu,,,\n",
+			o->label, lock_calls[k], lst[k].med, lst[k].p99, lst[k].mean, n);
 }
 
 static void text(const struct opts *o, struct stat3 (*dst)[C_DATA_COUNT], const struct stat3 *lst)

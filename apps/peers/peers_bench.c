@@ -5,13 +5,14 @@
  *
  *   ddssrun -n 2 [--daemon] ddss-peers-bench --redis-port P [--redis-host H] [--iters N]
  *       [--rounds R] [--threads T] [--duration-ms D] [--quick] [--no-pin] [--csv]
- *       [--csv-out FILE]
+ *       [--skip-throughput] [--csv-out FILE]
  *
  * Rank 1 measures; rank 2 is the home of every DDSS segment, the side a Redis server would
  * be on (run-peers.sh pins redis-server to rank 2's CPU). Only the public API is used on the
  * DDSS side, so the same program runs in daemon mode (ddssrun --daemon: then the client of
- * rank 1's ddssd measures). Workloads, DDSS and Redis taking turns in blocks of 25 calls so
- * drift on a shared machine hits both alike, --iters calls per block sequence and round:
+ * rank 1's ddssd measures). Workloads (each call --iters times per round, --rounds rounds;
+ * DDSS and Redis taking turns in blocks of 25 calls so drift on a shared machine hits both
+ * alike):
  *
  *   get 1 B, 64 B, 4 KiB  ddss_get of a null segment at rank 2  vs  GET of a key that size
  *   put 1 B, 64 B, 4 KiB  ddss_put                              vs  SET
@@ -24,8 +25,12 @@
  *                         own 64 B segment / key and (Redis) its own connection, a 50/50
  *                         get/put mix for --duration-ms (200) per slice; DDSS and Redis
  *                         slices alternate, --rounds of each; ops/s is the median slice's,
- *                         with the per-call latency under that load.
+ *                         with the per-call latency under that load (--skip-throughput:
+ *                         not measured; run-peers.sh skips it in poll mode, where 8
+ *                         spinning clients on one CPU would measure the scheduler).
  *
+ * Each rank pins itself (all its threads) to CPU rank-1 unless --no-pin; in daemon mode
+ * nothing is pinned (the calls run in the daemons, which nobody pins; as ddss-daemon-bench).
  * Samples are TSC ticks converted with a rate calibrated over the run (bench_util.h). Prints
  * medians, p99 and means in microseconds, ops/s, and each DDSS / Redis ratio with the
  * issue's target (tcp): get and put median below Redis' (ratio < 1), lock + unlock <= 0.6 x
@@ -83,7 +88,7 @@ struct pb_opts {
 	const char *redis_host;
 	int redis_port;
 	unsigned iters, rounds, threads, duration_ms;
-	bool csv, pin;
+	bool csv, pin, tput; /* tput: unless --skip-throughput */
 	const char *csv_out;
 };
 
@@ -309,11 +314,10 @@ static const struct test tests[T_COUNT] = {
 	[T_PUT64] = PUT_TEST(64),
 	[T_PUT4K] = PUT_TEST(4096),
 	[T_LOCK] = { "lock+unlock", 0, 3, {
-		{ "DDSS", "acquire_lock_ss(X) + release_lock_ss", c_ddss_lock },
-		{ "Redis", "SET NX PX + DEL", c_redis_lock_del },
-		{ "Redis", "SET NX PX + EVALSHA check-and-del", c_redis_lock_lua } } },
-	[T_PING] = { "ping", 0, 1, { { "Redis", "PING (baseline: round trip, no work)",
-				       c_redis_ping } } },
+		{ "DDSS", "lock(X)+unlock", c_ddss_lock },
+		{ "Redis", "SET NX PX+DEL", c_redis_lock_del },
+		{ "Redis", "SET NX PX+EVALSHA", c_redis_lock_lua } } },
+	[T_PING] = { "ping", 0, 1, { { "Redis", "PING", c_redis_ping } } },
 };
 
 /* ---- latency ---- */
@@ -661,17 +665,19 @@ static unsigned ratios(const struct pb *pb, struct ratio *out)
 
 		v = pb->st[data[i]][0].med / pb->st[data[i]][1].med;
 		out[n++] = (struct ratio){ t->name, t->size,
-			data[i] <= T_GET4K ? "ddss_get / GET (median)" : "ddss_put / SET (median)",
+			data[i] <= T_GET4K ? "ddss_get / GET" : "ddss_put / SET",
 			v, "< 1", v < TARGET_DATA };
 	}
 	v = pb->st[T_LOCK][0].med / pb->st[T_LOCK][1].med;
-	out[n++] = (struct ratio){ "lock+unlock", 0, "DDSS / (SET NX PX + DEL) (median)", v,
+	out[n++] = (struct ratio){ "lock+unlock", 0, "lock(X)+unlock / (SET NX PX+DEL)", v,
 				   "<= 0.6", v <= TARGET_LOCK };
-	out[n] = (struct ratio){ "lock+unlock", 0, "DDSS / (SET NX PX + EVALSHA) (median)",
+	out[n] = (struct ratio){ "lock+unlock", 0, "lock(X)+unlock / (SET NX PX+EVALSHA)",
 				 pb->st[T_LOCK][0].med / pb->st[T_LOCK][2].med, NULL, false };
 	n++;
+	if (!pb->o.tput)
+		return n;
 	v = pb->tput_med[SYS_DDSS] / pb->tput_med[SYS_REDIS];
-	out[n++] = (struct ratio){ "throughput", TPUT_SIZE, "DDSS ops/s / Redis ops/s", v, ">= 2",
+	out[n++] = (struct ratio){ "throughput", TPUT_SIZE, "ops/s (median slice)", v, ">= 2",
 				   v >= TARGET_TPUT };
 	return n;
 }
@@ -694,7 +700,7 @@ static void report_csv(FILE *f, const struct pb *pb)
 				comp, tests[id].name, tests[id].size, tests[id].c[k].system,
 				tests[id].c[k].call, s->med, s->p99, s->mean, n);
 		}
-	for (int s = 0; s < SYS_COUNT; s++) {
+	for (int s = 0; pb->o.tput && s < SYS_COUNT; s++) {
 		size_t ns = 0;
 
 		for (unsigned i = 0; i < pb->o.threads; i++)
@@ -723,7 +729,7 @@ static void report_text(const struct pb *pb)
 	printf("rank 1 measures, DDSS segments at rank 2; %zu samples per call, DDSS and Redis "
 	       "taking turns in blocks of %d; %s\n", (size_t)pb->o.iters * pb->o.rounds, BLOCK,
 	       pb->o.pin ? "ranks pinned to CPUs 0 and 1" : "unpinned");
-	printf("latency in us\n%-12s %6s  %-6s %-38s %9s %9s %9s\n", "test", "size", "system",
+	printf("latency in us\n%-12s %6s  %-6s %-20s %9s %9s %9s\n", "test", "size", "system",
 	       "call", "median", "p99", "mean");
 	for (int id = 0; id < T_COUNT; id++)
 		for (unsigned k = 0; k < tests[id].n; k++) {
@@ -732,23 +738,26 @@ static void report_text(const struct pb *pb)
 
 			if (tests[id].size)
 				snprintf(size, sizeof(size), "%zu B", tests[id].size);
-			printf("%-12s %6s  %-6s %-38s %9.2f %9.2f %9.2f\n", tests[id].name, size,
+			printf("%-12s %6s  %-6s %-20s %9.2f %9.2f %9.2f\n", tests[id].name, size,
 			       tests[id].c[k].system, tests[id].c[k].call, s->med, s->p99, s->mean);
 		}
-	printf("throughput: %u client threads on rank 1, each its own %d B segment / key (and "
-	       "Redis connection), 50/50 get/put; %u slices of %u ms per system, alternating\n",
-	       pb->o.threads, TPUT_SIZE, pb->o.rounds, pb->o.duration_ms);
-	printf("%-6s %12s %18s %14s\n", "system", "ops/s", "call median us", "call p99 us");
-	for (int s = 0; s < SYS_COUNT; s++)
-		printf("%-6s %12.0f %18.2f %14.2f\n", sys_names[s], pb->tput_med[s],
-		       pb->tput_lat[s].med, pb->tput_lat[s].p99);
-	printf("DDSS / Redis (the issue's targets, tcp)\n");
+	printf("ping: Redis' round trip doing no work (a baseline, not compared)\n");
+	if (pb->o.tput) {
+		printf("throughput: %u client threads on rank 1, each its own %d B segment / key "
+		       "(and Redis connection), 50/50 get/put; %u slices of %u ms per system, "
+		       "alternating\n", pb->o.threads, TPUT_SIZE, pb->o.rounds, pb->o.duration_ms);
+		printf("%-6s %12s %18s %14s\n", "system", "ops/s", "call median us", "call p99 us");
+		for (int s = 0; s < SYS_COUNT; s++)
+			printf("%-6s %12.0f %18.2f %14.2f\n", sys_names[s], pb->tput_med[s],
+			       pb->tput_lat[s].med, pb->tput_lat[s].p99);
+	}
+	printf("DDSS / Redis, medians (the issue's targets, tcp)\n");
 	for (unsigned i = 0; i < nr; i++) {
 		char size[32] = "";
 
 		if (rt[i].size)
 			snprintf(size, sizeof(size), "%zu B", rt[i].size);
-		printf("%-12s %6s  %-40s %7.3f  %s%s%s\n", rt[i].test, size, rt[i].what, rt[i].value,
+		printf("%-12s %6s  %-36s %7.3f  %s%s%s\n", rt[i].test, size, rt[i].what, rt[i].value,
 		       rt[i].target ? "target " : "(the safe Redis unlock; information)",
 		       rt[i].target ? rt[i].target : "",
 		       rt[i].target ? rt[i].met ? "  met" : "  NOT met" : "");
@@ -791,7 +800,7 @@ static int measure(struct pb *pb)
 	tick0 = bench_ticks();
 	for (int id = 0; !rc && id < T_COUNT; id++)
 		rc = measure_test(pb, (enum test_id)id);
-	if (!rc)
+	if (!rc && pb->o.tput)
 		rc = measure_tput(pb);
 	if (!rc) {
 		pb->us_per_tick = (double)(ddss_now_ns() - ns0) / 1000.0 /
@@ -840,7 +849,8 @@ static int parse(int argc, char **argv, struct pb_opts *o)
 
 	*o = (struct pb_opts){ .redis_host = "127.0.0.1", .redis_port = 6379, .iters = 1000,
 			       .rounds = 5, .threads = DEFAULT_THREADS,
-			       .duration_ms = DEFAULT_DURATION_MS, .pin = true };
+			       .duration_ms = DEFAULT_DURATION_MS, .pin = true,
+			       .tput = true };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -864,6 +874,8 @@ static int parse(int argc, char **argv, struct pb_opts *o)
 			o->csv = true;
 		else if (!strcmp(a, "--no-pin"))
 			o->pin = false;
+		else if (!strcmp(a, "--skip-throughput"))
+			o->tput = false;
 		else
 			return -1;
 	}
@@ -892,7 +904,7 @@ int main(int argc, char **argv)
 	if (parse(argc, argv, &pb->o)) {
 		fprintf(stderr, "usage: ddssrun -n 2 [--daemon] %s --redis-port P [--redis-host H] "
 			"[--iters N] [--rounds R] [--threads T<=%d] [--duration-ms D] [--quick] "
-			"[--no-pin] [--csv] [--csv-out FILE]\n", argv[0], MAX_THREADS);
+			"[--skip-throughput] [--no-pin] [--csv] [--csv-out FILE]\n", argv[0], MAX_THREADS);
 		free(pb);
 		return 2;
 	}
