@@ -161,6 +161,8 @@ struct frontend;
 
 int frontend_setup(ddss_ctx_t *ctx, const struct cache_opts *o, uint32_t index,
 		   struct frontend **fe_p);
+/* Request every document once both ways (checked, not timed): the caches start warm. */
+int frontend_warmup(struct frontend *fe);
 /* One point's request stream, both ways; the results go to this front-end's slot. */
 int frontend_point(struct frontend *fe, unsigned point);
 /* The violations (stale, backwards, label) seen so far. */

@@ -233,8 +233,12 @@ static void test_local_reads(void)
 		.placement = DDSS_PLACE_LOCAL }, &mine), 0);
 	want = 0x1000u * me + client;
 	EXPECT_RC(ddss_put(ctx, mine, 0, &want, 8), 0);
+	/* Nobody of this node releases a segment meanwhile (a release would send gets back
+	 * to the daemon until the descriptor is learnt again, which is the point of it). */
+	barrier();
 	CU_ASSERT(get_twice(mine, &v) >= 1);
 	EXPECT_EQ(v, want, "local read");
+	barrier();
 	/* Elsewhere, or under a model with locks: always through the daemon. */
 	EXPECT_RC(ddss_allocate_ss(ctx, 64, &(struct ddss_seg_attr){
 		.placement = DDSS_PLACE_RANK, .rank = me % nranks + 1 }, &remote), 0);
