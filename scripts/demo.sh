@@ -26,3 +26,12 @@ echo "== daemon mode: a ddssd per node, the same 4-rank demo as its clients =="
 echo
 echo "== daemon mode: cost per call against direct mode, same run =="
 "$build/apps/ddssrun" -n 2 --transport tcp --daemon "$build/apps/ddss-daemon-bench"
+echo
+echo "== checkpointing: random checkpoints into delta segments, restarts roll everyone back =="
+"$build/apps/ddssrun" -n 4 --transport tcp "$build/apps/checkpoint/ddss-checkpoint"
+echo
+echo "== reconfiguration: agents move servers between overloaded sites (try_lock, write coherence) =="
+"$build/apps/ddssrun" -n 4 --transport tcp "$build/apps/reconfig/ddss-reconfig"
+echo
+echo "== caching: version-coherence front-end caches vs asking the back-end over TCP (Fig. 5b) =="
+"$build/apps/ddssrun" -n 3 --transport tcp "$build/apps/cache/ddss-cache"
