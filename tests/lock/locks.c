@@ -1654,7 +1654,7 @@ int main(int argc, char **argv)
 
 			if (only && !strstr(name, only))
 				continue;
-			CU_add_test(s, strdup(name), tests[i].fn);
+			CU_add_test(s, name, tests[i].fn); /* CUnit keeps its own copy */
 		}
 	}
 	failed = test_run_all();
