@@ -15,6 +15,7 @@ pkgs=(
   redis-server libhiredis-dev        # peer benchmark: what users would pick instead
   openmpi-bin libopenmpi-dev         # peer benchmark: MPI one-sided RMA
   gnuplot-nox                        # benchmark plots
+  clang                              # libFuzzer targets (scripts/fuzz.sh)
 )
 if dpkg -s "${pkgs[@]}" >/dev/null 2>&1; then
   exit 0

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Build from scratch and run the whole test suite with ctest: unit, integration (multi-rank
 # over tcp) and, when an RDMA device or the rxe guest is available, the `rdma` tests; then
-# the concurrency suites under ThreadSanitizer and the rest under ASan + UBSan.
+# the concurrency suites under ThreadSanitizer, the rest under ASan + UBSan, and the fuzz
+# targets for a bounded time.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$top/build-test}
@@ -34,3 +35,5 @@ cmake --build "$asan" -j"$(nproc)" >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$asan" -L "unit|integration|stress" \
   -E "lock_model_spin|peers_bench_smoke|outside_link_tcp" --output-on-failure --timeout 900
+# libFuzzer: every decoder of peer- or client-supplied bytes, 15 s each (tests/fuzz).
+"$top/scripts/fuzz.sh" 15 || [ $? -eq 77 ] # 77: no clang here (said why)

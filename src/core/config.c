@@ -27,7 +27,10 @@ int ddss_env_long(const char *name, long min, long max, long dflt, long *out_p)
 	errno = 0;
 	v = strtol(digits, &end, base);
 	if (errno || *end || end == digits || isspace((unsigned char)digits[0]) ||
-	    (base == 16 && !isxdigit((unsigned char)digits[0])) || v < min || v > max) {
+	    digits[0] == '+' ||
+	    (base == 16 && (!isxdigit((unsigned char)digits[0]) ||
+			    (digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')))) ||
+	    v < min || v > max) {
 		DDSS_ERR("%s=%s: expected a whole number in [%ld, %ld]", name, s, min, max);
 		return -EINVAL;
 	}

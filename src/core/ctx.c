@@ -6,6 +6,8 @@
 #include "core/config.h"
 #include "core/ctx.h"
 #include "core/log.h"
+#include "core/rpc.h"
+#include "core/key.h"
 #include "daemon/client_api.h"
 
 #include <errno.h>
@@ -197,6 +199,13 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 	r = ddss_net_env_load(&env);
 	if (r)
 		return r;
+	/* Keys hold 16-bit ranks, and a release names its cachers in one message. */
+	if (env.size > DDSS_KEY_MAX_RANK ||
+	    DDSS_NAME_MAX + (env.size + 7) / 8 > DDSS_RPC_BODY_MAX) {
+		DDSS_ERR("a group of %u ranks is larger than DDSS supports", env.size);
+		ddss_net_env_free(&env);
+		return -EINVAL;
+	}
 	r = configure(attr ? attr : &dflt, &env, &conf);
 	if (r) {
 		ddss_net_env_free(&env);

@@ -72,6 +72,11 @@ static void on_reply(void *arg, uint32_t from, const void *buf, size_t len)
 		;
 	if (c && !c->done) {
 		c->status = (int32_t)wire_get32(p + 4);
+		/* A peer's status is input too: -errno, 0, or a small op-specific code. */
+		if (c->status < -4095 || c->status > DDSS_RPC_CODE_MAX) {
+			DDSS_WARN("rpc: reply status %d from rank %u", c->status, from);
+			c->status = -EPROTO;
+		}
 		if (len > c->reply_cap) {
 			DDSS_WARN("rpc: %zu-byte reply from rank %u for a %zu-byte buffer", len,
 				  from, c->reply_cap);

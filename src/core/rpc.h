@@ -17,6 +17,9 @@
 
 #define DDSS_RPC_HDR 8u
 #define DDSS_RPC_BODY_MAX (DDSS_TP_MSG_MAX - DDSS_RPC_HDR)
+/* Reply statuses: -4095..-1 (errors), 0, or 1..DDSS_RPC_CODE_MAX (codes an op defines);
+ * anything else arrives as -EPROTO. */
+#define DDSS_RPC_CODE_MAX 255
 
 struct ddss_rpc;
 

@@ -6,6 +6,7 @@
 #include "core/ctx.h"
 #include "core/log.h"
 #include "core/proto.h"
+#include "core/rpc.h"
 #include "coherence/coherence.h"
 #include "core/wire.h"
 
@@ -70,8 +71,8 @@ static int serve_home(struct ddss_ctx *ctx, uint32_t from, uint16_t op, const ui
 	case SEG_OP_RELEASE_BEGIN: {
 		size_t bitmap = (ctx->size + 7) / 8;
 
-		if (len != 8)
-			return -EPROTO;
+		if (len != 8 || DDSS_NAME_MAX + bitmap > DDSS_RPC_BODY_MAX)
+			return -EPROTO; /* ddss_init refuses such groups; never overrun @out */
 		r = ddss_segtab_release_begin(ctx->segtab, wire_get64(body), (char *)out,
 					      out + DDSS_NAME_MAX, bitmap);
 		if (!r)

@@ -12,6 +12,7 @@
 #include "coherence/coherence.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,26 @@ static void get_loc(const uint8_t *p, struct ddss_seg_loc *loc)
 	loc->param = wire_get32(p + 28);
 }
 
+/*
+ * A descriptor from @home is input: its key must be a key of @home's, its model and
+ * parameter ones this build knows, its data past a header. Cached only then.
+ */
+static bool loc_ok(const struct ddss_seg_loc *loc, uint32_t home)
+{
+	struct ddss_key_parts k;
+	uint64_t len;
+
+	return !ddss_key_parse(loc->key, &k) && k.rank == home && loc->size >= 1 &&
+	       loc->data_off >= DDSS_SEG_HDR_LEN &&
+	       !ddss_coh_data_len(loc->coherence, loc->param, loc->size, &len);
+}
+
+/* Only the calls that define a code may be answered with one. */
+static int no_code(int r)
+{
+	return r > 0 ? -EPROTO : r;
+}
+
 int ddss_ctx_desc(struct ddss_ctx *ctx, uint64_t key, const struct ddss_seg_desc **desc_p)
 {
 	struct ddss_key_parts k;
@@ -52,7 +73,8 @@ int ddss_ctx_desc(struct ddss_ctx *ctx, uint64_t key, const struct ddss_seg_desc
 	if (!pend)
 		return -ENOMEM;
 	wire_put64(body, key);
-	r = ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_LOOKUP, body, 8, reply, sizeof(reply), &got, -1);
+	r = no_code(ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_LOOKUP, body, 8, reply, sizeof(reply),
+				  &got, -1));
 	if (r == 0 && got != SEG_DESC_LEN)
 		r = -EPROTO;
 	if (r) {
@@ -60,7 +82,7 @@ int ddss_ctx_desc(struct ddss_ctx *ctx, uint64_t key, const struct ddss_seg_desc
 		return r;
 	}
 	get_loc(reply, &loc);
-	if (loc.key != key) {
+	if (loc.key != key || !loc_ok(&loc, k.rank)) {
 		ddss_seg_cache_cancel(ctx->cache, pend);
 		return -EPROTO;
 	}
@@ -101,13 +123,15 @@ static int alloc_at(struct ddss_ctx *ctx, uint32_t home, size_t nbytes,
 	wire_put32(body + 12, model->param);
 	if (name)
 		strcpy((char *)body + 16, name);
-	r = ddss_rpc_call(ctx->rpc, home, SEG_OP_ALLOC, body, sizeof(body), reply, sizeof(reply),
-			  &got, -1);
+	r = no_code(ddss_rpc_call(ctx->rpc, home, SEG_OP_ALLOC, body, sizeof(body), reply,
+				  sizeof(reply), &got, -1));
 	if (r == 0 && got != SEG_DESC_LEN)
 		r = -EPROTO;
 	if (r)
 		return r;
 	get_loc(reply, &loc);
+	if (!loc_ok(&loc, home))
+		return -EPROTO;
 	if (ddss_seg_cache_end(ctx->cache, NULL, &loc, home, &d) == 0)
 		ddss_seg_cache_put(d);
 	*key_p = loc.key;
@@ -133,10 +157,18 @@ static int name_acquire(struct ddss_ctx *ctx, const char *name, bool create, uin
 		r = ddss_rpc_call(ctx->rpc, dir, SEG_OP_NAME_ACQUIRE, body, sizeof(body), reply,
 				  sizeof(reply), &got, ctx->connect_timeout_ms);
 	while (r == -EAGAIN && ddss_now_ns() < deadline);
+	if (r > 0 && r != SEG_NAME_CREATE)
+		return -EPROTO;
 	if (r == 0) {
+		struct ddss_key_parts k;
+		uint64_t key;
+
 		if (got != 8)
 			return -EPROTO;
-		*key_p = wire_get64(reply);
+		key = wire_get64(reply);
+		if (ddss_key_parse(key, &k) || k.rank > ctx->size)
+			return -EPROTO; /* the directory's answer goes to the user: check it */
+		*key_p = key;
 	}
 	return r;
 }
@@ -149,8 +181,8 @@ static int name_send(struct ddss_ctx *ctx, uint16_t op, const char *name, const 
 	if (key)
 		wire_put64(body, *key);
 	strcpy((char *)body + at, name);
-	return ddss_rpc_call(ctx->rpc, ddss_name_home(name, ctx->size), op, body,
-			     at + DDSS_NAME_MAX, NULL, 0, NULL, -1);
+	return no_code(ddss_rpc_call(ctx->rpc, ddss_name_home(name, ctx->size), op, body,
+				     at + DDSS_NAME_MAX, NULL, 0, NULL, -1));
 }
 
 static int alloc_named(struct ddss_ctx *ctx, uint32_t home, size_t nbytes,
@@ -218,7 +250,8 @@ int ddss_lookup_ss(ddss_ctx_t *ctx, const char *name, ddss_key_t *key_p)
 	if (!ctx || !name || !key_p)
 		return -EINVAL;
 	r = check_name(name);
-	return r ? r : name_acquire(ctx, name, false, key_p);
+	/* Asked not to create, the directory has no business answering "create it". */
+	return r ? r : no_code(name_acquire(ctx, name, false, key_p));
 }
 
 /* Every rank the home gave the descriptor to drops it; they answer once drained. */
@@ -232,7 +265,8 @@ static void invalidate_cachers(struct ddss_ctx *ctx, uint64_t key, const uint8_t
 
 		if (!(bitmap[(rank - 1) / 8] & (1u << ((rank - 1) % 8))))
 			continue;
-		r = ddss_rpc_call(ctx->rpc, rank, SEG_OP_INVALIDATE, body, 8, NULL, 0, NULL, -1);
+		r = no_code(ddss_rpc_call(ctx->rpc, rank, SEG_OP_INVALIDATE, body, 8, NULL, 0, NULL,
+					  -1));
 		if (r)
 			DDSS_WARN("release: rank %u did not confirm dropping segment %#llx: %s",
 				  rank, (unsigned long long)key, ddss_strerror(r));
@@ -253,8 +287,8 @@ int ddss_release_ss(ddss_ctx_t *ctx, ddss_key_t key)
 	if (ddss_key_parse(key, &k) || k.rank > ctx->size)
 		return -EINVAL;
 	wire_put64(body, key);
-	r = ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_RELEASE_BEGIN, body, 8, reply, sizeof(reply),
-			  &got, -1);
+	r = no_code(ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_RELEASE_BEGIN, body, 8, reply,
+				  sizeof(reply), &got, -1));
 	if (r == 0 && (got != DDSS_NAME_MAX + (ctx->size + 7) / 8 ||
 		       !memchr(reply, 0, DDSS_NAME_MAX)))
 		r = -EPROTO;
@@ -263,7 +297,8 @@ int ddss_release_ss(ddss_ctx_t *ctx, ddss_key_t key)
 	invalidate_cachers(ctx, key, reply + DDSS_NAME_MAX);
 	if (reply[0])
 		name_send(ctx, SEG_OP_NAME_UNBIND, (const char *)reply, &key);
-	return ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_RELEASE_END, body, 8, NULL, 0, NULL, -1);
+	return no_code(ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_RELEASE_END, body, 8, NULL, 0, NULL,
+				     -1));
 }
 
 int ddss_stat_ss(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_seg_info *info_p)

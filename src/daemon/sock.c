@@ -37,17 +37,20 @@ int ddss_sock_send(int s, const void *m, size_t len, int fd)
 	return (size_t)n == len ? 0 : -EPROTO;
 }
 
+/* Room for a few descriptors: any beyond one are closed, none may stay open unseen. */
+#define RECV_FDS_MAX 8
+
 int ddss_sock_recv(int s, void *m, size_t len, int *fd_p, int timeout_ms)
 {
 	union {
 		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(RECV_FDS_MAX * sizeof(int))];
 	} ctl;
 	struct iovec iov = { .iov_base = m, .iov_len = len };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
 			      .msg_controllen = sizeof(ctl.buf) };
 	struct pollfd p = { .fd = s, .events = POLLIN };
-	int fd = -1, r;
+	int fd = -1, nfds = 0, r;
 	ssize_t n;
 
 	if (fd_p)
@@ -64,16 +67,37 @@ int ddss_sock_recv(int s, void *m, size_t len, int *fd_p, int timeout_ms)
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return errno == EPIPE ? -ECONNRESET : -errno;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-		    c->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	/* Take every descriptor that arrived (a peer may send several, in several records);
+	 * keep one only if exactly one came. (The kernel closes those the buffer had no room
+	 * for, and sets MSG_CTRUNC.) */
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		size_t k;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+		    c->cmsg_len < CMSG_LEN(0))
+			continue;
+		k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int got;
+
+			memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (nfds++ == 0)
+				fd = got;
+			else
+				close(got);
+		}
+	}
+	if (nfds > 1 || (msg.msg_flags & MSG_CTRUNC)) {
+		if (fd >= 0)
+			close(fd);
+		return -EPROTO;
+	}
 	if (n == 0) {
 		if (fd >= 0)
 			close(fd);
 		return -ECONNRESET;
 	}
-	if ((size_t)n != len || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+	if ((size_t)n != len || (msg.msg_flags & MSG_TRUNC)) {
 		if (fd >= 0)
 			close(fd);
 		return -EPROTO;

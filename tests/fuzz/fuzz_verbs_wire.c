@@ -1,0 +1,55 @@
+/*
+ * The verbs provider's wire (src/net/verbs/verbs_wire.c): rdma_cm private data (hello,
+ * reject reason) and the header of a control message. Pure functions, no device needed.
+ *
+ * Input: the whole input is offered to each decoder, as a peer's private data or a
+ * received message would be. Invariants: what a decoder accepts re-encodes to the same
+ * leading bytes; a reject reason is 0 (not ours), -EPROTO or -errno in 1..4095; an accepted
+ * message header says exactly the bytes that arrived and at most DDSS_TP_MSG_MAX.
+ */
+#include "fuzz_common.h"
+#include "net/verbs/verbs_int.h"
+
+#include <errno.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct verbs_hello h, h2;
+	unsigned char out[VERBS_HELLO_LEN];
+	uint16_t tag;
+	uint32_t len;
+	int r;
+
+	if (verbs_hello_decode(data, size, &h) == 0) {
+		FUZZ_CHECK(size >= VERBS_HELLO_LEN);
+		verbs_hello_encode(&h, out);
+		FUZZ_CHECK(memcmp(out, data, VERBS_HELLO_LEN) == 0);
+		FUZZ_CHECK(verbs_hello_decode(out, sizeof(out), &h2) == 0);
+		FUZZ_CHECK(h2.group == h.group && h2.rank == h.rank && h2.size == h.size &&
+			   h2.pool_addr == h.pool_addr && h2.pool_len == h.pool_len &&
+			   h2.rkey == h.rkey);
+	}
+
+	r = verbs_reject_decode(data, size);
+	FUZZ_CHECK(r == 0 || r == -EPROTO || (r < 0 && r > -4096));
+	if (r && r != -EPROTO) {
+		unsigned char rej[VERBS_REJECT_LEN];
+
+		verbs_reject_encode(r, rej);
+		FUZZ_CHECK(memcmp(rej, data, VERBS_REJECT_LEN) == 0);
+		FUZZ_CHECK(verbs_reject_decode(rej, sizeof(rej)) == r);
+	}
+
+	if (verbs_msg_hdr_decode(data, size, &tag, &len) == 0) {
+		unsigned char m[VERBS_MSG_HDR_LEN];
+		uint16_t tag2;
+		uint32_t len2;
+
+		FUZZ_CHECK(len <= DDSS_TP_MSG_MAX && size == VERBS_MSG_HDR_LEN + (size_t)len);
+		verbs_msg_hdr_encode(tag, len, m);
+		FUZZ_CHECK(memcmp(m, data, VERBS_MSG_HDR_LEN) == 0);
+		FUZZ_CHECK(verbs_msg_hdr_decode(m, VERBS_MSG_HDR_LEN + (size_t)len, &tag2, &len2) == 0 &&
+			   tag2 == tag && len2 == len);
+	}
+	return 0;
+}
