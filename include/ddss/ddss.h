@@ -68,7 +68,7 @@ enum ddss_mode {
  * Zero (or ddss_attr_init()) means "default" in every field. An environment variable, when
  * set, overrides the field (so a deployed program can be retuned without a rebuild):
  * DDSS_POOL_SIZE, DDSS_TRANSPORT, DDSS_COMPLETION, DDSS_OP_TIMEOUT_MS,
- * DDSS_CONNECT_TIMEOUT_MS, DDSS_LOCK_SCHEME, DDSS_LOCK_FAIR,
+ * DDSS_CONNECT_TIMEOUT_MS, DDSS_PEER_TIMEOUT_MS, DDSS_LOCK_SCHEME, DDSS_LOCK_FAIR,
  * DDSS_CACHE_SIZE, DDSS_MODE, DDSS_DAEMON_SOCKET. In daemon mode only mode,
  * daemon_socket and connect_timeout_ms apply: the daemon was configured when it started.
  * The group itself (DDSS_RANK, DDSS_SIZE, DDSS_NODES...) always
@@ -86,6 +86,8 @@ struct ddss_attr {
 				    * 0: DDSS_CACHE_SIZE, else 16 MiB (docs/coherence.md) */
 	enum ddss_mode mode;
 	const char *daemon_socket; /* daemon mode: the node's ddssd; NULL: /tmp/ddssd.sock */
+	int peer_timeout_ms;       /* a connected rank silent this long is declared dead for
+				    * good (docs/failure.md); 0: 10000; -1: never */
 };
 
 /** ddss_attr_init() - set every field of @attr to its default. */

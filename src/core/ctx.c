@@ -66,7 +66,7 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env,
 	int r;
 
 	if (attr->completion > DDSS_COMPLETION_POLL || attr->op_timeout_ms < 0 ||
-	    attr->connect_timeout_ms < 0)
+	    attr->connect_timeout_ms < 0 || attr->peer_timeout_ms < -1)
 		return -EINVAL;
 	r = configure_locks(attr, conf);
 	if (r)
@@ -83,6 +83,8 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env,
 		env->op_timeout_ms = attr->op_timeout_ms;
 	if (attr->connect_timeout_ms && !getenv("DDSS_CONNECT_TIMEOUT_MS"))
 		env->connect_timeout_ms = attr->connect_timeout_ms;
+	if (attr->peer_timeout_ms && !getenv("DDSS_PEER_TIMEOUT_MS"))
+		env->peer_timeout_ms = attr->peer_timeout_ms < 0 ? 0 : attr->peer_timeout_ms;
 	r = ddss_env_long("DDSS_POOL_SIZE", 1l << 20, 1l << 40,
 			  attr->pool_size ? (long)attr->pool_size : (long)DEFAULT_POOL_SIZE, &v);
 	if (r)

@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 /* The control message tag SRSL owns (net.h: tags below 32 are the library's). */
-#define DDSS_SRSL_TAG 4
+#define DDSS_SRSL_TAG DDSS_MSG_SRSL
 
 struct ddss_srsl;
 

@@ -30,6 +30,8 @@ static void on_peer(void *arg, uint32_t rank, enum ddss_tp_peer_state state)
 	struct ddss_net *net = arg;
 
 	DDSS_INFO("rank %u is %s", rank, state == DDSS_TP_PEER_UP ? "up" : "down");
+	if (state == DDSS_TP_PEER_UP)
+		ddss_net_heartbeat_peer_up(net, rank);
 	pthread_mutex_lock(&net->mu);
 	net->peer_state[rank] = state;
 	pthread_cond_broadcast(&net->cv);
@@ -70,6 +72,10 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 	pthread_cond_init(&net->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	net->msg[DDSS_MSG_BARRIER] = (struct net_msg_slot){ ddss_net_barrier_on_msg, net };
+	r = ddss_net_heartbeat_init(net);
+	if (r)
+		goto err_sync;
+	ddss_net_heartbeat_register(net);
 	ddss_net_env_to_config(&net->env, &h, &cfg);
 	r = ddss_tp_open(net->env.transport, &cfg, &net->tp);
 	if (r)
@@ -78,6 +84,7 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 	return 0;
 
 err_sync:
+	ddss_net_heartbeat_fini(net);
 	pthread_mutex_destroy(&net->mu);
 	pthread_cond_destroy(&net->cv);
 	free(net->peer_state);
@@ -114,15 +121,18 @@ int ddss_net_start(struct ddss_net *net, void *pool, size_t pool_len)
 		DDSS_ERR("cannot start serving: %s", strerror(-r));
 		ddss_tp_mem_deregister(net->tp, net->pool_mr);
 		net->pool_mr = NULL;
+		return r;
 	}
-	return r;
+	return ddss_net_heartbeat_start(net);
 }
 
 void ddss_net_close(struct ddss_net *net)
 {
 	if (!net)
 		return;
+	ddss_net_heartbeat_stop(net);
 	ddss_tp_close(net->tp);
+	ddss_net_heartbeat_fini(net);
 	pthread_mutex_destroy(&net->mu);
 	pthread_cond_destroy(&net->cv);
 	free(net->peer_state);

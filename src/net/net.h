@@ -16,6 +16,8 @@ enum ddss_msg_tag {
 	DDSS_MSG_BARRIER = 1,
 	DDSS_MSG_RPC_REQ = 2,  /* core/rpc.c */
 	DDSS_MSG_RPC_REP = 3,
+	DDSS_MSG_SRSL = 4,      /* lock/srsl.c */
+	DDSS_MSG_HEARTBEAT = 5, /* net/heartbeat.c */
 	DDSS_MSG_USER_FIRST = 32, /* tests and tools */
 	DDSS_MSG_TAG_MAX = 64,
 };
@@ -63,5 +65,8 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms);
  * 0 or -ETIMEDOUT. The barrier's coordinator uses it to leave last.
  */
 int ddss_net_wait_others_gone(struct ddss_net *net, int timeout_ms);
+
+/** Peers this rank declared dead because they went silent (net/heartbeat.c). */
+unsigned ddss_net_peers_declared_dead(const struct ddss_net *net);
 
 #endif /* DDSS_NET_NET_H */

@@ -5,6 +5,7 @@
 #include "net/net.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 
 struct net_msg_slot {
 	ddss_net_msg_fn fn;
@@ -27,10 +28,27 @@ struct ddss_net {
 	uint32_t barrier_epoch;    /* last epoch this rank entered */
 	uint32_t barrier_released; /* highest epoch released */
 	uint32_t barrier_arrived[2];
+
+	/* heartbeat.c */
+	int64_t *last_heard;        /* [rank] (atomic): when its last heartbeat came */
+	pthread_t heartbeat_thread;
+	bool heartbeat_running;
+	bool heartbeat_stop;        /* under mu */
+	unsigned peers_declared_dead; /* atomic */
 };
 
 /* barrier.c */
 void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t len);
+
+/* heartbeat.c: init before the transport opens, register before start, start after it,
+ * stop before the transport closes. */
+int ddss_net_heartbeat_init(struct ddss_net *net);
+int ddss_net_heartbeat_register(struct ddss_net *net);
+int ddss_net_heartbeat_start(struct ddss_net *net);
+void ddss_net_heartbeat_stop(struct ddss_net *net);
+void ddss_net_heartbeat_fini(struct ddss_net *net);
+/* A peer came up: its silence is measured from now. */
+void ddss_net_heartbeat_peer_up(struct ddss_net *net, uint32_t rank);
 
 /* Wait on net->cv (mu held) until @deadline_ns (INT64_MAX: forever). false on timeout. */
 int ddss_net_cond_wait(struct ddss_net *net, int64_t deadline_ns);

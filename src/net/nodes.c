@@ -163,6 +163,8 @@ int ddss_net_env_load(struct ddss_net_env *env)
 		env->op_timeout_ms = (int)v;
 	if (!r && !(r = ddss_env_long("DDSS_CONNECT_TIMEOUT_MS", 1, 1L << 30, 30000, &v)))
 		env->connect_timeout_ms = (int)v;
+	if (!r && !(r = ddss_env_long("DDSS_PEER_TIMEOUT_MS", 0, 1L << 30, 10000, &v)))
+		env->peer_timeout_ms = (int)v;
 	if (!r) {
 		s = getenv("DDSS_COMPLETION");
 		if (!s || !*s || !strcmp(s, "event")) {

@@ -13,6 +13,8 @@
  *   DDSS_COMPLETION          event (default) | poll
  *   DDSS_OP_TIMEOUT_MS       an operation outstanding this long fails its peer (30000; 0 = never)
  *   DDSS_CONNECT_TIMEOUT_MS  how long to retry a peer that has not started yet (30000)
+ *   DDSS_PEER_TIMEOUT_MS     a connected peer silent this long is declared dead for good
+ *                            (10000; 0 = never; net/heartbeat.c)
  */
 #ifndef DDSS_NET_NODES_H
 #define DDSS_NET_NODES_H
@@ -30,6 +32,7 @@ struct ddss_net_env {
 	enum ddss_tp_completion completion;
 	int op_timeout_ms;
 	int connect_timeout_ms;
+	int peer_timeout_ms;
 };
 
 /** Parse a node list; *nodes_p is malloc'd. -EINVAL (logged) on a malformed entry. */

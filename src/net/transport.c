@@ -142,6 +142,12 @@ int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,
 		return -ENOMEM;
 	memcpy(tp->nodes, cfg->nodes, cfg->size * sizeof(*tp->nodes));
 	tp->cfg.nodes = tp->nodes;
+	tp->refused = calloc(cfg->size + 1, 1);
+	if (!tp->refused) {
+		free(tp->nodes);
+		tp->nodes = NULL;
+		return -ENOMEM;
+	}
 	if (tp->cfg.connect_timeout_ms <= 0)
 		tp->cfg.connect_timeout_ms = 30000;
 	return 0;
@@ -151,16 +157,31 @@ void ddss_tp_fini_common(struct ddss_tp *tp)
 {
 	free(tp->nodes);
 	tp->nodes = NULL;
+	free(tp->refused);
+	tp->refused = NULL;
 }
 
 void ddss_tp_peer_changed(struct ddss_tp *tp, int *state_p, uint32_t rank,
 			  enum ddss_tp_peer_state state)
 {
 	const struct ddss_tp_handlers *hd = &tp->cfg.handlers;
-	int old = __atomic_exchange_n(state_p, (int)state, __ATOMIC_ACQ_REL);
+	int old;
+
+	if (state == DDSS_TP_PEER_UP && ddss_tp_peer_refused(tp, rank))
+		return; /* a handshake that raced with the refusal: it is closed right after */
+	old = __atomic_exchange_n(state_p, (int)state, __ATOMIC_ACQ_REL);
 
 	if (old != (int)state && hd->on_peer)
 		hd->on_peer(hd->arg, rank, state);
+}
+
+void ddss_tp_peer_refuse(struct ddss_tp *tp, uint32_t rank)
+{
+	if (!ddss_tp_valid_rank(tp, rank) || rank == tp->cfg.rank)
+		return;
+	__atomic_store_n(&tp->refused[rank], 1, __ATOMIC_RELEASE);
+	/* The provider closes both directions once it sees the flag. */
+	tp->ops->peer_disconnect(tp, rank);
 }
 
 static int finish(struct ddss_tp *tp, struct ddss_tp_req *req, int r)

@@ -200,6 +200,7 @@ struct ddss_tp {
 	const struct ddss_tp_ops *ops;
 	struct ddss_tp_config cfg;
 	struct ddss_tp_node *nodes; /* owned copy of cfg.nodes */
+	uint8_t *refused;           /* [rank] (atomic): declared dead, never served again */
 };
 
 /** Provider by name ("tcp", "verbs"), or NULL if not built. */
@@ -229,6 +230,21 @@ static inline bool ddss_tp_valid_rank(const struct ddss_tp *tp, uint32_t rank)
  */
 void ddss_tp_peer_changed(struct ddss_tp *tp, int *state_p, uint32_t rank,
 			  enum ddss_tp_peer_state state);
+
+/**
+ * Declare @rank dead for good: its channels are closed (outstanding requests fail), it is
+ * never connected to or served again, and its state stays DOWN. For a peer that went
+ * silent (net/heartbeat.c): a rank that was only frozen or cut off must not come back and
+ * act on locks and memory the survivors have since recovered.
+ */
+void ddss_tp_peer_refuse(struct ddss_tp *tp, uint32_t rank);
+
+/** True if @rank was declared dead (providers refuse its handshakes and connects). */
+static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)
+{
+	return rank >= 1 && rank <= tp->cfg.size &&
+	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE);
+}
 
 /** Monotonic clock in nanoseconds. */
 int64_t ddss_now_ns(void);

@@ -158,5 +158,7 @@ void tcp_chan_shutdown(struct tcp_chan *ch, int err);
 /* tcp_serve.c */
 int tcp_serve_start(struct tcp_tp *t);
 void tcp_serve_stop(struct tcp_tp *t);
+/** Close every connection @rank made to us (it was refused). Any thread. */
+void tcp_serve_cut(struct tcp_tp *t, uint32_t rank);
 
 #endif /* DDSS_NET_TCP_TCP_H */

@@ -256,6 +256,8 @@ static int chan_connect(struct tcp_chan *ch)
 	long backoff_ms = 5;
 	int fd = -1, r;
 
+	if (ddss_tp_peer_refused(&ch->tp->base, ch->peer))
+		return -EHOSTDOWN;
 	for (;;) {
 		r = connect_once(&ch->tp->base.nodes[ch->peer - 1], &fd);
 		if (r == 0)

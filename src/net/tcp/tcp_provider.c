@@ -162,6 +162,8 @@ static int tcp_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 	if (!ddss_tp_valid_rank(tp, rank))
 		return -EINVAL;
 	tcp_chan_shutdown(&tcp_tp_of(tp)->peers[rank].chan, -ECONNRESET);
+	if (ddss_tp_peer_refused(tp, rank) && tcp_tp_of(tp)->started)
+		tcp_serve_cut(tcp_tp_of(tp), rank);
 	return 0;
 }
 

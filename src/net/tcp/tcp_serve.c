@@ -39,7 +39,6 @@ static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why
 
 	DDSS_INFO("closing connection from rank %u: %s", s->peer, why);
 	epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->fd, NULL);
-	close(s->fd);
 	pthread_mutex_lock(&t->served_mu);
 	for (pp = &t->served; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
@@ -50,6 +49,7 @@ static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why
 	for (struct tcp_served *o = t->served; o; o = o->next)
 		others |= o->peer == s->peer;
 	pthread_mutex_unlock(&t->served_mu);
+	close(s->fd); /* only once unlinked: tcp_serve_cut must never see a reused number */
 	if (!others)
 		tcp_peer_set_state(t, s->peer, DDSS_TP_PEER_DOWN);
 	free(s);
@@ -351,7 +351,20 @@ static int check_hello(struct tcp_tp *t, const unsigned char *buf, struct tcp_wi
 			  cfg->size, (unsigned long long)cfg->group);
 		return -EACCES;
 	}
+	if (ddss_tp_peer_refused(&t->base, hello->from_rank)) {
+		DDSS_WARN("refusing rank %u: it was declared dead", hello->from_rank);
+		return -ECONNREFUSED;
+	}
 	return 0;
+}
+
+void tcp_serve_cut(struct tcp_tp *t, uint32_t rank)
+{
+	pthread_mutex_lock(&t->served_mu);
+	for (struct tcp_served *s = t->served; s; s = s->next)
+		if (s->peer == rank)
+			shutdown(s->fd, SHUT_RDWR); /* the progress thread sees the end and closes */
+	pthread_mutex_unlock(&t->served_mu);
 }
 
 static void accept_one(struct tcp_tp *t, int fd)
@@ -394,6 +407,8 @@ static void accept_one(struct tcp_tp *t, int fd)
 	t->served = s;
 	pthread_mutex_unlock(&t->served_mu);
 	tcp_peer_set_state(t, s->peer, DDSS_TP_PEER_UP);
+	if (ddss_tp_peer_refused(&t->base, s->peer))
+		shutdown(fd, SHUT_RDWR); /* refused while we shook hands */
 	if (ev_set(t, s, EPOLLIN, EPOLL_CTL_ADD)) {
 		DDSS_ERR("epoll_ctl: %s", strerror(errno));
 		pthread_mutex_lock(&t->served_mu);

@@ -379,6 +379,8 @@ int verbs_out_ensure(struct verbs_out *o)
 	if (__atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) == 0 &&
 	    __atomic_load_n(&o->phase, __ATOMIC_ACQUIRE) == VERBS_UP)
 		return 0;
+	if (ddss_tp_peer_refused(&vt->base, o->peer))
+		return -EHOSTDOWN;
 	deadline = ddss_now_ns() + (int64_t)vt->base.cfg.connect_timeout_ms * 1000000;
 	pthread_mutex_lock(&o->mu);
 	for (;;) {
@@ -431,13 +433,25 @@ static void served_free(struct verbs_tp *vt, struct verbs_served *s)
 			break;
 		}
 	pthread_mutex_lock(&vt->served_mu);
-	if (s->peer && vt->served_qpn[s->peer] == s->qp_num)
+	if (s->peer && vt->served_qpn[s->peer] == s->qp_num) {
 		vt->served_qpn[s->peer] = 0;
+		vt->served_qp[s->peer] = NULL;
+	}
 	pthread_mutex_unlock(&vt->served_mu);
 	if (s->id->qp)
 		rdma_destroy_qp(s->id);
 	rdma_destroy_id(s->id);
 	free(s);
+}
+
+void verbs_serve_cut(struct verbs_tp *vt, uint32_t rank)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+	pthread_mutex_lock(&vt->served_mu);
+	if (vt->served_qp[rank] && ibv_modify_qp(vt->served_qp[rank], &a, IBV_QP_STATE))
+		DDSS_WARN("verbs: cannot cut rank %u off: %s", rank, strerror(errno));
+	pthread_mutex_unlock(&vt->served_mu);
 }
 
 static void reject(struct rdma_cm_id *id, int err)
@@ -465,6 +479,11 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 	r = verbs_hello_decode(e->pdata, e->pdata_len, &h);
 	if (!r)
 		r = check_hello(vt, &h, 0);
+	if (!r && ddss_tp_peer_refused(&vt->base, h.rank)) {
+		DDSS_WARN("verbs: refusing rank %u: it was declared dead", h.rank);
+		reject(e->id, -ECONNREFUSED);
+		return;
+	}
 	if (r) {
 		DDSS_WARN("verbs: refused a connection: %s", r == -EPERM ? "another group" :
 			  "bad handshake");
@@ -496,6 +515,7 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 	local_hello(vt, hello);
 	pthread_mutex_lock(&vt->served_mu);
 	vt->served_qpn[h.rank] = s->qp_num;
+	vt->served_qp[h.rank] = e->id->qp;
 	pthread_mutex_unlock(&vt->served_mu);
 	__atomic_store_n(&vt->peers[h.rank].pool_len, h.pool_len, __ATOMIC_RELEASE);
 	if (rdma_accept(e->id, &cp)) {

@@ -175,6 +175,7 @@ struct verbs_tp {
 	struct verbs_served *served; /* cm thread only (and close, after it stopped) */
 	pthread_mutex_t served_mu;   /* guards the qp_num -> rank lookups below */
 	uint32_t *served_qpn;        /* [rank]: qp_num of the served QP, 0 = none */
+	struct ibv_qp **served_qp;   /* [rank]: that QP (to cut a refused peer off) */
 
 	bool has_atomics;            /* the device does remote atomics at all */
 	bool atomic_be;              /* the device returns atomic results big-endian */
@@ -244,6 +245,8 @@ int verbs_out_ensure(struct verbs_out *o);
 /** Fail the outgoing connection with @err: its QP errors out, pending WRs flush. */
 void verbs_out_fail(struct verbs_out *o, int err);
 void verbs_peer_set_state(struct verbs_tp *vt, uint32_t rank, enum ddss_tp_peer_state s);
+/** Put @rank's served QP in the error state: its operations on our pool stop. Any thread. */
+void verbs_serve_cut(struct verbs_tp *vt, uint32_t rank);
 /** Rank of the peer whose served QP is @qp_num, or 0. */
 uint32_t verbs_served_rank(struct verbs_tp *vt, uint32_t qp_num);
 

@@ -59,6 +59,7 @@ static void verbs_close(struct ddss_tp *tp)
 	if (vt->pd)
 		ibv_dealloc_pd(vt->pd);
 	free(vt->served_qpn);
+	free(vt->served_qp);
 	free(vt->peers);
 	ddss_tp_fini_common(tp);
 	free(vt);
@@ -106,7 +107,8 @@ static int verbs_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 		vt->base.cfg.op_timeout_ms = 30000;
 	vt->peers = calloc(cfg->size + 1, sizeof(*vt->peers));
 	vt->served_qpn = calloc(cfg->size + 1, sizeof(*vt->served_qpn));
-	if (!vt->peers || !vt->served_qpn) {
+	vt->served_qp = calloc(cfg->size + 1, sizeof(*vt->served_qp));
+	if (!vt->peers || !vt->served_qpn || !vt->served_qp) {
 		r = -ENOMEM;
 		goto err;
 	}
@@ -296,6 +298,8 @@ static int verbs_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 	if (o->id && o->phase == VERBS_UP)
 		rdma_disconnect(o->id);
 	pthread_mutex_unlock(&o->mu);
+	if (ddss_tp_peer_refused(tp, rank))
+		verbs_serve_cut(verbs_tp_of(tp), rank);
 	return 0;
 }
 

@@ -1,0 +1,142 @@
+/*
+ * Peer liveness. A killed rank is noticed at once (its sockets or QPs close), but a rank
+ * that is frozen, or cut off by the network, keeps its connections open and just goes
+ * quiet; a lock it holds would then stay held forever. So every rank sends each peer it is
+ * connected to a small message every interval, and declares dead a peer it has not heard
+ * from for the peer timeout (DDSS_PEER_TIMEOUT_MS): the transport refuses it for good
+ * (ddss_tp_peer_refuse), so its outstanding and later operations fail with -EHOSTDOWN /
+ * -ECONNRESET and, should it wake up, it cannot act on memory or locks the survivors have
+ * moved on from.
+ *
+ * Bound: a silent peer is declared dead between timeout and timeout + interval after its
+ * last heartbeat (interval = timeout / 4). Only heartbeats count as signs of life, so the
+ * hot paths never read the clock for this.
+ */
+#include "net/net_internal.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void on_heartbeat(void *arg, uint32_t from, const void *buf, size_t len)
+{
+	struct ddss_net *net = arg;
+
+	(void)buf;
+	(void)len;
+	__atomic_store_n(&net->last_heard[from], ddss_now_ns(), __ATOMIC_RELAXED);
+}
+
+void ddss_net_heartbeat_peer_up(struct ddss_net *net, uint32_t rank)
+{
+	if (net->last_heard)
+		__atomic_store_n(&net->last_heard[rank], ddss_now_ns(), __ATOMIC_RELAXED);
+}
+
+static int interval_ms(const struct ddss_net *net)
+{
+	int ms = net->env.peer_timeout_ms / 4;
+
+	return ms < 1 ? 1 : ms;
+}
+
+/* One round: declare the silent dead, send everyone else a heartbeat. */
+static void heartbeat_round(struct ddss_net *net, uint64_t seq)
+{
+	int64_t bound = (int64_t)net->env.peer_timeout_ms * 1000000;
+
+	for (uint32_t r = 1; r <= net->env.size; r++) {
+		int64_t silent;
+
+		if (r == net->env.rank)
+			continue;
+		pthread_mutex_lock(&net->mu);
+		bool up = net->peer_state[r] == DDSS_TP_PEER_UP;
+		pthread_mutex_unlock(&net->mu);
+		if (!up)
+			continue;
+		silent = ddss_now_ns() - __atomic_load_n(&net->last_heard[r], __ATOMIC_RELAXED);
+		if (silent > bound) {
+			DDSS_WARN("rank %u silent for %lld ms (peer timeout %d ms): declared dead", r,
+				  (long long)(silent / 1000000), net->env.peer_timeout_ms);
+			__atomic_add_fetch(&net->peers_declared_dead, 1, __ATOMIC_RELAXED);
+			ddss_tp_peer_refuse(net->tp, r);
+			continue;
+		}
+		/* Errors mean the peer is going down: the transport reports that itself. */
+		ddss_net_send(net, r, DDSS_MSG_HEARTBEAT, &seq, sizeof(seq));
+	}
+}
+
+static void *heartbeat_main(void *arg)
+{
+	struct ddss_net *net = arg;
+	uint64_t seq = 0;
+
+	ddss_log_set_rank(net->env.rank);
+	pthread_mutex_lock(&net->mu);
+	while (!net->heartbeat_stop) {
+		pthread_mutex_unlock(&net->mu);
+		heartbeat_round(net, ++seq);
+		pthread_mutex_lock(&net->mu);
+		int64_t until = ddss_now_ns() + (int64_t)interval_ms(net) * 1000000;
+
+		while (!net->heartbeat_stop && ddss_now_ns() < until)
+			ddss_net_cond_wait(net, until); /* cv also wakes on peer changes */
+	}
+	pthread_mutex_unlock(&net->mu);
+	return NULL;
+}
+
+int ddss_net_heartbeat_init(struct ddss_net *net)
+{
+	net->last_heard = calloc(net->env.size + 1, sizeof(*net->last_heard));
+	if (!net->last_heard)
+		return -ENOMEM;
+	return 0;
+}
+
+int ddss_net_heartbeat_register(struct ddss_net *net)
+{
+	net->msg[DDSS_MSG_HEARTBEAT] = (struct net_msg_slot){ on_heartbeat, net };
+	return 0;
+}
+
+int ddss_net_heartbeat_start(struct ddss_net *net)
+{
+	int r;
+
+	if (net->env.peer_timeout_ms <= 0)
+		return 0;
+	r = pthread_create(&net->heartbeat_thread, NULL, heartbeat_main, net);
+	if (r) {
+		DDSS_ERR("cannot start the heartbeat thread: %s", strerror(r));
+		return -r;
+	}
+	net->heartbeat_running = true;
+	return 0;
+}
+
+void ddss_net_heartbeat_stop(struct ddss_net *net)
+{
+	if (!net->heartbeat_running)
+		return;
+	pthread_mutex_lock(&net->mu);
+	net->heartbeat_stop = true;
+	pthread_cond_broadcast(&net->cv);
+	pthread_mutex_unlock(&net->mu);
+	pthread_join(net->heartbeat_thread, NULL);
+	net->heartbeat_running = false;
+}
+
+void ddss_net_heartbeat_fini(struct ddss_net *net)
+{
+	free(net->last_heard);
+	net->last_heard = NULL;
+}
+
+unsigned ddss_net_peers_declared_dead(const struct ddss_net *net)
+{
+	return __atomic_load_n(&net->peers_declared_dead, __ATOMIC_RELAXED);
+}
