@@ -10,7 +10,7 @@
  *                   CANCEL  arg = 0                   req timed out: withdraw it
  *                   PROBE   arg = 0                   req still waits: is a holder down?
  *   home -> client  REPLY   arg = status (int32)      answer to req: 0 granted, -EBUSY (try),
- *                                                     -EHOSTDOWN (a holder is down), -EINVAL,
+ *                                                     -EINVAL,
  *                                                     -ENOMEM
  * Messages from one rank to another arrive in the order sent, so the home always sees a
  * request before its CANCEL or PROBE, and a hold's REL after its grant.
@@ -29,9 +29,11 @@
  * same rank could not be told apart from the crossed grant.
  *
  * Failures the home sees: a waiter whose rank is down when it reaches the head is dropped,
- * as is a grant that cannot be sent (its hold is undone). A waiter whose request sits behind
- * the hold of a rank that went down learns it by PROBE (sent every SRSL_PROBE_MS while it
- * waits) and gets -EHOSTDOWN. The locks a dead rank holds stay held (docs/locks.md, issue 9).
+ * as is a grant that cannot be sent (its hold is undone). The holds of a rank that is down
+ * are reclaimed (reclaim_dead_holds: a hold is a lease that lasts while its rank is a
+ * member) whenever the lock is looked at: a new request, a release, or the PROBE every
+ * waiter sends every SRSL_PROBE_MS. So a waiter behind a dead holder gets the lock at most
+ * SRSL_PROBE_MS after its home sees the holder down (docs/failure.md).
  *
  * Client (any thread, under mu): each acquire allocates a record, registers it as pending
  * by req, sends REQ and waits on the record's condition variable for the REPLY, checking
@@ -109,6 +111,7 @@ struct ddss_srsl {
 	pthread_mutex_t home_mu;
 	struct srsl_lock **locks;
 	size_t nbuckets, nlocks;
+	uint64_t reclaimed;     /* holds taken back from down ranks (atomic) */
 
 	/* Client. */
 	pthread_mutex_t mu;
@@ -323,15 +326,45 @@ static void grant(struct ddss_srsl *s, struct srsl_lock *lk, struct srsl_ent *e)
 	}
 }
 
+/*
+ * A holder's lease lasts as long as its rank is a member: the holds of a rank that is down
+ * (it died, left, or went silent past the peer timeout) are dropped, and the rank is
+ * declared dead for good, so that one that was only cut off can never come back believing
+ * it still holds the lock. Returns whether any was dropped.
+ */
+static bool reclaim_dead_holds(struct ddss_srsl *s, struct srsl_lock *lk)
+{
+	struct srsl_ent **pp = &lk->holders;
+	bool any = false;
+
+	while (*pp) {
+		struct srsl_ent *e = *pp;
+
+		if (!rank_down(s, e->rank)) {
+			pp = &e->next;
+			continue;
+		}
+		DDSS_WARN("srsl: rank %u is down: its %s hold of lock %#llx is reclaimed", e->rank,
+			  mode_name(e->mode), (unsigned long long)lk->id);
+		ddss_net_declare_dead(s->net, e->rank);
+		free(hold_take(lk, pp));
+		__atomic_add_fetch(&s->reclaimed, 1, __ATOMIC_RELAXED);
+		any = true;
+	}
+	return any;
+}
+
 /* Grant from the head of the queue for as long as the head is compatible. */
 static void grant_waiters(struct ddss_srsl *s, struct srsl_lock *lk)
 {
+	reclaim_dead_holds(s, lk);
 	while (lk->qhead) {
 		struct srsl_ent *e = lk->qhead;
 
 		if (rank_down(s, e->rank)) {
 			DDSS_WARN("srsl: rank %u is down; its request for lock %#llx dropped",
 				  e->rank, (unsigned long long)lk->id);
+			ddss_net_declare_dead(s->net, e->rank);
 			free(queue_pop(lk));
 			continue;
 		}
@@ -363,6 +396,8 @@ static void home_request(struct ddss_srsl *s, uint32_t from, uint32_t arg, uint6
 		status = -ENOMEM;
 		goto answer;
 	}
+	if (reclaim_dead_holds(s, lk))
+		grant_waiters(s, lk);
 	if (try_only && (lk->qhead || !compatible(lk, mode))) {
 		status = -EBUSY;
 		goto put_lock;
@@ -434,27 +469,20 @@ static void home_cancel(struct ddss_srsl *s, uint32_t from, uint64_t lock_id, ui
 	lock_put_if_idle(s, lk);
 }
 
+/* A waiter asks again: holds and requests of ranks gone down since are reclaimed. */
 static void home_probe(struct ddss_srsl *s, uint32_t from, uint64_t lock_id, uint64_t req)
 {
 	struct srsl_lock *lk = lock_find(s, lock_id, false);
 	struct srsl_ent *e;
-	uint32_t dead = 0;
 
+	(void)from;
+	(void)req;
 	if (!lk)
 		return;
 	for (e = lk->qhead; e && !(e->rank == from && e->req == req); e = e->next)
 		;
 	if (!e)
 		return; /* granted or answered: the reply is on its way */
-	for (e = lk->holders; e && !dead; e = e->next)
-		if (rank_down(s, e->rank))
-			dead = e->rank;
-	if (!dead)
-		return;
-	DDSS_INFO("srsl: lock %#llx is held by rank %u, which is down; rank %u stops waiting",
-		  (unsigned long long)lock_id, dead, from);
-	free(queue_take(lk, from, req));
-	send_msg(s, from, SRSL_REPLY, (uint32_t)-EHOSTDOWN, lock_id, req);
 	grant_waiters(s, lk);
 	lock_put_if_idle(s, lk);
 }

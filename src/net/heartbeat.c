@@ -34,11 +34,22 @@ void ddss_net_heartbeat_peer_up(struct ddss_net *net, uint32_t rank)
 		__atomic_store_n(&net->last_heard[rank], ddss_now_ns(), __ATOMIC_RELAXED);
 }
 
+/* Without a peer timeout the thread only carries out ddss_net_declare_dead. */
 static int interval_ms(const struct ddss_net *net)
 {
 	int ms = net->env.peer_timeout_ms / 4;
 
+	if (net->env.peer_timeout_ms <= 0)
+		return 3600 * 1000;
 	return ms < 1 ? 1 : ms;
+}
+
+/* Refusals asked for by ddss_net_declare_dead (they may block: never on its caller). */
+static void refuse_pending(struct ddss_net *net)
+{
+	for (uint32_t r = 1; r <= net->env.size; r++)
+		if (__atomic_exchange_n(&net->dead_pending[r], 0, __ATOMIC_ACQ_REL))
+			ddss_tp_peer_refuse(net->tp, r);
 }
 
 /* One round: declare the silent dead, send everyone else a heartbeat. */
@@ -46,6 +57,9 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 {
 	int64_t bound = (int64_t)net->env.peer_timeout_ms * 1000000;
 
+	refuse_pending(net);
+	if (net->env.peer_timeout_ms <= 0)
+		return;
 	for (uint32_t r = 1; r <= net->env.size; r++) {
 		int64_t silent;
 
@@ -82,8 +96,9 @@ static void *heartbeat_main(void *arg)
 		pthread_mutex_lock(&net->mu);
 		int64_t until = ddss_now_ns() + (int64_t)interval_ms(net) * 1000000;
 
-		while (!net->heartbeat_stop && ddss_now_ns() < until)
+		while (!net->heartbeat_stop && !net->dead_requested && ddss_now_ns() < until)
 			ddss_net_cond_wait(net, until); /* cv also wakes on peer changes */
+		net->dead_requested = false;
 	}
 	pthread_mutex_unlock(&net->mu);
 	return NULL;
@@ -92,8 +107,11 @@ static void *heartbeat_main(void *arg)
 int ddss_net_heartbeat_init(struct ddss_net *net)
 {
 	net->last_heard = calloc(net->env.size + 1, sizeof(*net->last_heard));
-	if (!net->last_heard)
+	net->dead_pending = calloc(net->env.size + 1, sizeof(*net->dead_pending));
+	if (!net->last_heard || !net->dead_pending) {
+		ddss_net_heartbeat_fini(net);
 		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -107,8 +125,6 @@ int ddss_net_heartbeat_start(struct ddss_net *net)
 {
 	int r;
 
-	if (net->env.peer_timeout_ms <= 0)
-		return 0;
 	r = pthread_create(&net->heartbeat_thread, NULL, heartbeat_main, net);
 	if (r) {
 		DDSS_ERR("cannot start the heartbeat thread: %s", strerror(r));
@@ -134,6 +150,19 @@ void ddss_net_heartbeat_fini(struct ddss_net *net)
 {
 	free(net->last_heard);
 	net->last_heard = NULL;
+	free(net->dead_pending);
+	net->dead_pending = NULL;
+}
+
+void ddss_net_declare_dead(struct ddss_net *net, uint32_t rank)
+{
+	if (rank < 1 || rank > net->env.size || rank == net->env.rank)
+		return;
+	__atomic_store_n(&net->dead_pending[rank], 1, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&net->mu);
+	net->dead_requested = true;
+	pthread_cond_broadcast(&net->cv);
+	pthread_mutex_unlock(&net->mu);
 }
 
 unsigned ddss_net_peers_declared_dead(const struct ddss_net *net)

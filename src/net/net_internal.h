@@ -35,6 +35,8 @@ struct ddss_net {
 	bool heartbeat_running;
 	bool heartbeat_stop;        /* under mu */
 	unsigned peers_declared_dead; /* atomic */
+	uint8_t *dead_pending;      /* [rank] (atomic): ddss_net_declare_dead asked */
+	bool dead_requested;        /* under mu: some dead_pending is set */
 };
 
 /* barrier.c */

@@ -1,0 +1,293 @@
+/*
+ * The lock fault matrix (docs/failure.md), 4 ranks, the SRSL scheme (the one whose locks
+ * are recovered from dead ranks today). Rank 4 is the victim and is killed with SIGKILL:
+ *   --case x-holder   while holding the lock exclusively (after one complete increment)
+ *   --case s-holder   while holding it shared
+ *   --case queued     while queued between rank 2 (holding) and rank 3 (queued behind it)
+ *   --case mid-put    while holding it and writing a 4 MiB segment
+ * Ranks 1-3 then take the lock (each must get it within the bound: peer timeout + probe
+ * interval, with slack) and increment a counter under it ITERS times each; rank 1 checks
+ * the counter is exactly the increments that completed (the victim's one, in x-holder,
+ * and the survivors'), so no update was lost or doubled, and that a segment homed on a
+ * live rank kept its bytes.
+ *
+ * The victim rank is a child of its rank process: the parent only waits and reports the
+ * planned SIGKILL as success, so ddssrun (which fails a run when a rank dies) is not
+ * involved. Signalling between ranks goes through a flags segment homed at rank 1; the
+ * waits on it poll (a flag read is one remote read).
+ */
+#include "common/test_util.h"
+#include "ddss/ddss.h"
+
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VICTIM 4u
+#define ITERS 100
+#define BULK_LEN (4u << 20)
+#define WAIT_MS 30000
+#define PEER_TIMEOUT_MS 2000
+#define PROBE_MS 500 /* lock/srsl.c SRSL_PROBE_MS */
+#define SLACK_MS 2000 /* a loaded 2-core machine; the guest */
+
+/* Flag words in the flags segment (8 bytes each). */
+enum flag {
+	F_VICTIM_READY = 0,  /* the victim holds (or, queued case, is about to queue) */
+	F_VICTIM_INCS,       /* increments the victim completed */
+	F_QUEUING,           /* + rank: that survivor is about to ask for the lock */
+	F_DONE = F_QUEUING + 8, /* + rank: that survivor finished its increments */
+	F_HOLDER_READY = F_DONE + 8, /* queued case: rank 2 holds */
+	F_LAST_QUEUED,       /* queued case: rank 3 is about to queue behind the victim */
+	F_NFLAGS
+};
+
+static ddss_ctx_t *ctx;
+static uint32_t me;
+static const char *which;
+static ddss_key_t counter, flags, bulk, witness;
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void flag_put(unsigned f, uint64_t v)
+{
+	CU_ASSERT_EQUAL_FATAL(ddss_put(ctx, flags, f * 8, &v, 8), 0);
+}
+
+static uint64_t flag_get(unsigned f)
+{
+	uint64_t v = 0;
+
+	CU_ASSERT_EQUAL(ddss_get(ctx, flags, f * 8, &v, 8), 0);
+	return v;
+}
+
+/* Poll a flag until it reaches @want (one remote read per look). */
+static bool flag_wait(unsigned f, uint64_t want)
+{
+	int64_t end = now_ms() + WAIT_MS;
+
+	while (flag_get(f) < want) {
+		if (now_ms() > end)
+			return false;
+		sched_yield();
+	}
+	return true;
+}
+
+static int increment(void)
+{
+	uint64_t v;
+	int r = ddss_get(ctx, counter, 0, &v, 8);
+
+	v++;
+	return r ? r : ddss_put(ctx, counter, 0, &v, 8);
+}
+
+/* ---- the victim (rank 4) ---- */
+
+static void *killer(void *arg)
+{
+	unsigned f = (unsigned)(uintptr_t)arg;
+
+	/* Wait for the moment, then die the hard way, whatever the main thread is doing. */
+	if (flag_wait(f, 1))
+		raise(SIGKILL);
+	return NULL;
+}
+
+static void victim(void)
+{
+	pthread_t th;
+	void *buf;
+
+	if (!strcmp(which, "queued")) {
+		CU_ASSERT_FATAL(flag_wait(F_HOLDER_READY, 1));
+		pthread_create(&th, NULL, killer, (void *)(uintptr_t)F_LAST_QUEUED);
+		flag_put(F_VICTIM_READY, 1);
+		ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE); /* dies in there */
+		CU_FAIL("the victim got the lock");
+		return;
+	}
+	if (!strcmp(which, "s-holder")) {
+		CU_ASSERT_EQUAL_FATAL(ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_SHARED), 0);
+	} else {
+		CU_ASSERT_EQUAL_FATAL(ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE), 0);
+		if (!strcmp(which, "x-holder")) {
+			CU_ASSERT_EQUAL_FATAL(increment(), 0);
+			flag_put(F_VICTIM_INCS, 1);
+		}
+	}
+	if (!strcmp(which, "mid-put")) {
+		/* Killed by the other thread while a put is on its way. */
+		buf = malloc(BULK_LEN);
+		memset(buf, 0x5a, BULK_LEN);
+		pthread_create(&th, NULL, killer, (void *)(uintptr_t)(F_QUEUING + 3));
+		flag_put(F_VICTIM_READY, 1);
+		for (;;)
+			ddss_put(ctx, bulk, 0, buf, BULK_LEN);
+	}
+	flag_put(F_VICTIM_READY, 1);
+	for (uint32_t r = 1; r < VICTIM; r++)
+		flag_wait(F_QUEUING + r, 1);
+	raise(SIGKILL);
+}
+
+/* ---- the survivors (ranks 1-3) ---- */
+
+static void survivor(void)
+{
+	int64_t t0, waited, bound = PEER_TIMEOUT_MS + PEER_TIMEOUT_MS / 4 + PROBE_MS + SLACK_MS;
+	unsigned fails = 0;
+	int r;
+
+	if (!strcmp(which, "queued") && me == 2) {
+		CU_ASSERT_EQUAL_FATAL(ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE), 0);
+		flag_put(F_HOLDER_READY, 1);
+		/* The victim queues behind us, rank 3 behind it, then the victim is killed. */
+		CU_ASSERT_FATAL(flag_wait(F_LAST_QUEUED, 1));
+		CU_ASSERT_EQUAL(ddss_release_lock_ss(ctx, counter), 0);
+	}
+	CU_ASSERT_FATAL(flag_wait(F_VICTIM_READY, 1));
+	if (!strcmp(which, "queued") && me == 3)
+		flag_put(F_LAST_QUEUED, 1);
+	flag_put(F_QUEUING + me, 1);
+	t0 = now_ms();
+	r = ddss_acquire_lock_timed_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE, WAIT_MS);
+	waited = now_ms() - t0;
+	printf("[%u] %s: lock taken after %lld ms (bound %lld ms): %s\n", me, which,
+	       (long long)waited, (long long)bound, ddss_strerror(r));
+	CU_ASSERT_EQUAL_FATAL(r, 0);
+	CU_ASSERT(waited <= bound);
+	CU_ASSERT_EQUAL(increment(), 0);
+	CU_ASSERT_EQUAL(ddss_release_lock_ss(ctx, counter), 0);
+	for (int i = 1; i < ITERS; i++) {
+		r = ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE);
+		if (!r) {
+			r = increment();
+			fails += r != 0;
+			r = ddss_release_lock_ss(ctx, counter);
+		}
+		fails += r != 0;
+	}
+	CU_ASSERT_EQUAL(fails, 0);
+	flag_put(F_DONE + me, 1);
+	if (me != 1)
+		return;
+	for (uint32_t p = 1; p < VICTIM; p++)
+		CU_ASSERT(flag_wait(F_DONE + p, 1));
+	uint64_t v = 0, w = 0, expect = flag_get(F_VICTIM_INCS) + (VICTIM - 1) * ITERS;
+
+	CU_ASSERT_EQUAL(ddss_get(ctx, counter, 0, &v, 8), 0);
+	printf("[1] %s: counter %llu, expected %llu (victim %llu + %u survivors x %d)\n", which,
+	       (unsigned long long)v, (unsigned long long)expect,
+	       (unsigned long long)flag_get(F_VICTIM_INCS), VICTIM - 1, ITERS);
+	CU_ASSERT_EQUAL(v, expect);
+	CU_ASSERT_EQUAL(ddss_get(ctx, witness, 0, &w, 8), 0);
+	CU_ASSERT_EQUAL(w, 0x77697477697477ull);
+}
+
+static void test_fault(void)
+{
+	if (me == VICTIM)
+		victim();
+	else
+		survivor();
+}
+
+static void setup(void)
+{
+	struct ddss_seg_attr at = { .placement = DDSS_PLACE_RANK, .rank = 1 };
+	uint64_t w = 0x77697477697477ull;
+
+	at.name = "counter";
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &at, &counter), 0);
+	at.name = "flags";
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, F_NFLAGS * 8, &at, &flags), 0);
+	at.name = "bulk";
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, BULK_LEN, &at, &bulk), 0);
+	at.name = "witness";
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &at, &witness), 0);
+	if (me == 1)
+		CU_ASSERT_EQUAL_FATAL(ddss_put(ctx, witness, 0, &w, 8), 0);
+	test_ctx_barrier_or_exit(ctx);
+}
+
+/* The victim's parent: exit 0 only if the child died of the planned SIGKILL. */
+static int watch_victim(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		return 1;
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+		printf("[%u] %s: victim killed as planned\n", VICTIM, which);
+		return 0;
+	}
+	printf("[%u] %s: victim ended otherwise (status %#x)\n", VICTIM, which, status);
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct ddss_attr attr;
+	CU_pSuite suite;
+	unsigned failed;
+	int r;
+
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--case") && i + 1 < argc)
+			which = argv[++i];
+	if (!which || (strcmp(which, "x-holder") && strcmp(which, "s-holder") &&
+		       strcmp(which, "queued") && strcmp(which, "mid-put"))) {
+		fprintf(stderr, "usage: %s --case x-holder|s-holder|queued|mid-put\n", argv[0]);
+		return 2;
+	}
+	if (!getenv("DDSS_SIZE") || atoi(getenv("DDSS_SIZE")) != (int)VICTIM ||
+	    !getenv("DDSS_RANK")) {
+		fprintf(stderr, "run under ddssrun with %u ranks\n", VICTIM);
+		return 2;
+	}
+	me = (uint32_t)atoi(getenv("DDSS_RANK"));
+	if (me == VICTIM) {
+		pid_t pid;
+
+		fflush(stdout);
+		pid = fork();
+		if (pid < 0)
+			return 1;
+		if (pid > 0)
+			return watch_victim(pid);
+	}
+	ddss_attr_init(&attr);
+	attr.lock_scheme = DDSS_LOCK_SRSL;
+	attr.peer_timeout_ms = PEER_TIMEOUT_MS;
+	r = ddss_init(&attr, &ctx);
+	if (r) {
+		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
+		return 1;
+	}
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	suite = CU_add_suite("lock_faults", NULL, NULL);
+	CU_add_test(suite, "setup", setup);
+	CU_add_test(suite, which, test_fault);
+	failed = test_run_all();
+	CU_cleanup_registry();
+	/* Survivors leave without the collective finalize: one member is gone for good. */
+	return failed ? 1 : 0;
+}
