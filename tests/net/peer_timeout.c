@@ -146,8 +146,8 @@ static void survivor(void)
 	       me, detect_ns / 1e6, timeout_ms, timeout_ms + timeout_ms / 4);
 	CU_ASSERT_EQUAL(ddss_net_peers_declared_dead(net), 1);
 	CU_ASSERT(detect_ns >= (int64_t)timeout_ms * 1000000 - interval_ns);
-	/* 300 ms of slack for a loaded 2-core machine (ctest runs tests side by side). */
-	CU_ASSERT(detect_ns <= (int64_t)timeout_ms * 1000000 + interval_ns + 300000000);
+	/* 1 s of slack for a loaded 2-core machine (sanitizer builds, the guest). */
+	CU_ASSERT(detect_ns <= (int64_t)timeout_ms * 1000000 + interval_ns + 1000000000);
 
 	t0 = ddss_now_ns();
 	r = ddss_tp_read(tp, VICTIM, W_ALL, &v, 8);
