@@ -5,6 +5,8 @@
 #include "net/net.h"
 
 #include <CUnit/Basic.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,4 +151,61 @@ bool test_ctx_is_client(struct ddss_ctx *ctx)
 const char *test_ctx_transport(struct ddss_ctx *ctx)
 {
 	return ctx->client ? "daemon" : ddss_net_transport_name(ctx->net);
+}
+
+static struct ddss_net *ctrl_net;
+static uint16_t ctrl_tag;
+static pthread_mutex_t ctrl_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ctrl_cv = PTHREAD_COND_INITIALIZER;
+static unsigned ctrl_count[TEST_CTRL_EVENTS];
+
+static void on_ctrl(void *arg, uint32_t from, const void *buf, size_t len)
+{
+	uint32_t c;
+
+	(void)arg;
+	(void)from;
+	if (len != sizeof(c))
+		return;
+	memcpy(&c, buf, sizeof(c));
+	if (c >= TEST_CTRL_EVENTS)
+		return;
+	pthread_mutex_lock(&ctrl_mu);
+	ctrl_count[c]++;
+	pthread_cond_broadcast(&ctrl_cv);
+	pthread_mutex_unlock(&ctrl_mu);
+}
+
+int test_ctrl_register(struct ddss_net *net, uint16_t tag)
+{
+	ctrl_net = net;
+	ctrl_tag = tag;
+	return ddss_net_on_msg(net, tag, on_ctrl, NULL);
+}
+
+int test_ctrl_send(uint32_t to, uint32_t c)
+{
+	return ddss_net_send(ctrl_net, to, ctrl_tag, &c, sizeof(c));
+}
+
+bool test_ctrl_wait(uint32_t c, unsigned want, int timeout_ms)
+{
+	struct timespec ts;
+	bool ok;
+
+	if (c >= TEST_CTRL_EVENTS)
+		return false;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&ctrl_mu);
+	while (ctrl_count[c] < want && pthread_cond_timedwait(&ctrl_cv, &ctrl_mu, &ts) == 0)
+		;
+	ok = ctrl_count[c] >= want;
+	pthread_mutex_unlock(&ctrl_mu);
+	return ok;
 }

@@ -66,6 +66,18 @@ struct ddss_net *test_net_open_or_exit(void);
 void test_barrier_or_exit(struct ddss_net *net, int timeout_ms);
 
 /*
+ * Control counters: ranks tell each other "event c happened" with a small message on
+ * @tag (DDSS_MSG_USER_FIRST or above); each rank counts what it received per event.
+ */
+#define TEST_CTRL_EVENTS 8
+/** Handle @tag on @net (before ddss_net_start): 0 or -errno. */
+int test_ctrl_register(struct ddss_net *net, uint16_t tag);
+/** Tell rank @to that event @c (< TEST_CTRL_EVENTS) happened. */
+int test_ctrl_send(uint32_t to, uint32_t c);
+/** Wait until event @c was received @want times, at most @timeout_ms: whether it was. */
+bool test_ctrl_wait(uint32_t c, unsigned want, int timeout_ms);
+
+/*
  * The board: a named segment through which the ranks of a ddss context pass numbers (keys,
  * counts) to each other. Rank r owns TEST_BOARD_SLOTS 8-byte slots; everyone reads them.
  */

@@ -36,9 +36,6 @@ static struct ddss_tp *tp;
 static uint32_t me, nranks, dier, leaver;
 static uint64_t *pool;
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static unsigned may_leave, survivors_done;
 
 static void barrier(void)
 {
@@ -52,40 +49,6 @@ static void on_notify(void *arg, uint32_t from, uint32_t value)
 		fflush(stdout);
 		_exit(CU_get_number_of_failures() ? 1 : 0);
 	}
-}
-
-static void on_ctrl(void *arg, uint32_t from, const void *buf, size_t len)
-{
-	uint32_t c;
-
-	if (len != sizeof(c))
-		return;
-	memcpy(&c, buf, sizeof(c));
-	pthread_mutex_lock(&mu);
-	if (c == CTRL_MAY_LEAVE)
-		may_leave++;
-	else if (c == CTRL_SURVIVOR_DONE)
-		survivors_done++;
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
-}
-
-static bool wait_for(unsigned *counter, unsigned want)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += WAIT_MS / 1000;
-	pthread_mutex_lock(&mu);
-	while (*counter < want && pthread_cond_timedwait(&cv, &mu, &ts) == 0)
-		;
-	pthread_mutex_unlock(&mu);
-	return *counter >= want;
-}
-
-static int send_ctrl(uint32_t to, uint32_t c)
-{
-	return ddss_net_send(net, to, TAG_CTRL, &c, sizeof(c));
 }
 
 static void test_late_joiner(void)
@@ -153,10 +116,10 @@ static void test_clean_leave(void)
 		return;
 	if (me == leaver) {
 		/* Leave once every other survivor is done with the previous test. */
-		CU_ASSERT(wait_for(&may_leave, nranks - 2));
+		CU_ASSERT(test_ctrl_wait(CTRL_MAY_LEAVE, nranks - 2, WAIT_MS));
 		return;
 	}
-	CU_ASSERT_EQUAL(send_ctrl(leaver, CTRL_MAY_LEAVE), 0);
+	CU_ASSERT_EQUAL(test_ctrl_send(leaver, CTRL_MAY_LEAVE), 0);
 	CU_ASSERT_EQUAL(ddss_net_wait_peer(net, leaver, DDSS_TP_PEER_DOWN, WAIT_MS), 0);
 	r = ddss_tp_read(tp, leaver, W_ALL, &v, 8);
 	if (!(r == -EHOSTDOWN || r == -ECONNRESET || r == -ECONNREFUSED))
@@ -174,9 +137,9 @@ static void test_survivors_carry_on(void)
 		if (r == dier || r == leaver)
 			continue;
 		CU_ASSERT_EQUAL(ddss_tp_fadd(tp, r, W_SURVIVORS, 1, NULL), 0);
-		CU_ASSERT_EQUAL(send_ctrl(r, CTRL_SURVIVOR_DONE), 0);
+		CU_ASSERT_EQUAL(test_ctrl_send(r, CTRL_SURVIVOR_DONE), 0);
 	}
-	CU_ASSERT(wait_for(&survivors_done, others));
+	CU_ASSERT(test_ctrl_wait(CTRL_SURVIVOR_DONE, others, WAIT_MS));
 	CU_ASSERT_EQUAL(pool[W_SURVIVORS / 8], others);
 }
 
@@ -204,7 +167,7 @@ int main(void)
 	leaver = nranks - 1;
 	pool = test_alloc_pool(POOL_LEN);
 	ddss_net_on_notify(net, on_notify, NULL);
-	if (ddss_net_on_msg(net, TAG_CTRL, on_ctrl, NULL) || ddss_net_start(net, pool, POOL_LEN)) {
+	if (test_ctrl_register(net, TAG_CTRL) || ddss_net_start(net, pool, POOL_LEN)) {
 		fprintf(stderr, "cannot start the transport\n");
 		return 1;
 	}

@@ -44,7 +44,7 @@ static uint64_t *pool;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static unsigned survivors_done, victim_gone, freeze_seen;
+static unsigned freeze_seen;
 static int64_t freeze_ns;
 static pid_t victim_pid;
 
@@ -66,40 +66,18 @@ static void on_notify(void *arg, uint32_t from, uint32_t value)
 	pthread_mutex_unlock(&mu);
 }
 
-static void on_ctrl(void *arg, uint32_t from, const void *buf, size_t len)
-{
-	uint32_t c;
-
-	(void)arg;
-	(void)from;
-	if (len != sizeof(c))
-		return;
-	memcpy(&c, buf, sizeof(c));
-	pthread_mutex_lock(&mu);
-	if (c == CTRL_SURVIVOR_DONE)
-		survivors_done++;
-	else if (c == CTRL_VICTIM_GONE)
-		victim_gone++;
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
-}
-
-static bool wait_for(unsigned *counter, unsigned want)
+/* Wait for the victim's "I freeze now". */
+static bool freeze_wait(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += WAIT_MS / 1000;
 	pthread_mutex_lock(&mu);
-	while (*counter < want && pthread_cond_timedwait(&cv, &mu, &ts) == 0)
+	while (!freeze_seen && pthread_cond_timedwait(&cv, &mu, &ts) == 0)
 		;
 	pthread_mutex_unlock(&mu);
-	return *counter >= want;
-}
-
-static int send_ctrl(uint32_t to, uint32_t c)
-{
-	return ddss_net_send(net, to, TAG_CTRL, &c, sizeof(c));
+	return freeze_seen;
 }
 
 static void test_connect_all(void)
@@ -139,7 +117,7 @@ static void survivor(void)
 	uint64_t v;
 	int r;
 
-	CU_ASSERT_FATAL(wait_for(&freeze_seen, 1));
+	CU_ASSERT_FATAL(freeze_wait());
 	CU_ASSERT_EQUAL(ddss_net_wait_peer(net, VICTIM, DDSS_TP_PEER_DOWN, WAIT_MS), 0);
 	detect_ns = ddss_now_ns() - freeze_ns;
 	printf("[%u] frozen rank declared dead after %.0f ms (peer timeout %d ms, bound %d ms)\n",
@@ -157,9 +135,9 @@ static void survivor(void)
 	/* The survivors carry on. */
 	for (uint32_t p = 1; p < VICTIM; p++) {
 		CU_ASSERT_EQUAL(ddss_tp_fadd(tp, p, W_SURVIVORS, 1, NULL), 0);
-		CU_ASSERT_EQUAL(send_ctrl(p, CTRL_SURVIVOR_DONE), 0);
+		CU_ASSERT_EQUAL(test_ctrl_send(p, CTRL_SURVIVOR_DONE), 0);
 	}
-	CU_ASSERT(wait_for(&survivors_done, VICTIM - 1));
+	CU_ASSERT(test_ctrl_wait(CTRL_SURVIVOR_DONE, VICTIM - 1, WAIT_MS));
 	CU_ASSERT_EQUAL(pool[W_SURVIVORS / 8], VICTIM - 1);
 }
 
@@ -173,7 +151,7 @@ static void wake_victim(void)
 	CU_ASSERT_EQUAL(kill(victim_pid, SIGCONT), 0);
 	CU_ASSERT_EQUAL(poll(&p, 1, WAIT_MS), 1); /* readable when it has exited */
 	close(pfd);
-	CU_ASSERT_EQUAL(send_ctrl(2, CTRL_VICTIM_GONE), 0);
+	CU_ASSERT_EQUAL(test_ctrl_send(2, CTRL_VICTIM_GONE), 0);
 }
 
 static void test_frozen_rank(void)
@@ -186,7 +164,7 @@ static void test_frozen_rank(void)
 	if (me == 1)
 		wake_victim();
 	else
-		CU_ASSERT(wait_for(&victim_gone, 1));
+		CU_ASSERT(test_ctrl_wait(CTRL_VICTIM_GONE, 1, WAIT_MS));
 }
 
 int main(int argc, char **argv)
@@ -219,7 +197,7 @@ int main(int argc, char **argv)
 	me = ddss_net_rank(net);
 	pool = test_alloc_pool(POOL_LEN);
 	ddss_net_on_notify(net, on_notify, NULL);
-	if (ddss_net_on_msg(net, TAG_CTRL, on_ctrl, NULL) || ddss_net_start(net, pool, POOL_LEN)) {
+	if (test_ctrl_register(net, TAG_CTRL) || ddss_net_start(net, pool, POOL_LEN)) {
 		fprintf(stderr, "cannot start the transport\n");
 		return 1;
 	}
