@@ -9,6 +9,7 @@ pkgs=(
   ibverbs-providers rdma-core        # rxe/siw user-space drivers, rdma tool
   libjemalloc-dev                    # the registered pool's allocator
   liburcu-dev                        # lock-free metadata
+  libsodium-dev                      # group-secret authentication
   libcunit1-dev                      # tests
   python3                            # launcher test helper
   spin                               # lock protocol model checking

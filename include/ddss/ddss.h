@@ -88,6 +88,9 @@ struct ddss_attr {
 	const char *daemon_socket; /* daemon mode: the node's ddssd; NULL: /tmp/ddssd.sock */
 	int peer_timeout_ms;       /* a connected rank silent this long is declared dead for
 				    * good (docs/failure.md); 0: 10000; -1: never */
+	const char *secret;        /* group secret: only ranks that know it may connect
+				    * (docs/security.md); DDSS_SECRET_FILE / DDSS_SECRET
+				    * win; NULL: none, connections are not authenticated */
 };
 
 /** ddss_attr_init() - set every field of @attr to its default. */

@@ -85,6 +85,11 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env,
 		env->connect_timeout_ms = attr->connect_timeout_ms;
 	if (attr->peer_timeout_ms && !getenv("DDSS_PEER_TIMEOUT_MS"))
 		env->peer_timeout_ms = attr->peer_timeout_ms < 0 ? 0 : attr->peer_timeout_ms;
+	if (attr->secret) {
+		r = ddss_auth_key_load(attr->secret, &env->auth); /* the environment still wins */
+		if (r)
+			return r;
+	}
 	r = ddss_env_long("DDSS_POOL_SIZE", 1l << 20, 1l << 40,
 			  attr->pool_size ? (long)attr->pool_size : (long)DEFAULT_POOL_SIZE, &v);
 	if (r)

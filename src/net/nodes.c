@@ -176,6 +176,8 @@ int ddss_net_env_load(struct ddss_net_env *env)
 			r = -EINVAL;
 		}
 	}
+	if (!r)
+		r = ddss_auth_key_load(NULL, &env->auth);
 	if (!r) {
 		s = getenv("DDSS_TRANSPORT");
 		snprintf(env->transport, sizeof(env->transport), "%s", s && *s ? s : "auto");
@@ -191,6 +193,7 @@ void ddss_net_env_free(struct ddss_net_env *env)
 {
 	free(env->nodes);
 	env->nodes = NULL;
+	ddss_auth_key_clear(&env->auth);
 }
 
 void ddss_net_env_to_config(const struct ddss_net_env *env, const struct ddss_tp_handlers *h,
@@ -206,6 +209,7 @@ void ddss_net_env_to_config(const struct ddss_net_env *env, const struct ddss_tp
 	cfg->op_timeout_ms = env->op_timeout_ms;
 	cfg->connect_timeout_ms = env->connect_timeout_ms;
 	cfg->device = env->device[0] ? env->device : NULL;
+	cfg->auth = env->auth.on ? &env->auth : NULL;
 	if (h)
 		cfg->handlers = *h;
 }

@@ -15,10 +15,12 @@
  *   DDSS_CONNECT_TIMEOUT_MS  how long to retry a peer that has not started yet (30000)
  *   DDSS_PEER_TIMEOUT_MS     a connected peer silent this long is declared dead for good
  *                            (10000; 0 = never; net/heartbeat.c)
+ *   DDSS_SECRET_FILE         group secret in a file; DDSS_SECRET the secret itself (net/auth.h)
  */
 #ifndef DDSS_NET_NODES_H
 #define DDSS_NET_NODES_H
 
+#include "net/auth.h"
 #include "net/transport.h"
 
 struct ddss_net_env {
@@ -33,6 +35,7 @@ struct ddss_net_env {
 	int op_timeout_ms;
 	int connect_timeout_ms;
 	int peer_timeout_ms;
+	struct ddss_auth_key auth; /* group key, if a secret is configured */
 };
 
 /** Parse a node list; *nodes_p is malloc'd. -EINVAL (logged) on a malformed entry. */

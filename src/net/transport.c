@@ -150,7 +150,22 @@ int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,
 	}
 	if (tp->cfg.connect_timeout_ms <= 0)
 		tp->cfg.connect_timeout_ms = 30000;
+	tp->cfg.auth = NULL;
+	if (cfg->auth && cfg->auth->on) {
+		tp->auth = *cfg->auth;
+		tp->cfg.auth = &tp->auth;
+	}
 	return 0;
+}
+
+unsigned long ddss_tp_handshakes_failed(const struct ddss_tp *tp)
+{
+	return __atomic_load_n(&tp->handshakes_failed, __ATOMIC_ACQUIRE);
+}
+
+void ddss_tp_handshake_failed(struct ddss_tp *tp)
+{
+	__atomic_fetch_add(&tp->handshakes_failed, 1, __ATOMIC_RELEASE);
 }
 
 void ddss_tp_fini_common(struct ddss_tp *tp)
@@ -159,6 +174,7 @@ void ddss_tp_fini_common(struct ddss_tp *tp)
 	tp->nodes = NULL;
 	free(tp->refused);
 	tp->refused = NULL;
+	ddss_auth_key_clear(&tp->auth);
 }
 
 void ddss_tp_peer_changed(struct ddss_tp *tp, int *state_p, uint32_t rank,

@@ -39,6 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "net/auth.h"
+
 struct ddss_tp;
 struct ddss_tp_mr;
 
@@ -99,6 +101,7 @@ struct ddss_tp_config {
 	int op_timeout_ms;                 /* an operation outstanding this long fails its peer */
 	int connect_timeout_ms;            /* how long a first connect retries a peer not up yet */
 	const char *device;                /* verbs: device name, NULL = automatic */
+	const struct ddss_auth_key *auth;  /* group key (net/auth.h), NULL = no authentication */
 	struct ddss_tp_handlers handlers;
 };
 
@@ -201,7 +204,15 @@ struct ddss_tp {
 	struct ddss_tp_config cfg;
 	struct ddss_tp_node *nodes; /* owned copy of cfg.nodes */
 	uint8_t *refused;           /* [rank] (atomic): declared dead, never served again */
+	struct ddss_auth_key auth;  /* owned copy of *cfg.auth (cfg.auth points here) */
+	unsigned long handshakes_failed; /* atomic: incoming connections turned away */
 };
+
+/** How many incoming connections this transport turned away in their handshake (wrong
+ * group or secret, declared dead, malformed, or hung up before the end). */
+unsigned long ddss_tp_handshakes_failed(const struct ddss_tp *tp);
+/** Providers: count one more. */
+void ddss_tp_handshake_failed(struct ddss_tp *tp);
 
 /** Provider by name ("tcp", "verbs"), or NULL if not built. */
 const struct ddss_tp_ops *ddss_tp_find(const char *name);

@@ -1,10 +1,11 @@
 /*
- * The tcp provider's wire (src/net/tcp/tcp_wire.c): the 48-byte frame header, the 40-byte
- * hello, and the serving side's check of a request header against its pool.
+ * The tcp provider's wire (src/net/tcp/tcp_wire.c): the 48-byte frame header, the 88-byte
+ * hello (also the AUTH frames' payload), and the serving side's check of a request header
+ * against its pool.
  *
- * Input: [header 48][hello 40][pool_len 8] (missing bytes read as zeros).
- * Invariants: a header or hello that decodes re-encodes to the same bytes (the hello's
- * reserved word aside, which the decoder ignores); an accepted kind is in range; a request
+ * Input: [header 48][hello 88][pool_len 8] (missing bytes read as zeros).
+ * Invariants: a header or hello that decodes re-encodes to the same bytes (the hello has
+ * no reserved bytes: unknown flags are refused); an accepted kind is in range; a request
  * the check accepts lies inside the pool, with the per-kind rules of tcp_wire_check_request;
  * the check answers only 0, -EINVAL, -ERANGE or -EPROTO.
  */
@@ -91,12 +92,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		FUZZ_CHECK(hello.magic == TCP_WIRE_MAGIC && hello.version == TCP_WIRE_VERSION);
 		tcp_wire_encode_hello(&hello, hout);
-		FUZZ_CHECK(memcmp(hout, hraw, 20) == 0 && memcmp(hout + 24, hraw + 24, 16) == 0);
+		FUZZ_CHECK(memcmp(hout, hraw, sizeof(hout)) == 0);
+		FUZZ_CHECK((hello.flags & ~TCP_WIRE_HELLO_AUTH) == 0);
 		memset(&hello2, 0xa5, sizeof(hello2));
 		FUZZ_CHECK(tcp_wire_decode_hello(hout, &hello2) == 0);
 		FUZZ_CHECK(hello2.from_rank == hello.from_rank && hello2.to_rank == hello.to_rank &&
 			   hello2.size == hello.size && hello2.group == hello.group &&
-			   hello2.pool_len == hello.pool_len);
+			   hello2.pool_len == hello.pool_len && hello2.flags == hello.flags &&
+			   !memcmp(hello2.nonce, hello.nonce, sizeof(hello.nonce)) &&
+			   !memcmp(hello2.proof, hello.proof, sizeof(hello.proof)));
 	}
 	return 0;
 }

@@ -33,16 +33,18 @@ def tcp_hdr(kind, tag=0, ln=0, status=0, seq=0, off=0, a=0, b=0):
     return struct.pack("<BBHIiIQQQQ", kind, 0, tag, ln, status, 0, seq, off, a, b)
 
 
-def tcp_hello(frm=1, to=2, size=4, group=0x1234, pool=1 << 20):
-    return struct.pack("<IIIIIIQQ", 0x53534444, 1, frm, to, size, 0, group, pool)
+def tcp_hello(frm=1, to=2, size=4, group=0x1234, pool=1 << 20, flags=0):
+    return (struct.pack("<IIIIIIQQ", 0x53534444, 2, frm, to, size, flags, group, pool)
+            + bytes(range(16)) + bytes(range(32)))
 
 
 pool = struct.pack("<Q", 1 << 20)
 for name, h in [("read", tcp_hdr(1, off=64, a=128)), ("write", tcp_hdr(2, ln=16, off=4096)),
                 ("cas", tcp_hdr(3, off=8, a=1, b=2)), ("fadd", tcp_hdr(4, off=16, a=1)),
                 ("notify", tcp_hdr(5, a=7)), ("msg", tcp_hdr(6, tag=2, ln=40)),
-                ("reply", tcp_hdr(7, seq=9, status=-5)), ("hello", tcp_hdr(8, ln=40))]:
+                ("reply", tcp_hdr(7, seq=9, status=-5)), ("hello", tcp_hdr(8, ln=88))]:
     write("tcp_wire", name, h + tcp_hello() + pool)
+write("tcp_wire", "auth", tcp_hdr(10, ln=88) + tcp_hello(flags=1) + pool)
 
 vh = struct.pack("<IIQIIQQII", 0x56535344, 1, 0x1234, 2, 4, 0x7F0000000000, 1 << 20, 0x42, 0)
 write("verbs_wire", "hello", vh)

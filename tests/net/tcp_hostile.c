@@ -438,7 +438,7 @@ static void test_oneway_and_pipelining(void)
 
 /* ---- tests: refused handshakes ---- */
 
-enum hello_field { F_GROUP, F_SIZE, F_TO, F_FROM, F_MAGIC, F_VERSION };
+enum hello_field { F_GROUP, F_SIZE, F_TO, F_FROM, F_MAGIC, F_VERSION, F_FLAGS };
 
 static void set_hello_field(struct tcp_wire_hello *h, enum hello_field f, uint64_t v)
 {
@@ -449,6 +449,7 @@ static void set_hello_field(struct tcp_wire_hello *h, enum hello_field f, uint64
 	case F_FROM: h->from_rank = (uint32_t)v; break;
 	case F_MAGIC: h->magic = (uint32_t)v; break;
 	case F_VERSION: h->version = (uint32_t)v; break;
+	case F_FLAGS: h->flags = (uint32_t)v; break;
 	}
 }
 
@@ -472,8 +473,12 @@ static void test_refused_hellos(void)
 		{ "bad magic", F_MAGIC, 0x44445353u, -EPROTO },
 		/* The target maps every undecodable hello to -EPROTO; -EPROTONOSUPPORT would
 		 * be as good, so the check below takes either. */
-		{ "version 2", F_VERSION, 2, -EPROTO },
+		{ "version 1", F_VERSION, TCP_WIRE_VERSION - 1, -EPROTO },
+		{ "next version", F_VERSION, TCP_WIRE_VERSION + 1, -EPROTO },
 		{ "version 0", F_VERSION, 0, -EPROTO },
+		{ "unknown flag", F_FLAGS, 2, -EPROTO },
+		/* This target has no group secret: a peer that wants one is not of this group. */
+		{ "asks for a secret", F_FLAGS, TCP_WIRE_HELLO_AUTH, -EACCES },
 	};
 
 	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -11,7 +11,8 @@
  *
  * Files: tcp_provider.c (ops table, lifecycle, peers, local operations), tcp_chan.c
  * (initiator channels: connect, send, replies, waits), tcp_serve.c (acceptor and progress
- * threads: handshake, serving requests), tcp_wire.c (frame encoding and validation).
+ * threads: serving requests), tcp_handshake.c (opening a connection, both sides), tcp_wire.c
+ * (frame encoding and validation).
  */
 #ifndef DDSS_NET_TCP_TCP_H
 #define DDSS_NET_TCP_TCP_H
@@ -154,6 +155,13 @@ int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms);
 void tcp_chan_flush(struct tcp_chan *ch);
 /** Fail the connection with @err and complete everything outstanding. */
 void tcp_chan_shutdown(struct tcp_chan *ch, int err);
+
+/* tcp_handshake.c (with a group secret, both sides prove they know it: net/auth.h) */
+/** Initiator: open the connection on @fd; the target's pool length in *pool_len_p. */
+int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadline,
+			  uint64_t *pool_len_p);
+/** Target: answer the peer on @fd; 0 (accepted: its rank and pool length) or -errno. */
+int tcp_handshake_accept(struct tcp_tp *t, int fd, uint32_t *peer_p, uint64_t *pool_len_p);
 
 /* tcp_serve.c */
 int tcp_serve_start(struct tcp_tp *t);

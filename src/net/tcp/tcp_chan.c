@@ -202,48 +202,6 @@ static int connect_once(const struct ddss_tp_node *node, int *fd_p)
 	return err;
 }
 
-static int handshake(struct tcp_chan *ch, int fd, int64_t deadline)
-{
-	struct tcp_tp *t = ch->tp;
-	const struct ddss_tp_config *cfg = &t->base.cfg;
-	unsigned char buf[TCP_WIRE_HDR_LEN + TCP_WIRE_HELLO_LEN];
-	struct tcp_wire_hdr h = { .kind = TCP_K_HELLO, .len = TCP_WIRE_HELLO_LEN };
-	struct tcp_wire_hello me = {
-		.magic = TCP_WIRE_MAGIC, .version = TCP_WIRE_VERSION, .from_rank = cfg->rank,
-		.to_rank = ch->peer, .size = cfg->size, .group = cfg->group, .pool_len = t->pool_len,
-	};
-	struct tcp_wire_hello them;
-	int r;
-
-	tcp_wire_encode_hdr(&h, buf);
-	tcp_wire_encode_hello(&me, buf + TCP_WIRE_HDR_LEN);
-	if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf))
-		return -ECONNRESET;
-	r = tcp_recv_full(fd, buf, sizeof(buf), deadline);
-	if (r)
-		return r;
-	if (tcp_wire_decode_hdr(buf, &h) || h.kind != TCP_K_HELLO_ACK || h.len != TCP_WIRE_HELLO_LEN)
-		return -EPROTO;
-	if (h.status) {
-		/* Only trust errno values the target is known to send. */
-		r = h.status == -EACCES || h.status == -EPROTO || h.status == -EINVAL ? h.status
-										     : -ECONNREFUSED;
-		DDSS_WARN("rank %u refused our handshake: %s", ch->peer, strerror(-r));
-		return r;
-	}
-	r = tcp_wire_decode_hello(buf + TCP_WIRE_HDR_LEN, &them);
-	if (r)
-		return r;
-	if (them.from_rank != ch->peer || them.to_rank != cfg->rank || them.size != cfg->size ||
-	    them.group != cfg->group) {
-		DDSS_WARN("rank %u answered as rank %u of %u (group %llx)", ch->peer, them.from_rank,
-			  them.size, (unsigned long long)them.group);
-		return -EPROTO;
-	}
-	ch->peer_pool_len = them.pool_len;
-	return 0;
-}
-
 /*
  * connect_mu held. A peer never seen up is retried until the connect timeout (it may not
  * have started yet); one that was up and went down gets a single attempt, so operations
@@ -273,7 +231,9 @@ static int chan_connect(struct tcp_chan *ch)
 			backoff_ms *= 2;
 	}
 	tcp_set_sock_opts(fd);
-	r = handshake(ch, fd, ch->ever_up ? ddss_now_ns() + 5000000000LL : deadline);
+	r = tcp_handshake_connect(ch->tp, ch->peer, fd,
+				  ch->ever_up ? ddss_now_ns() + 5000000000LL : deadline,
+				  &ch->peer_pool_len);
 	if (r) {
 		close(fd);
 		return r;

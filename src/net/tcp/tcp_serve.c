@@ -332,32 +332,6 @@ static void *progress_main(void *arg)
 	}
 }
 
-/* Validate a connecting peer's hello: 0 to accept, else the status to refuse it with. */
-static int check_hello(struct tcp_tp *t, const unsigned char *buf, struct tcp_wire_hello *hello)
-{
-	const struct ddss_tp_config *cfg = &t->base.cfg;
-	struct tcp_wire_hdr h;
-	int r;
-
-	if (tcp_wire_decode_hdr(buf, &h) || h.kind != TCP_K_HELLO || h.len != TCP_WIRE_HELLO_LEN)
-		return -EPROTO;
-	r = tcp_wire_decode_hello(buf + TCP_WIRE_HDR_LEN, hello);
-	if (r)
-		return -EPROTO;
-	if (hello->size != cfg->size || hello->group != cfg->group || hello->to_rank != cfg->rank ||
-	    hello->from_rank < 1 || hello->from_rank > cfg->size) {
-		DDSS_WARN("refusing a peer claiming rank %u of %u, group %llx (we are %u of %u, group %llx)",
-			  hello->from_rank, hello->size, (unsigned long long)hello->group, cfg->rank,
-			  cfg->size, (unsigned long long)cfg->group);
-		return -EACCES;
-	}
-	if (ddss_tp_peer_refused(&t->base, hello->from_rank)) {
-		DDSS_WARN("refusing rank %u: it was declared dead", hello->from_rank);
-		return -ECONNREFUSED;
-	}
-	return 0;
-}
-
 void tcp_serve_cut(struct tcp_tp *t, uint32_t rank)
 {
 	pthread_mutex_lock(&t->served_mu);
@@ -369,26 +343,12 @@ void tcp_serve_cut(struct tcp_tp *t, uint32_t rank)
 
 static void accept_one(struct tcp_tp *t, int fd)
 {
-	const struct ddss_tp_config *cfg = &t->base.cfg;
-	unsigned char buf[TCP_WIRE_HDR_LEN + TCP_WIRE_HELLO_LEN];
-	struct tcp_wire_hello hello = { 0 }, me;
-	struct tcp_wire_hdr ack = { .kind = TCP_K_HELLO_ACK, .len = TCP_WIRE_HELLO_LEN };
 	struct tcp_served *s;
+	uint64_t pool_len = 0;
+	uint32_t peer = 0;
 
-	if (tcp_recv_full(fd, buf, sizeof(buf),
-			  ddss_now_ns() + (int64_t)TCP_HANDSHAKE_TIMEOUT_MS * 1000000)) {
-		close(fd);
-		return;
-	}
-	ack.status = check_hello(t, buf, &hello);
-	me = (struct tcp_wire_hello){ .magic = TCP_WIRE_MAGIC, .version = TCP_WIRE_VERSION,
-				      .from_rank = cfg->rank, .to_rank = hello.from_rank,
-				      .size = cfg->size, .group = cfg->group };
-	/* Only a member learns anything about our pool. */
-	me.pool_len = ack.status ? 0 : t->pool_len;
-	tcp_wire_encode_hdr(&ack, buf);
-	tcp_wire_encode_hello(&me, buf + TCP_WIRE_HDR_LEN);
-	if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf) || ack.status) {
+	if (tcp_handshake_accept(t, fd, &peer, &pool_len)) {
+		ddss_tp_handshake_failed(&t->base);
 		close(fd);
 		return;
 	}
@@ -399,9 +359,9 @@ static void accept_one(struct tcp_tp *t, int fd)
 	}
 	s->ev_type = TCP_EV_SERVED;
 	s->fd = fd;
-	s->peer = hello.from_rank;
+	s->peer = peer;
 	tcp_set_sock_opts(fd);
-	tcp_peer_set_pool_len(t, s->peer, hello.pool_len);
+	tcp_peer_set_pool_len(t, s->peer, pool_len);
 	pthread_mutex_lock(&t->served_mu);
 	s->next = t->served;
 	t->served = s;

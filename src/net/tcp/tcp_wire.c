@@ -42,7 +42,8 @@ int tcp_wire_decode_hdr(const unsigned char in[TCP_WIRE_HDR_LEN], struct tcp_wir
 	return 0;
 }
 
-/* Layout: magic | version | from | to | size | rsvd u32 | group u64 | pool_len u64 */
+/* Layout: magic | version | from | to | size | flags | group u64 | pool_len u64 | nonce 16 |
+ * proof 32 */
 void tcp_wire_encode_hello(const struct tcp_wire_hello *hello, unsigned char out[TCP_WIRE_HELLO_LEN])
 {
 	put32(out, hello->magic);
@@ -50,9 +51,11 @@ void tcp_wire_encode_hello(const struct tcp_wire_hello *hello, unsigned char out
 	put32(out + 8, hello->from_rank);
 	put32(out + 12, hello->to_rank);
 	put32(out + 16, hello->size);
-	put32(out + 20, 0);
+	put32(out + 20, hello->flags);
 	put64(out + 24, hello->group);
 	put64(out + 32, hello->pool_len);
+	memcpy(out + 40, hello->nonce, sizeof(hello->nonce));
+	memcpy(out + 56, hello->proof, sizeof(hello->proof));
 }
 
 int tcp_wire_decode_hello(const unsigned char in[TCP_WIRE_HELLO_LEN], struct tcp_wire_hello *hello)
@@ -66,8 +69,13 @@ int tcp_wire_decode_hello(const unsigned char in[TCP_WIRE_HELLO_LEN], struct tcp
 	hello->from_rank = get32(in + 8);
 	hello->to_rank = get32(in + 12);
 	hello->size = get32(in + 16);
+	hello->flags = get32(in + 20);
+	if (hello->flags & ~TCP_WIRE_HELLO_AUTH)
+		return -EPROTO;
 	hello->group = get64(in + 24);
 	hello->pool_len = get64(in + 32);
+	memcpy(hello->nonce, in + 40, sizeof(hello->nonce));
+	memcpy(hello->proof, in + 56, sizeof(hello->proof));
 	return 0;
 }
 

@@ -11,8 +11,9 @@
 
 #define TCP_WIRE_HDR_LEN 48u
 #define TCP_WIRE_MAGIC 0x53534444u /* "DDSS" */
-#define TCP_WIRE_VERSION 1u
-#define TCP_WIRE_HELLO_LEN 40u
+#define TCP_WIRE_VERSION 2u
+#define TCP_WIRE_HELLO_LEN 88u
+#define TCP_WIRE_HELLO_AUTH 1u /* hello flag: the sender has a group secret */
 
 enum tcp_wire_kind {
 	TCP_K_READ = 1,  /* off, a = length; reply carries the bytes */
@@ -24,6 +25,8 @@ enum tcp_wire_kind {
 	TCP_K_REPLY,     /* seq, status, a = result, payload = read bytes */
 	TCP_K_HELLO,     /* payload = struct tcp_wire_hello (initiator -> target) */
 	TCP_K_HELLO_ACK, /* status, payload = struct tcp_wire_hello (target -> initiator) */
+	TCP_K_AUTH,      /* with a secret: payload = hello with the initiator's proof, pool_len */
+	TCP_K_AUTH_ACK,  /* with a secret: status, payload = hello with the target's pool_len */
 	TCP_K_MAX_
 };
 
@@ -38,15 +41,23 @@ struct tcp_wire_hdr {
 	uint64_t b;
 };
 
-/* What each side tells the other when a connection opens. */
+/*
+ * What each side tells the other when a connection opens. Without a group secret: HELLO,
+ * HELLO_ACK (pool lengths in both). With one (net/auth.h): HELLO carries the initiator's
+ * nonce, HELLO_ACK the target's nonce and proof, then AUTH the initiator's proof; pool
+ * lengths travel only in AUTH and AUTH_ACK, after the proofs were checked.
+ */
 struct tcp_wire_hello {
 	uint32_t magic;
 	uint32_t version;
 	uint32_t from_rank; /* sender's rank */
 	uint32_t to_rank;   /* the rank the sender believes it talks to */
 	uint32_t size;      /* group size the sender was configured with */
+	uint32_t flags;     /* TCP_WIRE_HELLO_AUTH */
 	uint64_t group;     /* group id (DDSS_GROUP); both sides must agree */
-	uint64_t pool_len;  /* sender's exposed pool length */
+	uint64_t pool_len;  /* sender's exposed pool length (see above for when) */
+	unsigned char nonce[16];
+	unsigned char proof[32];
 };
 
 void tcp_wire_encode_hdr(const struct tcp_wire_hdr *h, unsigned char out[TCP_WIRE_HDR_LEN]);

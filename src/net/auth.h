@@ -1,0 +1,67 @@
+/*
+ * Group-secret authentication (docs/security.md). When a secret is configured, two ranks
+ * that open a connection prove to each other that they know it before either learns
+ * anything about the other's pool or serves an operation: each sends a fresh random nonce,
+ * and each answers with a MAC (libsodium crypto_auth, HMAC-SHA-512-256) keyed by the group
+ * key over both nonces, both ranks, the group id and its own role. Nothing secret crosses
+ * the wire, a recorded answer is useless against a new nonce, and one side's answer cannot
+ * be replayed as the other's (the role is in the MAC).
+ *
+ * The group key is a BLAKE2b hash of the secret (crypto_generichash). The secret comes from
+ * (first that is set): DDSS_SECRET_FILE (the file's bytes, a trailing newline dropped),
+ * DDSS_SECRET, ddss_attr.secret. Without one, connections are not authenticated; a rank
+ * with a secret refuses a peer without one and the other way round.
+ */
+#ifndef DDSS_NET_AUTH_H
+#define DDSS_NET_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DDSS_AUTH_KEY_LEN 32u
+#define DDSS_AUTH_NONCE_LEN 16u
+#define DDSS_AUTH_PROOF_LEN 32u
+#define DDSS_AUTH_SECRET_MAX 4096u
+
+struct ddss_auth_key {
+	bool on;                               /* a secret is configured */
+	unsigned char key[DDSS_AUTH_KEY_LEN];  /* group key, valid when on */
+};
+
+/* Which side of a connection computes a proof: the one that connected, or the one that
+ * accepted. */
+enum ddss_auth_role { DDSS_AUTH_INITIATOR = 'I', DDSS_AUTH_TARGET = 'T' };
+
+/* What both sides of one connection agree on; a proof covers all of it. */
+struct ddss_auth_transcript {
+	uint64_t group;
+	uint32_t initiator, target, size;
+	unsigned char nonce_i[DDSS_AUTH_NONCE_LEN];
+	unsigned char nonce_t[DDSS_AUTH_NONCE_LEN];
+};
+
+/**
+ * Load the group key from the environment, else from @attr_secret (may be NULL). Off (0
+ * returned, key->on false) when no secret is configured. -EINVAL (logged) for an empty
+ * secret or one longer than DDSS_AUTH_SECRET_MAX, -ENOENT for an unreadable secret file,
+ * -ENOSYS if libsodium cannot start.
+ */
+int ddss_auth_key_load(const char *attr_secret, struct ddss_auth_key *key);
+
+/** Wipe the key from memory. */
+void ddss_auth_key_clear(struct ddss_auth_key *key);
+
+/** Fill @nonce with fresh random bytes. */
+void ddss_auth_nonce(unsigned char nonce[DDSS_AUTH_NONCE_LEN]);
+
+/** The proof @role sends for @t under @key (which must be on). */
+void ddss_auth_prove(const struct ddss_auth_key *key, enum ddss_auth_role role,
+		     const struct ddss_auth_transcript *t, unsigned char proof[DDSS_AUTH_PROOF_LEN]);
+
+/** 0 if @proof is what @role must send for @t under @key (constant time), else -EACCES. */
+int ddss_auth_check(const struct ddss_auth_key *key, enum ddss_auth_role role,
+		    const struct ddss_auth_transcript *t,
+		    const unsigned char proof[DDSS_AUTH_PROOF_LEN]);
+
+#endif /* DDSS_NET_AUTH_H */

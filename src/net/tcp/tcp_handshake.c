@@ -1,0 +1,208 @@
+/*
+ * The opening of a tcp connection, both sides: the initiator's hello and the target's
+ * answer, and with a group secret the proofs of net/auth.h (mutual: each side checks the
+ * other's before it sends its pool length or, on the target, serves anything).
+ *
+ *   initiator                                   target
+ *   HELLO     ranks, group, flags, nonce_i  ->
+ *                                           <-  HELLO_ACK status, flags, nonce_t, proof_t
+ *   (no secret: pool lengths were in HELLO and HELLO_ACK; done)
+ *   AUTH      proof_i, pool_len             ->
+ *                                           <-  AUTH_ACK  status, pool_len
+ */
+#include "net/tcp/tcp.h"
+#include "net/auth.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define FRAME_LEN (TCP_WIRE_HDR_LEN + TCP_WIRE_HELLO_LEN)
+
+static int send_frame(int fd, uint8_t kind, int status, const struct tcp_wire_hello *hello)
+{
+	struct tcp_wire_hdr h = { .kind = kind, .len = TCP_WIRE_HELLO_LEN, .status = status };
+	unsigned char buf[FRAME_LEN];
+
+	tcp_wire_encode_hdr(&h, buf);
+	tcp_wire_encode_hello(hello, buf + TCP_WIRE_HDR_LEN);
+	return send(fd, buf, sizeof(buf), MSG_NOSIGNAL) == (ssize_t)sizeof(buf) ? 0 : -ECONNRESET;
+}
+
+/* Receive a frame of @kind: 0 with its status in *status_p, or -errno (-EPROTO: not ours). */
+static int recv_frame(int fd, uint8_t kind, int64_t deadline, int *status_p,
+		      struct tcp_wire_hello *hello)
+{
+	unsigned char buf[FRAME_LEN];
+	struct tcp_wire_hdr h;
+	int r = tcp_recv_full(fd, buf, sizeof(buf), deadline);
+
+	if (r)
+		return r;
+	if (tcp_wire_decode_hdr(buf, &h) || h.kind != kind || h.len != TCP_WIRE_HELLO_LEN)
+		return -EPROTO;
+	*status_p = h.status;
+	/* A refusal carries a hello too, but only its status matters. */
+	if (h.status)
+		return 0;
+	return tcp_wire_decode_hello(buf + TCP_WIRE_HDR_LEN, hello) ? -EPROTO : 0;
+}
+
+static struct tcp_wire_hello my_hello(const struct ddss_tp_config *cfg, uint32_t to_rank)
+{
+	return (struct tcp_wire_hello){
+		.magic = TCP_WIRE_MAGIC, .version = TCP_WIRE_VERSION, .from_rank = cfg->rank,
+		.to_rank = to_rank, .size = cfg->size, .group = cfg->group,
+		.flags = cfg->auth ? TCP_WIRE_HELLO_AUTH : 0,
+	};
+}
+
+/* Only trust errno values a target is known to send. */
+static int refusal(uint32_t peer, int status)
+{
+	int r = status == -EACCES || status == -EPROTO || status == -EINVAL ? status
+									   : -ECONNREFUSED;
+
+	DDSS_WARN("rank %u refused our handshake: %s", peer, strerror(-r));
+	return r;
+}
+
+/* ---- initiator ---- */
+
+int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadline,
+			  uint64_t *pool_len_p)
+{
+	const struct ddss_tp_config *cfg = &t->base.cfg;
+	struct tcp_wire_hello me = my_hello(cfg, peer), them;
+	struct ddss_auth_transcript tr = { .group = cfg->group, .initiator = cfg->rank,
+					   .target = peer, .size = cfg->size };
+	int status, r;
+
+	if (cfg->auth)
+		ddss_auth_nonce(me.nonce);
+	else
+		me.pool_len = t->pool_len;
+	r = send_frame(fd, TCP_K_HELLO, 0, &me);
+	if (!r)
+		r = recv_frame(fd, TCP_K_HELLO_ACK, deadline, &status, &them);
+	if (r)
+		return r;
+	if (status)
+		return refusal(peer, status);
+	if (them.from_rank != peer || them.to_rank != cfg->rank || them.size != cfg->size ||
+	    them.group != cfg->group) {
+		DDSS_WARN("rank %u answered as rank %u of %u (group %llx)", peer, them.from_rank,
+			  them.size, (unsigned long long)them.group);
+		return -EPROTO;
+	}
+	if (!cfg->auth) {
+		/* A target with a secret refuses us before this; one that accepts must not ask. */
+		if (them.flags & TCP_WIRE_HELLO_AUTH)
+			return -EPROTO;
+		*pool_len_p = them.pool_len;
+		return 0;
+	}
+	memcpy(tr.nonce_i, me.nonce, sizeof(tr.nonce_i));
+	memcpy(tr.nonce_t, them.nonce, sizeof(tr.nonce_t));
+	if (!(them.flags & TCP_WIRE_HELLO_AUTH) ||
+	    ddss_auth_check(cfg->auth, DDSS_AUTH_TARGET, &tr, them.proof)) {
+		DDSS_WARN("rank %u does not know the group secret: not talking to it", peer);
+		return -EACCES;
+	}
+	ddss_auth_prove(cfg->auth, DDSS_AUTH_INITIATOR, &tr, me.proof);
+	me.pool_len = t->pool_len;
+	r = send_frame(fd, TCP_K_AUTH, 0, &me);
+	if (!r)
+		r = recv_frame(fd, TCP_K_AUTH_ACK, deadline, &status, &them);
+	if (r)
+		return r;
+	if (status)
+		return refusal(peer, status);
+	*pool_len_p = them.pool_len;
+	return 0;
+}
+
+/* ---- target ---- */
+
+/* Validate a connecting peer's hello: 0 to accept, else the status to refuse it with. */
+static int check_hello(struct tcp_tp *t, const struct tcp_wire_hello *hello)
+{
+	const struct ddss_tp_config *cfg = &t->base.cfg;
+
+	if (hello->size != cfg->size || hello->group != cfg->group || hello->to_rank != cfg->rank ||
+	    hello->from_rank < 1 || hello->from_rank > cfg->size) {
+		DDSS_WARN("refusing a peer claiming rank %u of %u, group %llx (we are %u of %u, group %llx)",
+			  hello->from_rank, hello->size, (unsigned long long)hello->group, cfg->rank,
+			  cfg->size, (unsigned long long)cfg->group);
+		return -EACCES;
+	}
+	if (!(hello->flags & TCP_WIRE_HELLO_AUTH) != !cfg->auth) {
+		DDSS_WARN("refusing rank %u: %s", hello->from_rank,
+			  cfg->auth ? "it has no group secret and we do"
+				    : "it has a group secret and we have none");
+		return -EACCES;
+	}
+	if (ddss_tp_peer_refused(&t->base, hello->from_rank)) {
+		DDSS_WARN("refusing rank %u: it was declared dead", hello->from_rank);
+		return -ECONNREFUSED;
+	}
+	return 0;
+}
+
+/* With a secret: the initiator's AUTH frame, checked. 0, or the status to refuse with. */
+static int check_auth(struct tcp_tp *t, int fd, int64_t deadline,
+		      const struct ddss_auth_transcript *tr, uint64_t *pool_len_p)
+{
+	struct tcp_wire_hello them;
+	int status, r = recv_frame(fd, TCP_K_AUTH, deadline, &status, &them);
+
+	if (r || status || them.from_rank != tr->initiator || them.to_rank != tr->target)
+		return -EPROTO;
+	if (ddss_auth_check(t->base.cfg.auth, DDSS_AUTH_INITIATOR, tr, them.proof)) {
+		DDSS_WARN("refusing rank %u: it does not know the group secret", tr->initiator);
+		return -EACCES;
+	}
+	*pool_len_p = them.pool_len;
+	return 0;
+}
+
+int tcp_handshake_accept(struct tcp_tp *t, int fd, uint32_t *peer_p, uint64_t *pool_len_p)
+{
+	const struct ddss_tp_config *cfg = &t->base.cfg;
+	int64_t deadline = ddss_now_ns() + (int64_t)TCP_HANDSHAKE_TIMEOUT_MS * 1000000;
+	struct tcp_wire_hello hello = { 0 }, me;
+	struct ddss_auth_transcript tr = { .group = cfg->group, .target = cfg->rank,
+					   .size = cfg->size };
+	int status, r;
+
+	r = recv_frame(fd, TCP_K_HELLO, deadline, &status, &hello);
+	if (r == -ETIMEDOUT || r == -ECONNRESET)
+		return r; /* nobody to answer */
+	status = r || status ? -EPROTO : check_hello(t, &hello);
+	me = my_hello(cfg, status ? 0 : hello.from_rank);
+	/* Only a member learns anything about our pool; with a secret, only after its proof. */
+	if (!status && !cfg->auth)
+		me.pool_len = t->pool_len;
+	if (!status && cfg->auth) {
+		tr.initiator = hello.from_rank;
+		memcpy(tr.nonce_i, hello.nonce, sizeof(tr.nonce_i));
+		ddss_auth_nonce(me.nonce);
+		memcpy(tr.nonce_t, me.nonce, sizeof(tr.nonce_t));
+		ddss_auth_prove(cfg->auth, DDSS_AUTH_TARGET, &tr, me.proof);
+	}
+	r = send_frame(fd, TCP_K_HELLO_ACK, status, &me);
+	if (r || status)
+		return r ? r : status;
+	*peer_p = hello.from_rank;
+	if (!cfg->auth) {
+		*pool_len_p = hello.pool_len;
+		return 0;
+	}
+	status = check_auth(t, fd, deadline, &tr, pool_len_p);
+	me = my_hello(cfg, hello.from_rank);
+	if (!status)
+		me.pool_len = t->pool_len;
+	r = send_frame(fd, TCP_K_AUTH_ACK, status, &me);
+	return r ? r : status;
+}
