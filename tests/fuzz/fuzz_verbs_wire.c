@@ -1,6 +1,6 @@
 /*
  * The verbs provider's wire (src/net/verbs/verbs_wire.c): rdma_cm private data (hello,
- * reject reason) and the header of a control message. Pure functions, no device needed.
+ * authenticated connect request, reject reason) and the header of a control message. Pure functions, no device needed.
  *
  * Input: the whole input is offered to each decoder, as a peer's private data or a
  * received message would be. Invariants: what a decoder accepts re-encodes to the same
@@ -28,6 +28,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(h2.group == h.group && h2.rank == h.rank && h2.size == h.size &&
 			   h2.pool_addr == h.pool_addr && h2.pool_len == h.pool_len &&
 			   h2.rkey == h.rkey);
+	}
+
+	struct verbs_auth_req a, a2;
+	unsigned char aout[VERBS_AUTH_REQ_LEN];
+
+	if (verbs_auth_req_decode(data, size, &a) == 0) {
+		FUZZ_CHECK(size >= VERBS_AUTH_REQ_LEN);
+		verbs_auth_req_encode(&a, aout);
+		FUZZ_CHECK(memcmp(aout, data, VERBS_AUTH_REQ_LEN) == 0);
+		FUZZ_CHECK(verbs_auth_req_decode(aout, sizeof(aout), &a2) == 0);
+		FUZZ_CHECK(a2.group == a.group && a2.rank == a.rank && a2.size == a.size &&
+			   !memcmp(a2.nonce, a.nonce, sizeof(a.nonce)) &&
+			   !memcmp(a2.proof, a.proof, sizeof(a.proof)));
 	}
 
 	r = verbs_reject_decode(data, size);

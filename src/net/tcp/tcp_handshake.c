@@ -106,7 +106,7 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 	memcpy(tr.nonce_i, me.nonce, sizeof(tr.nonce_i));
 	memcpy(tr.nonce_t, them.nonce, sizeof(tr.nonce_t));
 	if (!(them.flags & TCP_WIRE_HELLO_AUTH) ||
-	    ddss_auth_check(cfg->auth, DDSS_AUTH_TARGET, &tr, them.proof)) {
+	    ddss_auth_check(cfg->auth, DDSS_AUTH_TARGET, &tr, them.proof, sizeof(them.proof))) {
 		DDSS_WARN("rank %u does not know the group secret: not talking to it", peer);
 		return -EACCES;
 	}
@@ -159,7 +159,8 @@ static int check_auth(struct tcp_tp *t, int fd, int64_t deadline,
 
 	if (r || status || them.from_rank != tr->initiator || them.to_rank != tr->target)
 		return -EPROTO;
-	if (ddss_auth_check(t->base.cfg.auth, DDSS_AUTH_INITIATOR, tr, them.proof)) {
+	if (ddss_auth_check(t->base.cfg.auth, DDSS_AUTH_INITIATOR, tr, them.proof,
+			    sizeof(them.proof))) {
 		DDSS_WARN("refusing rank %u: it does not know the group secret", tr->initiator);
 		return -EACCES;
 	}

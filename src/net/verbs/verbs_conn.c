@@ -129,6 +129,7 @@ int verbs_conn_open(struct verbs_tp *vt)
 	int r;
 
 	pthread_mutex_init(&vt->served_mu, NULL);
+	ddss_auth_replay_init(&vt->replay);
 	vt->stop_fd = -1;
 	vt->cm_ch = rdma_create_event_channel();
 	if (!vt->cm_ch) {
@@ -179,15 +180,94 @@ static struct ibv_qp_init_attr qp_attr(struct verbs_tp *vt, unsigned send_wr, un
 	return a;
 }
 
+/* ---- group secret (net/auth.h) ---- */
+
+static struct ddss_auth_transcript transcript(struct verbs_tp *vt, uint32_t initiator,
+					      uint32_t target, const unsigned char *nonce_i)
+{
+	struct ddss_auth_transcript tr = { .group = vt->base.cfg.group, .initiator = initiator,
+					   .target = target, .size = vt->base.cfg.size };
+
+	/* One message each way: no target nonce, the initiator's is an authenticator. */
+	memcpy(tr.nonce_i, nonce_i, sizeof(tr.nonce_i));
+	return tr;
+}
+
+/* Our connect request to o->peer: no pool information, an authenticator and its proof. */
+static unsigned auth_request(struct verbs_out *o, unsigned char out[VERBS_AUTH_REQ_LEN])
+{
+	struct verbs_tp *vt = o->tp;
+	struct verbs_auth_req a = { .group = vt->base.cfg.group, .rank = vt->base.cfg.rank,
+				    .size = vt->base.cfg.size };
+	unsigned char proof[DDSS_AUTH_PROOF_LEN];
+	struct ddss_auth_transcript tr;
+
+	ddss_auth_stamp(o->auth_nonce);
+	tr = transcript(vt, vt->base.cfg.rank, o->peer, o->auth_nonce);
+	ddss_auth_prove(vt->base.cfg.auth, DDSS_AUTH_INITIATOR, &tr, proof);
+	memcpy(a.nonce, o->auth_nonce, sizeof(a.nonce));
+	memcpy(a.proof, proof, sizeof(a.proof));
+	verbs_auth_req_encode(&a, out);
+	return VERBS_AUTH_REQ_LEN;
+}
+
+/* The accept of o->peer carries its proof after the hello: 0 or -EACCES. */
+static int check_accept_proof(struct verbs_out *o, const struct cm_event *e)
+{
+	struct verbs_tp *vt = o->tp;
+	struct ddss_auth_transcript tr = transcript(vt, vt->base.cfg.rank, o->peer, o->auth_nonce);
+
+	if (e->pdata_len < VERBS_AUTH_REP_LEN ||
+	    ddss_auth_check(vt->base.cfg.auth, DDSS_AUTH_TARGET, &tr, e->pdata + VERBS_HELLO_LEN,
+			    DDSS_AUTH_PROOF_LEN)) {
+		DDSS_WARN("verbs: rank %u does not know the group secret: not talking to it",
+			  o->peer);
+		return -EACCES;
+	}
+	return 0;
+}
+
+/*
+ * A connect request with a group secret configured: 0 and the sender in *h (no pool
+ * information), or the -errno to reject it with. The authenticator is remembered only
+ * once its proof holds, so strangers cannot fill the replay cache.
+ */
+static int check_auth_request(struct verbs_tp *vt, const struct cm_event *e, struct verbs_hello *h,
+			      unsigned char nonce_i[DDSS_AUTH_NONCE_LEN])
+{
+	struct ddss_auth_transcript tr;
+	struct verbs_auth_req a;
+
+	if (verbs_auth_req_decode(e->pdata, e->pdata_len, &a)) {
+		if (verbs_hello_decode(e->pdata, e->pdata_len, h) == 0) {
+			DDSS_WARN("verbs: refusing rank %u: it has no group secret and we do", h->rank);
+			return -EACCES;
+		}
+		return -EPROTO;
+	}
+	*h = (struct verbs_hello){ .group = a.group, .rank = a.rank, .size = a.size };
+	if (h->group != vt->base.cfg.group || h->size != vt->base.cfg.size || h->rank < 1 ||
+	    h->rank > vt->base.cfg.size)
+		return -EPERM;
+	tr = transcript(vt, a.rank, vt->base.cfg.rank, a.nonce);
+	if (ddss_auth_check(vt->base.cfg.auth, DDSS_AUTH_INITIATOR, &tr, a.proof, sizeof(a.proof))) {
+		DDSS_WARN("verbs: refusing rank %u: it does not know the group secret", a.rank);
+		return -EACCES;
+	}
+	memcpy(nonce_i, a.nonce, DDSS_AUTH_NONCE_LEN);
+	return ddss_auth_replay_check(&vt->replay, a.nonce);
+}
+
 /* cm thread, o->mu held: route resolved, so make the QP and send the request. */
 static int out_connect(struct verbs_out *o)
 {
 	struct verbs_tp *vt = o->tp;
 	struct ibv_qp_init_attr a = qp_attr(vt, vt->sq_depth, VERBS_INLINE_WANT);
-	unsigned char hello[VERBS_HELLO_LEN];
+	unsigned char hello[VERBS_AUTH_REQ_LEN > VERBS_HELLO_LEN ? VERBS_AUTH_REQ_LEN
+								   : VERBS_HELLO_LEN];
 	struct rdma_conn_param cp = {
 		.private_data = hello,
-		.private_data_len = sizeof(hello),
+		.private_data_len = VERBS_HELLO_LEN,
 		.responder_resources = vt->rd_atom,
 		.initiator_depth = vt->rd_atom,
 		.retry_count = TRANSPORT_RETRIES,
@@ -209,7 +289,10 @@ static int out_connect(struct verbs_out *o)
 	pthread_mutex_lock(&o->sq_mu);
 	__atomic_store_n(&o->qp, o->id->qp, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&o->sq_mu);
-	local_hello(vt, hello);
+	if (vt->base.cfg.auth)
+		cp.private_data_len = auth_request(o, hello);
+	else
+		local_hello(vt, hello);
 	return rdma_connect(o->id, &cp) ? -errno : 0;
 }
 
@@ -250,6 +333,8 @@ static void out_event(struct verbs_tp *vt, struct verbs_out *o, const struct cm_
 		r = verbs_hello_decode(e->pdata, e->pdata_len, &h);
 		if (!r)
 			r = check_hello(vt, &h, o->peer);
+		if (!r && vt->base.cfg.auth)
+			r = check_accept_proof(o, e);
 		if (r) {
 			DDSS_ERR("verbs: rank %u answered with an invalid handshake", o->peer);
 			out_set_failed(o, r, false);
@@ -466,27 +551,36 @@ static void reject(struct rdma_cm_id *id, int err)
 static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 {
 	struct ibv_qp_init_attr a = qp_attr(vt, 1, 0);
-	unsigned char hello[VERBS_HELLO_LEN];
+	unsigned char hello[VERBS_AUTH_REP_LEN];
+	unsigned char nonce_i[DDSS_AUTH_NONCE_LEN] = { 0 };
 	struct rdma_conn_param cp = {
 		.private_data = hello,
-		.private_data_len = sizeof(hello),
+		.private_data_len = VERBS_HELLO_LEN,
 		.rnr_retry_count = RNR_RETRY_INFINITE,
 	};
 	struct verbs_served *s;
 	struct verbs_hello h;
 	int r;
 
-	r = verbs_hello_decode(e->pdata, e->pdata_len, &h);
-	if (!r)
-		r = check_hello(vt, &h, 0);
+	if (vt->base.cfg.auth) {
+		r = check_auth_request(vt, e, &h, nonce_i);
+	} else {
+		r = verbs_hello_decode(e->pdata, e->pdata_len, &h);
+		if (!r)
+			r = check_hello(vt, &h, 0);
+		else if (verbs_auth_req_decode(e->pdata, e->pdata_len,
+					       &(struct verbs_auth_req){ 0 }) == 0)
+			r = -EACCES; /* it has a group secret and we have none */
+	}
 	if (!r && ddss_tp_peer_refused(&vt->base, h.rank)) {
 		DDSS_WARN("verbs: refusing rank %u: it was declared dead", h.rank);
-		reject(e->id, -ECONNREFUSED);
-		return;
+		r = -ECONNREFUSED;
+	} else if (r) {
+		DDSS_WARN("verbs: refused a connection: %s", r == -EPERM ? "another group" :
+			  r == -EACCES ? "group secret" : "bad handshake");
 	}
 	if (r) {
-		DDSS_WARN("verbs: refused a connection: %s", r == -EPERM ? "another group" :
-			  "bad handshake");
+		ddss_tp_handshake_failed(&vt->base);
 		reject(e->id, r);
 		return;
 	}
@@ -513,11 +607,18 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 	cp.responder_resources = e->initiator_depth < vt->rd_atom ? e->initiator_depth : vt->rd_atom;
 	cp.initiator_depth = vt->rd_atom;
 	local_hello(vt, hello);
+	if (vt->base.cfg.auth) {
+		struct ddss_auth_transcript tr = transcript(vt, h.rank, vt->base.cfg.rank, nonce_i);
+
+		ddss_auth_prove(vt->base.cfg.auth, DDSS_AUTH_TARGET, &tr, hello + VERBS_HELLO_LEN);
+		cp.private_data_len = VERBS_AUTH_REP_LEN;
+	}
 	pthread_mutex_lock(&vt->served_mu);
 	vt->served_qpn[h.rank] = s->qp_num;
 	vt->served_qp[h.rank] = e->id->qp;
 	pthread_mutex_unlock(&vt->served_mu);
-	__atomic_store_n(&vt->peers[h.rank].pool_len, h.pool_len, __ATOMIC_RELEASE);
+	if (!vt->base.cfg.auth) /* with a secret, learned on our own connection to it */
+		__atomic_store_n(&vt->peers[h.rank].pool_len, h.pool_len, __ATOMIC_RELEASE);
 	if (rdma_accept(e->id, &cp)) {
 		DDSS_WARN("verbs: accepting rank %u failed: %s", h.rank, strerror(errno));
 		served_free(vt, s);
@@ -685,4 +786,5 @@ void verbs_conn_close(struct verbs_tp *vt)
 	if (vt->stop_fd >= 0)
 		close(vt->stop_fd);
 	pthread_mutex_destroy(&vt->served_mu);
+	ddss_auth_replay_destroy(&vt->replay);
 }

@@ -89,6 +89,7 @@ struct verbs_out {
 	struct ibv_qp *qp;
 	uint64_t raddr;     /* peer's pool */
 	uint32_t rkey;
+	unsigned char auth_nonce[DDSS_AUTH_NONCE_LEN]; /* this attempt's authenticator */
 	unsigned inline_max; /* inline bytes the QP accepts per send */
 
 	/*
@@ -176,6 +177,7 @@ struct verbs_tp {
 	pthread_mutex_t served_mu;   /* guards the qp_num -> rank lookups below */
 	uint32_t *served_qpn;        /* [rank]: qp_num of the served QP, 0 = none */
 	struct ibv_qp **served_qp;   /* [rank]: that QP (to cut a refused peer off) */
+	struct ddss_auth_replay replay; /* authenticators accepted (with a group secret) */
 
 	bool has_atomics;            /* the device does remote atomics at all */
 	bool atomic_be;              /* the device returns atomic results big-endian */
@@ -228,6 +230,23 @@ struct verbs_hello {
 void verbs_hello_encode(const struct verbs_hello *h, unsigned char out[VERBS_HELLO_LEN]);
 /** 0, or -EPROTO if @buf is not a hello of this protocol version. */
 int verbs_hello_decode(const void *buf, size_t len, struct verbs_hello *h);
+/*
+ * With a group secret (net/auth.h) the connect request carries no pool information but an
+ * authenticator and a proof (truncated to fit the 56 bytes of IB CM private data); the
+ * accept carries the usual hello followed by the target's full proof.
+ */
+#define VERBS_AUTH_REQ_LEN 56u
+#define VERBS_AUTH_REQ_PROOF_LEN 16u
+#define VERBS_AUTH_REP_LEN (VERBS_HELLO_LEN + DDSS_AUTH_PROOF_LEN)
+struct verbs_auth_req {
+	uint64_t group;
+	uint32_t rank, size;
+	unsigned char nonce[DDSS_AUTH_NONCE_LEN]; /* authenticator: time | random */
+	unsigned char proof[VERBS_AUTH_REQ_PROOF_LEN];
+};
+void verbs_auth_req_encode(const struct verbs_auth_req *a, unsigned char out[VERBS_AUTH_REQ_LEN]);
+/** 0, or -EPROTO if @buf is not an authenticated connect request of this version. */
+int verbs_auth_req_decode(const void *buf, size_t len, struct verbs_auth_req *a);
 void verbs_reject_encode(int err, unsigned char out[VERBS_REJECT_LEN]);
 /** The -errno a peer rejected us with, or 0 if @buf is not our reject (not listening). */
 int verbs_reject_decode(const void *buf, size_t len);

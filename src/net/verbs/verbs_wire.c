@@ -50,6 +50,35 @@ int verbs_hello_decode(const void *buf, size_t len, struct verbs_hello *h)
 	return 0;
 }
 
+#define AUTH_REQ_MAGIC 0x41535344u /* "DDSA" */
+
+/* magic 4 | version 4 | group 8 | rank 4 | size 4 | nonce 16 | proof 16 */
+void verbs_auth_req_encode(const struct verbs_auth_req *a, unsigned char out[VERBS_AUTH_REQ_LEN])
+{
+	put32(out, AUTH_REQ_MAGIC);
+	put32(out + 4, PROTO_VERSION);
+	put64(out + 8, a->group);
+	put32(out + 16, a->rank);
+	put32(out + 20, a->size);
+	memcpy(out + 24, a->nonce, sizeof(a->nonce));
+	memcpy(out + 40, a->proof, sizeof(a->proof));
+}
+
+int verbs_auth_req_decode(const void *buf, size_t len, struct verbs_auth_req *a)
+{
+	const unsigned char *p = buf;
+
+	if (!p || len < VERBS_AUTH_REQ_LEN || get32(p) != AUTH_REQ_MAGIC ||
+	    get32(p + 4) != PROTO_VERSION)
+		return -EPROTO;
+	a->group = get64(p + 8);
+	a->rank = get32(p + 16);
+	a->size = get32(p + 20);
+	memcpy(a->nonce, p + 24, sizeof(a->nonce));
+	memcpy(a->proof, p + 40, sizeof(a->proof));
+	return 0;
+}
+
 void verbs_reject_encode(int err, unsigned char out[VERBS_REJECT_LEN])
 {
 	put32(out, REJECT_MAGIC);

@@ -1,0 +1,149 @@
+/*
+ * net/auth.c on its own: key loading and its precedence, proofs (right key, wrong key,
+ * wrong role, any changed transcript field, truncation), and the authenticator replay
+ * cache (accepted once, replays, stale and future stamps, forgetting raises the floor).
+ */
+#include "common/test_util.h"
+#include "net/auth.h"
+
+#include <CUnit/CUnit.h>
+#include <endian.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct ddss_auth_key key_of(const char *secret)
+{
+	struct ddss_auth_key k;
+
+	unsetenv("DDSS_SECRET_FILE");
+	unsetenv("DDSS_SECRET");
+	CU_ASSERT_EQUAL(ddss_auth_key_load(secret, &k), 0);
+	return k;
+}
+
+static void test_key_load(void)
+{
+	struct ddss_auth_key a = key_of("s1"), b = key_of("s2"), c, none;
+	char path[] = "/tmp/ddss-auth-XXXXXX";
+	int fd;
+
+	CU_ASSERT(a.on && b.on);
+	CU_ASSERT(memcmp(a.key, b.key, sizeof(a.key)) != 0);
+	none = key_of(NULL);
+	CU_ASSERT_FALSE(none.on);
+	/* The environment wins over the attribute; the file over the variable. */
+	setenv("DDSS_SECRET", "s1", 1);
+	CU_ASSERT_EQUAL(ddss_auth_key_load("s2", &c), 0);
+	CU_ASSERT(memcmp(c.key, a.key, sizeof(a.key)) == 0);
+	fd = mkstemp(path);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write(fd, "s2\n", 3), 3); /* an editor's newline is not the secret */
+	close(fd);
+	setenv("DDSS_SECRET_FILE", path, 1);
+	CU_ASSERT_EQUAL(ddss_auth_key_load(NULL, &c), 0);
+	CU_ASSERT(memcmp(c.key, b.key, sizeof(b.key)) == 0);
+	unlink(path);
+	CU_ASSERT_EQUAL(ddss_auth_key_load(NULL, &c), -ENOENT);
+	unsetenv("DDSS_SECRET_FILE");
+	setenv("DDSS_SECRET", "", 1);
+	CU_ASSERT_EQUAL(ddss_auth_key_load(NULL, &c), -EINVAL);
+	CU_ASSERT_FALSE(c.on);
+	unsetenv("DDSS_SECRET");
+}
+
+static void test_proofs(void)
+{
+	struct ddss_auth_key k = key_of("group secret"), other = key_of("other secret");
+	struct ddss_auth_transcript t = { .group = 0x1234, .initiator = 1, .target = 2, .size = 4 };
+	unsigned char p[DDSS_AUTH_PROOF_LEN];
+
+	ddss_auth_nonce(t.nonce_i);
+	ddss_auth_nonce(t.nonce_t);
+	ddss_auth_prove(&k, DDSS_AUTH_INITIATOR, &t, p);
+	CU_ASSERT_EQUAL(ddss_auth_check(&k, DDSS_AUTH_INITIATOR, &t, p, sizeof(p)), 0);
+	CU_ASSERT_EQUAL(ddss_auth_check(&k, DDSS_AUTH_INITIATOR, &t, p, 16), 0);
+	CU_ASSERT_EQUAL(ddss_auth_check(&k, DDSS_AUTH_INITIATOR, &t, p, 15), -EACCES);
+	CU_ASSERT_EQUAL(ddss_auth_check(&other, DDSS_AUTH_INITIATOR, &t, p, sizeof(p)), -EACCES);
+	/* One side's answer is not the other's. */
+	CU_ASSERT_EQUAL(ddss_auth_check(&k, DDSS_AUTH_TARGET, &t, p, sizeof(p)), -EACCES);
+	/* Every field of the transcript counts. */
+	struct ddss_auth_transcript m[6];
+
+	for (int i = 0; i < 6; i++)
+		m[i] = t;
+	m[0].group++;
+	m[1].initiator = 3;
+	m[2].target = 3;
+	m[3].size = 5;
+	m[4].nonce_i[15] ^= 1;
+	m[5].nonce_t[0] ^= 0x80;
+	for (int i = 0; i < 6; i++)
+		CU_ASSERT_EQUAL(ddss_auth_check(&k, DDSS_AUTH_INITIATOR, &m[i], p, sizeof(p)), -EACCES);
+	p[31] ^= 1;
+	CU_ASSERT_EQUAL(ddss_auth_check(&k, DDSS_AUTH_INITIATOR, &t, p, sizeof(p)), -EACCES);
+	/* No key: nothing verifies. */
+	struct ddss_auth_key none = { 0 };
+
+	p[31] ^= 1;
+	CU_ASSERT_EQUAL(ddss_auth_check(&none, DDSS_AUTH_INITIATOR, &t, p, sizeof(p)), -EACCES);
+}
+
+static void stamp_at(unsigned char n[DDSS_AUTH_NONCE_LEN], int64_t delta_s)
+{
+	uint64_t t;
+
+	ddss_auth_stamp(n);
+	memcpy(&t, n, 8);
+	t = htole64((uint64_t)((int64_t)le64toh(t) + delta_s));
+	memcpy(n, &t, 8);
+}
+
+static void test_replay(void)
+{
+	static struct ddss_auth_replay rp;
+	unsigned char n[DDSS_AUTH_NONCE_LEN], old[DDSS_AUTH_NONCE_LEN];
+
+	ddss_auth_replay_init(&rp);
+	ddss_auth_stamp(n);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&rp, n), 0);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&rp, n), -EACCES); /* replayed */
+	stamp_at(n, -DDSS_AUTH_SKEW_S - 5);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&rp, n), -EACCES); /* too old */
+	stamp_at(n, DDSS_AUTH_SKEW_S + 5);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&rp, n), -EACCES); /* from the future */
+	/* Fill the cache with older stamps, then one more: what was forgotten, and anything
+	 * not newer, is refused from then on instead of becoming replayable. */
+	stamp_at(old, -30);
+	memcpy(n, old, sizeof(n));
+	for (unsigned i = 1; i < DDSS_AUTH_REPLAY_SLOTS; i++) {
+		stamp_at(n, -30);
+		CU_ASSERT_EQUAL(ddss_auth_replay_check(&rp, n), 0);
+	}
+	stamp_at(n, -30);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&rp, n), 0); /* forgets the first (now-ish) */
+	stamp_at(n, -30);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&rp, n), -EACCES); /* not newer than the floor */
+	stamp_at(n, 1);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&rp, n), 0);
+	ddss_auth_replay_destroy(&rp);
+}
+
+int main(void)
+{
+	CU_pSuite s;
+	unsigned failed;
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("auth", NULL, NULL);
+	CU_add_test(s, "group key from secret, env, file", test_key_load);
+	CU_add_test(s, "proofs bind key, role and transcript", test_proofs);
+	CU_add_test(s, "authenticators: once, in their window", test_replay);
+	failed = test_run_all();
+	CU_cleanup_registry();
+	return failed ? 1 : 0;
+}
