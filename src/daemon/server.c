@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -221,6 +222,24 @@ static void client_message(struct srv_client *cl)
 		client_gone(cl);
 }
 
+/*
+ * A client maps this rank's whole pool, so only our own user (or root) may attach: the
+ * socket file is ours alone (listen_at), and the kernel's word on who connected decides.
+ */
+static int client_allowed(int s)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -errno;
+	if (cred.uid != geteuid() && cred.uid != 0) {
+		DDSS_WARN("refusing pid %d: user %u is not ours", (int)cred.pid, (unsigned)cred.uid);
+		return -EACCES;
+	}
+	return 0;
+}
+
 static void accept_client(struct ddss_server *srv)
 {
 	int pool_fd = ddss_pool_fd(srv->ctx->pool);
@@ -235,7 +254,10 @@ static void accept_client(struct ddss_server *srv)
 
 	if (s < 0)
 		return;
+	/* Its hello first, so that a refusal reaches it as an answer, not a reset. */
 	r = ddss_sock_recv(s, &h, sizeof(h), NULL, HELLO_TIMEOUT_MS);
+	if (!r)
+		r = client_allowed(s);
 	if (!r && (h.op != DSOCK_HELLO || h.magic != DPROTO_MAGIC || h.version != DPROTO_VERSION))
 		r = -EPROTO;
 	cl = r ? NULL : calloc(1, sizeof(*cl));
@@ -327,7 +349,9 @@ static int listen_at(const char *path, int *s_p)
 		return -errno;
 	/* The caller holds the node's instance lock: a socket file here is a dead one's. */
 	unlink(path);
-	if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 64) < 0) {
+	/* Owner only before anyone can connect (listen comes after). */
+	if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || chmod(path, 0600) < 0 ||
+	    listen(s, 64) < 0) {
 		int r = -errno;
 
 		close(s);

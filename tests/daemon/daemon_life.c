@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -126,6 +127,16 @@ static pid_t start(bool daemonize, int *status_p)
 static pid_t start_daemon(int *status_p)
 {
 	return start(false, status_p);
+}
+
+static int attach_quiet(ddss_ctx_t **c)
+{
+	struct ddss_attr attr;
+
+	ddss_attr_init(&attr);
+	attr.mode = DDSS_MODE_DAEMON;
+	attr.daemon_socket = sock_path;
+	return ddss_init(&attr, c);
 }
 
 static ddss_ctx_t *attach(void)
@@ -255,6 +266,56 @@ static void test_sigterm(void)
 	CU_ASSERT_EQUAL(access(sock_path, F_OK), -1); /* it removed its socket */
 }
 
+/* In a child running as user 65534: ddss_init's result against the daemon, as an exit code. */
+static int attach_as_stranger(void)
+{
+	pid_t child = fork();
+	int st;
+
+	if (child == 0) {
+		ddss_ctx_t *c = NULL;
+		int r;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(100);
+		r = attach_quiet(&c);
+		_exit(r == 0 ? 0 : r == -EACCES ? 1 : 2);
+	}
+	if (child < 0 || waitpid(child, &st, 0) != child || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}
+
+static void test_other_user(void)
+{
+	struct stat sb;
+	ddss_ctx_t *c;
+	pid_t d;
+	int st;
+
+	d = start_daemon(&st);
+	CU_ASSERT_FATAL(d > 0);
+	/* The socket is its owner's alone... */
+	CU_ASSERT_EQUAL(stat(sock_path, &sb), 0);
+	CU_ASSERT_EQUAL(sb.st_mode & 0777, 0600);
+	if (geteuid() == 0) {
+		/* ...so another user cannot even connect; and were the file opened up, the
+		 * daemon itself refuses a user that is not its own. */
+		CU_ASSERT_EQUAL(attach_as_stranger(), 1);
+		CU_ASSERT_EQUAL(chmod(sock_path, 0666), 0);
+		CU_ASSERT_EQUAL(attach_as_stranger(), 1);
+	} else {
+		printf("\n    not root: the other-user checks need setuid (skipped)");
+	}
+	/* Our own user still gets in. */
+	c = attach();
+	CU_ASSERT(c != NULL);
+	if (c)
+		EXPECT_RC(ddss_finalize(c), 0);
+	CU_ASSERT_EQUAL(kill(d, SIGTERM), 0);
+	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
+}
+
 static void test_daemonize(void)
 {
 	ddss_ctx_t *c;
@@ -298,6 +359,7 @@ int main(int argc, char **argv)
 	CU_add_test(s, "no daemon at the socket: clear error", test_no_daemon);
 	CU_add_test(s, "killed daemon: blocked and later calls give -ENOTCONN", test_killed);
 	CU_add_test(s, "SIGTERM: clean stop with a client attached", test_sigterm);
+	CU_add_test(s, "only the daemon's own user may attach", test_other_user);
 	CU_add_test(s, "--daemonize: ready when the command returns, stops on SIGTERM",
 		    test_daemonize);
 	failed = test_run_all();
