@@ -320,6 +320,24 @@ DDSS_API int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mo
  */
 DDSS_API int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key);
 
+/**
+ * ddss_lock_fence_ss() - a fencing number for this context's hold of @key's lock
+ * (docs/locks.md "Fencing").
+ *
+ * Exclusive hold: one remote fetch&add on the lock's generation word at its home; *@fence
+ * is the new value, larger than any number returned to any earlier holder of this lock.
+ * Asking again during the same hold costs nothing and returns the same number. Shared
+ * hold: the generation word as it is now (>= the last exclusive holder's number).
+ * Nothing is spent unless this is called. A resource that remembers the largest number
+ * it has seen and refuses writes carrying a smaller one refuses a holder whose hold was
+ * taken back (a rank declared dead can no longer reach the home to get a new number).
+ *
+ * Returns 0, -EINVAL (NULL @ctx or @fence, bad key), -ESTALE (released segment), -ENOLCK
+ * (this context does not hold the lock; a get/put's own hold does not count),
+ * -EHOSTDOWN / -ECONNRESET (the home is gone). *@fence is written only on success.
+ */
+DDSS_API int ddss_lock_fence_ss(ddss_ctx_t *ctx, ddss_key_t key, uint64_t *fence);
+
 /* ---- errors and version ---- */
 
 /**

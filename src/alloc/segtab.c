@@ -238,7 +238,8 @@ int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, uint32_t coherence
 	add_cacher(tab, s, requester);
 	tab->count++;
 	fill_loc(tab, i, loc_p);
-	/* Header: lock word and version start at 0 (the pool zeroes); key and size for tools. */
+	/* Header: lock word, version and generation start at 0 (the pool zeroes); key and
+	 * size for tools. */
 	hdr = (uint8_t *)ddss_pool_base(tab->pool) + off;
 	wire_put64(hdr + 16, loc_p->key);
 	wire_put64(hdr + 24, size);

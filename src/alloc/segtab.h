@@ -4,10 +4,13 @@
  * Each live segment remembers which ranks were given its descriptor (they may cache it and
  * must be told when it goes away). Thread-safe (one mutex: this is the control path).
  *
- * In the pool, a segment is a 64-byte header followed by its bytes:
- *   [lock word 8 | version 8 | key 8 | size 8 | lock words 24 | model 4 | param 4] [data ...]
- * The lock word and version are 8-byte aligned for the NIC's atomics. The data part holds
- * as many copies of the segment as its coherence model keeps (src/coherence).
+ * In the pool, a segment is a 128-byte header followed by its bytes:
+ *   [lock word 8 | version 8 | key 8 | size 8 | lock words 24 | model 4 | param 4]
+ *   [lock generation 8 | reserved 56] [data ...]
+ * The lock word, version and generation are 8-byte aligned for the NIC's atomics. The
+ * generation (fencing numbers, docs/locks.md) has a second cache line because the first
+ * was full; it keeps the data 64-byte aligned. The data part holds as many copies of the
+ * segment as its coherence model keeps (src/coherence).
  */
 #ifndef DDSS_ALLOC_SEGTAB_H
 #define DDSS_ALLOC_SEGTAB_H
@@ -18,9 +21,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DDSS_SEG_HDR_LEN 64u
+#define DDSS_SEG_HDR_LEN 128u
 #define DDSS_SEG_HDR_LOCK 0u
 #define DDSS_SEG_HDR_VERSION 8u
+#define DDSS_SEG_HDR_FENCE 64u /* the lock's generation: fetch&add only */
 
 struct ddss_segtab;
 

@@ -153,6 +153,18 @@ int ddss_cl_unlock(struct ddss_client *cl, ddss_key_t key)
 	return ddss_client_call(cl, &q, NULL, 0, NULL, &a);
 }
 
+/* The hold is the daemon's, on this client's behalf: the daemon asks and answers. */
+int ddss_cl_lock_fence(struct ddss_client *cl, ddss_key_t key, uint64_t *fence_p)
+{
+	struct dmsg_req q = { .op = DOP_LOCK_FENCE, .key = key };
+	struct dmsg_resp a;
+	int r = ddss_client_call(cl, &q, NULL, 0, NULL, &a);
+
+	if (!r)
+		*fence_p = a.fence;
+	return r;
+}
+
 int ddss_cl_bench(struct ddss_client *cl, uint32_t what, ddss_key_t key, uint32_t iters,
 		  uint64_t *ns_median_p, uint64_t *ns_p99_p)
 {

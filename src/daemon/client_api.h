@@ -22,6 +22,7 @@ int ddss_cl_put(struct ddss_client *cl, ddss_key_t key, size_t offset, const voi
 int ddss_cl_lock(struct ddss_client *cl, ddss_key_t key, enum ddss_lock_mode mode,
 		 uint32_t op, int timeout_ms);
 int ddss_cl_unlock(struct ddss_client *cl, ddss_key_t key);
+int ddss_cl_lock_fence(struct ddss_client *cl, ddss_key_t key, uint64_t *fence_p);
 /* The daemon's coherence counters (fetches, hits, retries, locked, cached). */
 int ddss_cl_coh_stats(struct ddss_client *cl, uint64_t stats[5]);
 /* The daemon times @iters of call @what (enum dbench_what) itself: ddss-daemon-bench. */

@@ -67,6 +67,7 @@ enum dproto_op {
 	DOP_BARRIER,
 	DOP_BENCH,     /* the daemon times @iters calls of @mode itself (ddss-daemon-bench) */
 	DOP_COH_STATS, /* the daemon's coherence counters (struct ddss_coh_stats order) */
+	DOP_LOCK_FENCE, /* ddss_lock_fence_ss: the number in @fence */
 	DOP_MAX
 };
 
@@ -99,6 +100,7 @@ struct dmsg_resp {
 	uint64_t stats[5];   /* COH_STATS: fetches, hits, retries, locked, cached */
 	uint64_t data_off;   /* GET with want_desc, has_desc: the segment's pool offset ... */
 	uint32_t has_desc;   /* ... and size (in @size): a null segment homed at this daemon */
+	uint64_t fence;      /* LOCK_FENCE (appended: an older client never reads it) */
 };
 
 #endif /* DDSS_DAEMON_PROTO_H */

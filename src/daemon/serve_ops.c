@@ -12,6 +12,10 @@
 #include <string.h>
 #include <time.h>
 
+/* Both ends copy whole structs in and out of one channel slot (server.c, client.c). */
+_Static_assert(sizeof(struct dmsg_req) <= DDSS_CHAN_MSG, "a request fits a channel slot");
+_Static_assert(sizeof(struct dmsg_resp) <= DDSS_CHAN_MSG, "a response fits a channel slot");
+
 static int payload(struct ddss_chan *chan, const struct dmsg_req *q, void **p)
 {
 	if (!q->len)
@@ -168,6 +172,9 @@ void ddss_serve_call(struct ddss_server *srv, ddss_ctx_t *ctx, struct ddss_chan 
 		break;
 	case DOP_UNLOCK:
 		r = ddss_release_lock_ss(ctx, q->key);
+		break;
+	case DOP_LOCK_FENCE:
+		r = ddss_lock_fence_ss(ctx, q->key, &a->fence);
 		break;
 	case DOP_BARRIER:
 		r = ddss_server_barrier(srv);

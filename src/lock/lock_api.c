@@ -154,7 +154,7 @@ static void abandon(struct ddss_lock *lk, const struct lock_req *rq)
 
 /* ---- acquire / release ---- */
 
-static int lock_word_of(struct ddss_ctx *ctx, ddss_key_t key, uint32_t *home_p, uint64_t *hdr_p)
+int lock_word_of(struct ddss_ctx *ctx, ddss_key_t key, uint32_t *home_p, uint64_t *hdr_p)
 {
 	const struct ddss_seg_desc *d;
 	int r = ddss_ctx_desc(ctx, key, &d);
@@ -203,15 +203,6 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 	return r;
 }
 
-/* How the user (not a get/put's own hold) holds the lock of @h; mu held. */
-static int user_mode(const struct lock_hold *h)
-{
-	if (!h)
-		return 0;
-	return h->excl && !h->implicit ? DDSS_LOCK_EXCLUSIVE :
-	       h->shared		 ? DDSS_LOCK_SHARED : 0;
-}
-
 /*
  * A waiter slot for a request on @key. An implicit request is not made if the user already
  * holds the lock (*held_p says how; no slot taken): checked in the same mutex section.
@@ -222,7 +213,7 @@ static int take_slot(struct ddss_lock *lk, ddss_key_t key, bool implicit, unsign
 	int r = 0;
 
 	pthread_mutex_lock(&lk->mu);
-	*held_p = implicit ? user_mode(lock_holds_find(lk, key)) : 0;
+	*held_p = implicit ? lock_user_mode(lock_holds_find(lk, key)) : 0;
 	if (!*held_p)
 		r = lock_slot_take_locked(lk, slot_p);
 	pthread_mutex_unlock(&lk->mu);
@@ -296,7 +287,7 @@ int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key)
 	int mode;
 
 	pthread_mutex_lock(&lk->mu);
-	mode = user_mode(lock_holds_find(lk, key));
+	mode = lock_user_mode(lock_holds_find(lk, key));
 	pthread_mutex_unlock(&lk->mu);
 	return mode;
 }

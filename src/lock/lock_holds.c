@@ -80,6 +80,14 @@ struct lock_hold *lock_holds_any_of(struct ddss_lock *lk, uint32_t owner)
 	return NULL;
 }
 
+int lock_user_mode(const struct lock_hold *h)
+{
+	if (!h)
+		return 0;
+	return h->excl && !h->implicit ? DDSS_LOCK_EXCLUSIVE :
+	       h->shared		 ? DDSS_LOCK_SHARED : 0;
+}
+
 struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home,
 				  uint64_t hdr, int mode, int xslot)
 {
@@ -104,6 +112,8 @@ struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t ho
 	if (mode == DDSS_LOCK_EXCLUSIVE) {
 		h->excl = true;
 		h->xslot = xslot;
+		h->xseq = ++lk->xseq;
+		h->fence = 0;
 	} else
 		h->shared++;
 	lk->nholds++;
@@ -118,6 +128,7 @@ void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode)
 		h->excl = false;
 		h->implicit = false;
 		h->xslot = -1;
+		h->fence = 0;
 	} else {
 		h->shared--;
 	}

@@ -5,6 +5,7 @@
  *   lock_grant.c  granting the shared requests queued behind an exclusive waiter
  *   lock_holds.c  which locks this context holds
  *   lock_api.c    the public calls, scheme choice, timed-out requests finished in background
+ *   lock_fence.c  fencing numbers (the lock's generation word)
  *   srsl.c        the server-based baseline
  */
 #ifndef DDSS_LOCK_LOCK_INT_H
@@ -22,6 +23,7 @@
 #define LOCK_D 32u /* [closer : 32 | releases : 32] */
 #define LOCK_K 40u /* fair mode: next ticket */
 #define LOCK_N 48u /* fair mode: turn */
+#define LOCK_G 64u /* generation: fencing numbers, every scheme (DDSS_SEG_HDR_FENCE) */
 
 /*
  * Shared arrivals count up in S until an exclusive request swaps them out. A shared holder
@@ -123,6 +125,7 @@ struct ddss_lock {
 	unsigned nholds;          /* holds (for the scheme switch check) */
 	unsigned slots_taken;     /* waiter slots not free (waiting, holding, abandoned) */
 	unsigned janitors;        /* background threads running */
+	uint32_t xseq;            /* numbers exclusive holds (lock_hold.xseq) */
 	bool stopping;            /* atomic */
 };
 
@@ -174,6 +177,9 @@ struct lock_hold {
 	bool implicit;    /* the exclusive hold is a get/put's own (src/coherence) */
 	uint32_t shared;  /* shared holds */
 	bool reset;       /* a shared hold saw S >= LOCK_S_RESET: reset the word on release */
+	uint32_t xseq;    /* which exclusive hold this is (a fence got for an earlier one
+			   * must not be cached in a later one) */
+	uint64_t fence;   /* the exclusive hold's fencing number, 0 until asked for */
 };
 int lock_holds_init(struct ddss_lock *lk);
 void lock_holds_fini(struct ddss_lock *lk);
@@ -185,5 +191,10 @@ uint32_t lock_owner(void);
 struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home,
 				  uint64_t hdr, int mode, int xslot);
 void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode);
+/* How the user (not a get/put's own hold) holds the lock of @h: a DDSS_LOCK_* or 0. */
+int lock_user_mode(const struct lock_hold *h);
+
+/* lock_api.c: @key's home and segment header offset; -EINVAL, -ESTALE, ... */
+int lock_word_of(struct ddss_ctx *ctx, ddss_key_t key, uint32_t *home_p, uint64_t *hdr_p);
 
 #endif /* DDSS_LOCK_LOCK_INT_H */

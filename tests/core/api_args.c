@@ -260,6 +260,54 @@ static void test_locks(void)
 	nothing_changed();
 }
 
+/* Fencing numbers: refusals leave *fence alone; a hold's number is kept while it lasts. */
+static void test_fence(void)
+{
+	const uint64_t poison = 0x5eed5eed5eed5eedull;
+	size_t n;
+	const ddss_key_t *bad = bad_keys(&n);
+	uint64_t f = poison, f1 = 0, f2 = 0;
+	ddss_key_t k;
+
+	EXPECT_RC(ddss_lock_fence_ss(NULL, witness, &f), -EINVAL);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, witness, NULL), -EINVAL);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, witness, &f), -ENOLCK); /* not held */
+	for (size_t i = 0; i < n; i++) {
+		int r = ddss_lock_fence_ss(ctx, bad[i], &f);
+
+		CU_ASSERT(r == -EINVAL || r == -ESTALE);
+	}
+	CU_ASSERT_EQUAL(f, poison);
+	/* Held: NULL is still refused, and the hold is untouched (the same number after). */
+	EXPECT_RC(ddss_acquire_lock_ss(ctx, witness, DDSS_LOCK_EXCLUSIVE), 0);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, witness, NULL), -EINVAL);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, witness, &f1), 0);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, witness, &f2), 0);
+	CU_ASSERT(f1 > 0);
+	CU_ASSERT_EQUAL(f1, f2);
+	EXPECT_RC(ddss_release_lock_ss(ctx, witness), 0);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, witness, &f), -ENOLCK); /* released */
+	CU_ASSERT_EQUAL(f, poison);
+	/* a shared hold reads the last exclusive number; the next exclusive one is larger */
+	EXPECT_RC(ddss_acquire_lock_ss(ctx, witness, DDSS_LOCK_SHARED), 0);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, witness, &f2), 0);
+	CU_ASSERT_EQUAL(f2, f1);
+	EXPECT_RC(ddss_release_lock_ss(ctx, witness), 0);
+	EXPECT_RC(ddss_acquire_lock_ss(ctx, witness, DDSS_LOCK_EXCLUSIVE), 0);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, witness, &f2), 0);
+	CU_ASSERT(f2 > f1);
+	EXPECT_RC(ddss_release_lock_ss(ctx, witness), 0);
+	/* a released segment, held or not: -ESTALE */
+	EXPECT_RC(ddss_allocate_ss(ctx, 8, NULL, &k), 0);
+	EXPECT_RC(ddss_acquire_lock_ss(ctx, k, DDSS_LOCK_EXCLUSIVE), 0);
+	EXPECT_RC(ddss_release_ss(ctx, k), 0);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, k, &f), -ESTALE);
+	EXPECT_RC(ddss_release_lock_ss(ctx, k), -ESTALE);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, k, &f), -ESTALE);
+	CU_ASSERT_EQUAL(f, poison);
+	nothing_changed();
+}
+
 int main(void)
 {
 	unsigned failed;
@@ -291,6 +339,8 @@ int main(void)
 	CU_add_test(s, "data: get, put, versioned, async, wait, test", test_data);
 	CU_add_test(s, "versions back on a delta segment", test_delta_versions);
 	CU_add_test(s, "locks: modes, timeouts, keys, not held, released", test_locks);
+	CU_add_test(s, "lock fence: NULLs, keys, not held, released; one number per hold",
+		    test_fence);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	r = ddss_release_ss(ctx, witness);

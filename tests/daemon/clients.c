@@ -6,7 +6,7 @@
  *
  * Checked: every client sees its node's rank; an exclusive counter incremented by every
  * thread of every client of every node ends exact; one client cannot release (or see as
- * its own) another client's lock; payloads up to 8 MiB cross the channel byte-exact; a
+ * its own, or get a fencing number for) another client's lock; payloads up to 8 MiB cross the channel byte-exact; a
  * client killed while holding a lock, and one killed while queued for it, are cleaned up:
  * the others get the lock within a bounded time (CRASH_BOUND_MS); null segments of the
  * client's own node are read from the daemon's pool directly, see every put made through
@@ -145,14 +145,21 @@ static void test_ownership(void)
 {
 	ddss_key_t k = named("owned", 8, nranks);
 	bool holder = me == 1 && client == 1;
+	uint64_t f = 0, hf = 0;
 
 	barrier();
-	if (holder)
+	if (holder) {
 		EXPECT_RC(ddss_acquire_lock_ss(ctx, k, DDSS_LOCK_EXCLUSIVE), 0);
+		/* The holder's fencing number, kept in the segment for the others. */
+		EXPECT_RC(ddss_lock_fence_ss(ctx, k, &hf), 0);
+		CU_ASSERT(hf > 0);
+		EXPECT_RC(ddss_put(ctx, k, 0, &hf, 8), 0);
+	}
 	barrier();
 	if (!holder) {
 		/* Rank 1's daemon holds it, but for another client: not ours to release. */
 		EXPECT_RC(ddss_release_lock_ss(ctx, k), -EPERM);
+		EXPECT_RC(ddss_lock_fence_ss(ctx, k, &f), -ENOLCK);
 		EXPECT_RC(ddss_try_lock_ss(ctx, k, DDSS_LOCK_SHARED), -EBUSY);
 		EXPECT_RC(ddss_acquire_lock_timed_ss(ctx, k, DDSS_LOCK_EXCLUSIVE, 50), -ETIMEDOUT);
 	}
@@ -163,6 +170,10 @@ static void test_ownership(void)
 	EXPECT_RC(ddss_release_lock_ss(ctx, k), -EPERM);
 	/* Timed-out requests may still be finishing in the background: wait, not try. */
 	EXPECT_RC(ddss_acquire_lock_timed_ss(ctx, k, DDSS_LOCK_SHARED, 10000), 0);
+	/* A shared holder reads the generation: at least the last exclusive holder's. */
+	EXPECT_RC(ddss_get(ctx, k, 0, &hf, 8), 0);
+	EXPECT_RC(ddss_lock_fence_ss(ctx, k, &f), 0);
+	CU_ASSERT(hf > 0 && f >= hf);
 	EXPECT_RC(ddss_release_lock_ss(ctx, k), 0);
 	barrier();
 }

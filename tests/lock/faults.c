@@ -5,11 +5,19 @@
  *   --case s-holder   while holding it shared
  *   --case queued     while queued between rank 2 (holding) and rank 3 (queued behind it)
  *   --case mid-put    while holding it and writing a 4 MiB segment
+ *   --case frozen     not killed but stopped (SIGSTOP) holding it exclusively, so only
+ *                     heartbeats can tell; woken up at the end, everything it tries fails
  * Ranks 1-3 then take the lock (each must get it within the bound: peer timeout + probe
  * interval, with slack) and increment a counter under it ITERS times each; rank 1 checks
  * the counter is exactly the increments that completed (the victim's one, in x-holder,
  * and the survivors'), so no update was lost or doubled, and that a segment homed on a
  * live rank kept its bytes.
+ *
+ * Fencing numbers (docs/locks.md "Fencing"): the counter segment is [counter | the last
+ * holder's fencing number], a resource that checks them. A victim holding the lock takes
+ * its number and publishes it before it is killed; every survivor's number must be larger
+ * than the victim's and than the stored one, and in the end the stored number is exactly
+ * the victim's plus one per survivor hold (no number was handed out twice or skipped).
  *
  * The victim rank is a child of its rank process: the parent only waits and reports the
  * planned SIGKILL as success, so ddssrun (which fails a run when a rank dies) is not
@@ -27,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +57,8 @@ enum flag {
 	F_DONE = F_QUEUING + 8, /* + rank: that survivor finished its increments */
 	F_HOLDER_READY = F_DONE + 8, /* queued case: rank 2 holds */
 	F_LAST_QUEUED,       /* queued case: rank 3 is about to queue behind the victim */
+	F_VICTIM_FENCE,      /* the fencing number the victim got (0: none asked) */
+	F_VICTIM_PID,        /* frozen case: the victim's pid (rank 1 wakes it up) */
 	F_NFLAGS
 };
 
@@ -54,6 +66,7 @@ static ddss_ctx_t *ctx;
 static uint32_t me;
 static const char *which;
 static ddss_key_t counter, flags, bulk, witness;
+static uint64_t victim_own_fence; /* the victim's number, as it knows it */
 
 static int64_t now_ms(void)
 {
@@ -89,13 +102,32 @@ static bool flag_wait(unsigned f, uint64_t want)
 	return true;
 }
 
-static int increment(void)
+/* Under the exclusive lock: +1 on the counter, storing the holder's fencing number beside
+ * it; -EILSEQ if the number is not above the stored one (the resource would refuse it). */
+static int increment(uint64_t fence)
 {
-	uint64_t v;
-	int r = ddss_get(ctx, counter, 0, &v, 8);
+	uint64_t v[2];
+	int r = ddss_get(ctx, counter, 0, v, sizeof(v));
 
-	v++;
-	return r ? r : ddss_put(ctx, counter, 0, &v, 8);
+	if (r)
+		return r;
+	if (fence <= v[1]) {
+		printf("[%u] %s: fence %llu not above the stored %llu\n", me, which,
+		       (unsigned long long)fence, (unsigned long long)v[1]);
+		return -EILSEQ;
+	}
+	v[0]++;
+	v[1] = fence;
+	return ddss_put(ctx, counter, 0, v, sizeof(v));
+}
+
+/* The calling holder's fencing number (0 and a failed assertion if refused). */
+static uint64_t my_fence(void)
+{
+	uint64_t f = 0;
+
+	CU_ASSERT_EQUAL(ddss_lock_fence_ss(ctx, counter, &f), 0);
+	return f;
 }
 
 /* ---- the victim (rank 4) ---- */
@@ -108,6 +140,30 @@ static void *killer(void *arg)
 	if (flag_wait(f, 1))
 		raise(SIGKILL);
 	return NULL;
+}
+
+/*
+ * Frozen case: stop (a rank cut off, or paused by the OS, holding the lock) until rank 1
+ * wakes us after the survivors have taken the lock from us and done their work. Then
+ * everything we try fails: we were declared dead and refused for good, so our old hold
+ * buys nothing, and the number we still have is below every survivor's. Exit 0 when so.
+ */
+static void after_thaw(void)
+{
+	uint64_t f = 0, v = 1;
+	int r_fence, r_get, r_put, r_rel;
+
+	fflush(stdout);
+	raise(SIGSTOP);
+	r_fence = ddss_lock_fence_ss(ctx, counter, &f); /* cached: no message needed */
+	r_get = ddss_get(ctx, counter, 0, &v, 8);
+	r_put = ddss_put(ctx, counter, 0, &v, 8);
+	r_rel = ddss_release_lock_ss(ctx, counter);
+	printf("[%u] frozen: after the thaw fence %d (%llu), get %d, put %d, release %d\n", me,
+	       r_fence, (unsigned long long)f, r_get, r_put, r_rel);
+	fflush(stdout);
+	_exit(r_get < 0 && r_put < 0 && r_rel < 0 && (r_fence < 0 || f == victim_own_fence) ? 0
+											  : 1);
 }
 
 static void victim(void)
@@ -132,10 +188,17 @@ static void victim(void)
 	}
 	if (!strcmp(which, "s-holder")) {
 		CU_ASSERT_EQUAL_FATAL(ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_SHARED), 0);
+		flag_put(F_VICTIM_FENCE, my_fence()); /* a shared holder's: read, not bumped */
 	} else {
+		uint64_t f;
+
 		CU_ASSERT_EQUAL_FATAL(ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE), 0);
-		if (!strcmp(which, "x-holder")) {
-			CU_ASSERT_EQUAL_FATAL(increment(), 0);
+		f = my_fence();
+		CU_ASSERT_FATAL(f > 0);
+		victim_own_fence = f;
+		flag_put(F_VICTIM_FENCE, f);
+		if (!strcmp(which, "x-holder") || !strcmp(which, "frozen")) {
+			CU_ASSERT_EQUAL_FATAL(increment(f), 0);
 			flag_put(F_VICTIM_INCS, 1);
 		}
 	}
@@ -148,17 +211,41 @@ static void victim(void)
 		for (;;)
 			ddss_put(ctx, bulk, 0, buf, BULK_LEN);
 	}
+	if (!strcmp(which, "frozen"))
+		flag_put(F_VICTIM_PID, (uint64_t)getpid());
 	flag_put(F_VICTIM_READY, 1);
 	for (uint32_t r = 1; r < VICTIM; r++)
 		flag_wait(F_QUEUING + r, 1);
+	if (!strcmp(which, "frozen"))
+		after_thaw(); /* does not return */
 	raise(SIGKILL);
 }
 
 /* ---- the survivors (ranks 1-3) ---- */
 
+/* Frozen case, rank 1 at the end: wake the victim, wait for it to exit (all its attempts
+ * must fail, which it checks), and see that the counter @before did not change. */
+static void thaw_victim(const uint64_t before[2])
+{
+	pid_t pid = (pid_t)flag_get(F_VICTIM_PID);
+	int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	struct pollfd p = { .fd = pfd, .events = POLLIN };
+	uint64_t after[2] = { 0, 0 };
+
+	CU_ASSERT_FATAL(pfd >= 0);
+	CU_ASSERT_EQUAL(kill(pid, SIGCONT), 0);
+	CU_ASSERT_EQUAL(poll(&p, 1, WAIT_MS), 1); /* readable once it has exited */
+	close(pfd);
+	CU_ASSERT_EQUAL(ddss_get(ctx, counter, 0, after, sizeof(after)), 0);
+	printf("[1] frozen: after the victim's thaw the counter is %llu (was %llu)\n",
+	       (unsigned long long)after[0], (unsigned long long)before[0]);
+	CU_ASSERT(after[0] == before[0] && after[1] == before[1]);
+}
+
 static void survivor(void)
 {
 	int64_t t0, waited, bound = PEER_TIMEOUT_MS + PEER_TIMEOUT_MS / 4 + PROBE_MS + SLACK_MS;
+	uint64_t victim_fence, f;
 	unsigned fails = 0;
 	int r;
 
@@ -180,12 +267,20 @@ static void survivor(void)
 	       (long long)waited, (long long)bound, ddss_strerror(r));
 	CU_ASSERT_EQUAL_FATAL(r, 0);
 	CU_ASSERT(waited <= bound);
-	CU_ASSERT_EQUAL(increment(), 0);
+	/* Published before F_VICTIM_READY, which we waited for. */
+	victim_fence = flag_get(F_VICTIM_FENCE);
+	f = my_fence();
+	printf("[%u] %s: fence %llu after the victim's %llu\n", me, which, (unsigned long long)f,
+	       (unsigned long long)victim_fence);
+	CU_ASSERT(f > victim_fence);
+	CU_ASSERT_EQUAL(increment(f), 0);
 	CU_ASSERT_EQUAL(ddss_release_lock_ss(ctx, counter), 0);
 	for (int i = 1; i < ITERS; i++) {
 		r = ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE);
 		if (!r) {
-			r = increment();
+			r = ddss_lock_fence_ss(ctx, counter, &f);
+			if (!r)
+				r = increment(f);
 			fails += r != 0;
 			r = ddss_release_lock_ss(ctx, counter);
 		}
@@ -197,15 +292,21 @@ static void survivor(void)
 		return;
 	for (uint32_t p = 1; p < VICTIM; p++)
 		CU_ASSERT(flag_wait(F_DONE + p, 1));
-	uint64_t v = 0, w = 0, expect = flag_get(F_VICTIM_INCS) + (VICTIM - 1) * ITERS;
+	uint64_t v[2] = { 0, 0 }, w = 0, expect = flag_get(F_VICTIM_INCS) + (VICTIM - 1) * ITERS;
 
-	CU_ASSERT_EQUAL(ddss_get(ctx, counter, 0, &v, 8), 0);
+	CU_ASSERT_EQUAL(ddss_get(ctx, counter, 0, v, sizeof(v)), 0);
 	printf("[1] %s: counter %llu, expected %llu (victim %llu + %u survivors x %d)\n", which,
-	       (unsigned long long)v, (unsigned long long)expect,
+	       (unsigned long long)v[0], (unsigned long long)expect,
 	       (unsigned long long)flag_get(F_VICTIM_INCS), VICTIM - 1, ITERS);
-	CU_ASSERT_EQUAL(v, expect);
+	CU_ASSERT_EQUAL(v[0], expect);
+	/* One number per survivor hold after the victim's: none reused, none skipped. */
+	printf("[1] %s: last fence %llu, expected %llu\n", which, (unsigned long long)v[1],
+	       (unsigned long long)(flag_get(F_VICTIM_FENCE) + (VICTIM - 1) * ITERS));
+	CU_ASSERT_EQUAL(v[1], flag_get(F_VICTIM_FENCE) + (VICTIM - 1) * ITERS);
 	CU_ASSERT_EQUAL(ddss_get(ctx, witness, 0, &w, 8), 0);
 	CU_ASSERT_EQUAL(w, 0x77697477697477ull);
+	if (!strcmp(which, "frozen"))
+		thaw_victim(v);
 }
 
 static void test_fault(void)
@@ -222,7 +323,7 @@ static void setup(void)
 	uint64_t w = 0x77697477697477ull;
 
 	at.name = "counter";
-	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &at, &counter), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 16, &at, &counter), 0);
 	at.name = "flags";
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, F_NFLAGS * 8, &at, &flags), 0);
 	at.name = "bulk";
@@ -234,13 +335,19 @@ static void setup(void)
 	test_ctx_barrier_or_exit(ctx);
 }
 
-/* The victim's parent: exit 0 only if the child died of the planned SIGKILL. */
+/* The victim's parent: exit 0 only if the child died of the planned SIGKILL (frozen case:
+ * exited 0 after its checks). */
 static int watch_victim(pid_t pid)
 {
 	int status;
 
 	if (waitpid(pid, &status, 0) != pid)
 		return 1;
+	if (!strcmp(which, "frozen") && WIFEXITED(status)) {
+		printf("[%u] frozen: victim's checks after the thaw %s\n", VICTIM,
+		       WEXITSTATUS(status) ? "FAILED" : "passed");
+		return WEXITSTATUS(status) ? 1 : 0;
+	}
 	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
 		printf("[%u] %s: victim killed as planned\n", VICTIM, which);
 		return 0;
@@ -260,8 +367,10 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[i], "--case") && i + 1 < argc)
 			which = argv[++i];
 	if (!which || (strcmp(which, "x-holder") && strcmp(which, "s-holder") &&
-		       strcmp(which, "queued") && strcmp(which, "mid-put"))) {
-		fprintf(stderr, "usage: %s --case x-holder|s-holder|queued|mid-put\n", argv[0]);
+		       strcmp(which, "queued") && strcmp(which, "mid-put") &&
+		       strcmp(which, "frozen"))) {
+		fprintf(stderr, "usage: %s --case x-holder|s-holder|queued|mid-put|frozen\n",
+			argv[0]);
 		return 2;
 	}
 	if (!getenv("DDSS_SIZE") || atoi(getenv("DDSS_SIZE")) != (int)VICTIM ||

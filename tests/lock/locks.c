@@ -12,7 +12,8 @@
  *    two halves, holder flags, per-rank counters), and every hold is counted;
  *  - timed acquires time out in time, and withdrawn requests never wedge the lock;
  *  - FIFO fairness (with --fair / DDSS_LOCK_FAIR=1): bounded overtaking;
- *  - 16 threads per rank waiting on the same and on different locks.
+ *  - 16 threads per rank waiting on the same and on different locks;
+ *  - fencing numbers grow from exclusive hold to hold, shared holders read the last one.
  *
  * Ranks pass numbers to each other through a named "board" segment: rank r writes slot r.
  * Worker threads never call CUnit (it is not thread-safe): they count failures, print the
@@ -1507,6 +1508,143 @@ static void test_many_mixed(void)
 	run_mix(5, nmany, n, PCT_X, true, "many");
 }
 
+/* ---- fencing numbers ----
+ *
+ * Every thread of every rank takes one lock in turn, every FENCE_S_EVERY-th hold shared.
+ * The lock's segment holds [the last exclusive holder's number | exclusive holds]: an
+ * exclusive holder's number must exceed the stored one (the lock orders the holds), and
+ * its own previous one; asking again in the same hold gives the same number; a shared
+ * holder's number is at least the stored one. Afterwards the generation must have moved
+ * exactly once per exclusive hold (shared holders and repeated calls only read).
+ */
+#define FENCE_S_EVERY 4
+
+struct fence_arg {
+	ddss_key_t key, other;
+	unsigned iters;
+};
+
+static bool fence_x(unsigned i)
+{
+	return i % FENCE_S_EVERY != FENCE_S_EVERY - 1;
+}
+
+/*
+ * One hold of a->key (held), checked against the segment. A hold that bumps the generation
+ * (exclusive; in DQNL every hold, shared requests hold exclusively there) stores its
+ * number; *mine_p is this thread's last such number.
+ */
+static void fence_hold(struct wk *w, struct fence_arg *a, bool x, uint64_t *mine_p)
+{
+	bool bumps = x || !sharing();
+	uint64_t f = 0, again = 0, st[2] = { 0, 0 };
+
+	if (!io(w, ddss_lock_fence_ss(ctx, a->key, &f), "fence") ||
+	    !io(w, ddss_get(ctx, a->key, 0, st, sizeof(st)), "get fence") ||
+	    !io(w, ddss_lock_fence_ss(ctx, a->key, &again), "fence again"))
+		return;
+	if (again != f)
+		wfail(w, "asked twice in one hold: %llu then %llu", (unsigned long long)f,
+		      (unsigned long long)again);
+	if (!bumps) {
+		if (f < st[0])
+			wfail(w, "shared holder's number %llu below the last exclusive one %llu",
+			      (unsigned long long)f, (unsigned long long)st[0]);
+		w->ns++;
+		return;
+	}
+	if (f <= st[0] || f <= *mine_p)
+		wfail(w, "exclusive number %llu not above the last holder's %llu (hold %llu) "
+		      "or this thread's %llu", (unsigned long long)f, (unsigned long long)st[0],
+		      (unsigned long long)st[1], (unsigned long long)*mine_p);
+	*mine_p = f;
+	st[0] = f;
+	st[1]++;
+	if (io(w, ddss_put(ctx, a->key, 0, st, sizeof(st)), "put fence")) {
+		w->nx += x;
+		w->ns += !x;
+	}
+}
+
+static void *fence_main(void *arg)
+{
+	struct wk *w = arg;
+	struct fence_arg *a = w->arg;
+	uint64_t mine = 0, f = 0;
+
+	for (unsigned i = 0; i < a->iters; i++) {
+		bool x = fence_x(i);
+		int r = ddss_acquire_lock_ss(ctx, a->key, x ? DDSS_LOCK_EXCLUSIVE :
+							   DDSS_LOCK_SHARED);
+
+		if (r) {
+			wfail(w, "acquire: %s", ddss_strerror(r));
+			continue;
+		}
+		fence_hold(w, a, x, &mine);
+		/* Nobody holds the other lock (this rank's other threads may hold this one). */
+		r = ddss_lock_fence_ss(ctx, a->other, &f);
+		if (r != -ENOLCK)
+			wfail(w, "fence of a lock not held: %s, expected ENOLCK", ddss_strerror(r));
+		r = ddss_release_lock_ss(ctx, a->key);
+		if (r)
+			wfail(w, "release: %s", ddss_strerror(r));
+	}
+	return NULL;
+}
+
+static void test_fence(void)
+{
+	struct fence_arg a = { .iters = iters / 4 > 2 ? iters / 4 : 2 };
+	struct wk *w = calloc(nthreads, sizeof(*w));
+	uint64_t nx = 0, ns = 0, f = 0, st[2] = { 0, 0 };
+
+	a.key = named("fence", sizeof(st), home_rank(1));
+	a.other = named("fence-other", 8, home_rank(2));
+	barrier();
+	EXPECT_RC(ddss_lock_fence_ss(ctx, a.key, &f), -ENOLCK);
+	barrier();
+	EXPECT_EQ(run_workers(w, nthreads, fence_main, &a), 0, "fence: worker failures");
+	for (unsigned t = 0; t < nthreads; t++) {
+		nx += w[t].nx;
+		ns += w[t].ns;
+	}
+	publish(0, nx);
+	publish(1, ns);
+	barrier();
+	nx = fetch_sum(0);
+	ns = fetch_sum(1);
+	EXPECT_EQ(ns + nx, (uint64_t)nranks * nthreads * a.iters, "fence: holds");
+	CU_ASSERT_EQUAL(ddss_get(ctx, a.key, 0, st, sizeof(st)), 0);
+	/* Numbers are 1, 2, ...: one per hold that bumps, none lost to shared readers. */
+	EXPECT_EQ(st[1], sharing() ? nx : nx + ns, "fence: numbered holds stored");
+	EXPECT_EQ(st[0], st[1], "fence: the last stored number");
+	barrier();
+	/* Rank 1 holds: the others (other contexts) have no number; then one more. */
+	if (me == 1) {
+		EXPECT_RC(ddss_acquire_lock_ss(ctx, a.key, DDSS_LOCK_EXCLUSIVE), 0);
+		EXPECT_RC(ddss_lock_fence_ss(ctx, a.key, &f), 0);
+		EXPECT_EQ(f, st[0] + 1, "fence: the next exclusive number");
+	}
+	barrier();
+	if (me != 1)
+		EXPECT_RC(ddss_lock_fence_ss(ctx, a.key, &f), -ENOLCK);
+	barrier();
+	if (me == 1) {
+		EXPECT_RC(ddss_release_lock_ss(ctx, a.key), 0);
+		EXPECT_RC(ddss_lock_fence_ss(ctx, a.key, &f), -ENOLCK);
+		printf("\n    %llu exclusive + %llu shared holds, last number %llu",
+		       (unsigned long long)nx, (unsigned long long)ns, (unsigned long long)f);
+	}
+	barrier();
+	if (me == 1) {
+		CU_ASSERT_EQUAL(ddss_release_ss(ctx, a.key), 0);
+		CU_ASSERT_EQUAL(ddss_release_ss(ctx, a.other), 0);
+	}
+	barrier();
+	free(w);
+}
+
 /* ---- main ---- */
 
 struct test_entry {
@@ -1645,6 +1783,8 @@ int main(int argc, char **argv)
 			{ "fairness: bounded overtaking (FIFO)", test_fair },
 			{ NULL, test_many_shared },
 			{ "many threads: same and different locks, mixed", test_many_mixed },
+			{ "fence: numbers grow hold by hold; shared ones read; ENOLCK unheld",
+			  test_fence },
 		};
 
 		snprintf(many_name, sizeof(many_name), "many threads: %u per rank %s", nmany,
