@@ -26,7 +26,7 @@ declare -A srcs=(
   [tcp_wire]="src/net/tcp/tcp_wire.c"
   [verbs_wire]="src/net/verbs/verbs_wire.c"
   [key]="src/core/key.c"
-  [nodes]="src/net/nodes.c src/core/config.c"
+  [nodes]="src/net/nodes.c src/core/config.c src/net/auth.c"
   [config]="src/core/config.c"
   [seg_service]="src/core/errors.c"
   [seg_reply]="src/core/errors.c src/core/key.c"
@@ -65,7 +65,7 @@ cflags=(-std=c11 -D_GNU_SOURCE -DDDSS_BUILDING_LIBRARY -DDDSS_DEBUG_LOG=1 -g -O1
         -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
         -fno-sanitize-recover=all -Wall -Wextra -Wno-unused-parameter
         -I"$top/include" -I"$top/src" -I"$fz" "${known_bugs[@]}")
-libs=(-lpthread)
+libs=(-lpthread -lsodium) # -lsodium: nodes.c loads the group key (net/auth.c)
 build() {
   local t=$1 s srcpaths=()
   for s in ${srcs[$t]}; do srcpaths+=("$top/$s"); done
