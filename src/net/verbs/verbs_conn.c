@@ -485,6 +485,15 @@ int verbs_out_ensure(struct verbs_out *o)
 		}
 		if (o->phase == VERBS_UP) /* it was up and has been lost */
 			out_set_failed(o, __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE), false);
+		/*
+		 * Refused for who we are (another group, another secret): that will not change,
+		 * and asking again costs a connect request (whose reject can be lost, which
+		 * costs the whole connect timeout).
+		 */
+		if (o->phase == VERBS_FAILED && (o->conn_err == -EACCES || o->conn_err == -EPERM)) {
+			r = o->conn_err;
+			break;
+		}
 		if (o->phase == VERBS_FAILED && attempted) {
 			/*
 			 * A peer that was never up may just not have started: retry until the connect
