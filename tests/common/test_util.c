@@ -5,12 +5,16 @@
 #include "net/net.h"
 
 #include <CUnit/Basic.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static inline uint8_t pattern_byte(uint64_t seed, size_t i)
 {
@@ -208,4 +212,29 @@ bool test_ctrl_wait(uint32_t c, unsigned want, int timeout_ms)
 	ok = ctrl_count[c] >= want;
 	pthread_mutex_unlock(&ctrl_mu);
 	return ok;
+}
+
+double test_now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+int test_listen_loopback(unsigned *port_p)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+
+	if (s < 0)
+		return -1;
+	if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 16) < 0 ||
+	    getsockname(s, (struct sockaddr *)&a, &len) < 0) {
+		close(s);
+		return -1;
+	}
+	*port_p = ntohs(a.sin_port);
+	return s;
 }

@@ -53,6 +53,12 @@ unsigned test_run_all(void);
 void test_thread_fail(unsigned *failures, uint32_t rank, unsigned tid, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/** Milliseconds on the monotonic clock. */
+double test_now_ms(void);
+/** A listening tcp socket on a free port of 127.0.0.1 (for a daemon's DDSS_LISTEN_FD), its
+ * port in *port_p; -1 on failure. */
+int test_listen_loopback(unsigned *port_p);
+
 /** Allocate @len bytes aligned to 4096, zeroed; aborts on failure (tests only). */
 void *test_alloc_pool(size_t len);
 

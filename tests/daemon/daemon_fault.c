@@ -46,28 +46,6 @@ static char sock_path[NDAEMONS + 1][64];
 static pid_t daemon_pid[NDAEMONS + 1];
 static uint32_t me = 0; /* for EXPECT_RC */
 
-static double now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-/* A listening tcp socket on a free port of 127.0.0.1, for a daemon's DDSS_LISTEN_FD. */
-static int listen_any(unsigned *port_p)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-
-	if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 16) < 0 ||
-	    getsockname(s, (struct sockaddr *)&a, &len) < 0)
-		return -1;
-	*port_p = ntohs(a.sin_port);
-	return s;
-}
-
 /* Start the three daemons; true once every one serves. */
 static bool start_daemons(void)
 {
@@ -77,7 +55,7 @@ static bool start_daemons(void)
 	bool ok = true;
 
 	for (int r = 1; r <= NDAEMONS; r++) {
-		ls[r] = listen_any(&port[r]);
+		ls[r] = test_listen_loopback(&port[r]);
 		if (ls[r] < 0)
 			return false;
 		snprintf(nodes + strlen(nodes), sizeof(nodes) - strlen(nodes), "%s127.0.0.1:%u",
@@ -185,9 +163,9 @@ static int survive(ddss_ctx_t *ctx, ddss_key_t key, int in, int out)
 	tell(out, ddss_try_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE), 0);
 	if (!recv_byte(in))
 		return 1;
-	t0 = now_ms();
+	t0 = test_now_ms();
 	r = ddss_acquire_lock_timed_ss(ctx, key, DDSS_LOCK_EXCLUSIVE, WAIT_MS);
-	tell(out, r, now_ms() - t0);
+	tell(out, r, test_now_ms() - t0);
 	for (int i = 0; !r && i < ITERS; i++) {
 		if (i) /* the first pass runs in the hold measured above */
 			r = ddss_acquire_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);
@@ -292,7 +270,7 @@ static void test_daemon_killed(void)
 	}
 	CU_ASSERT_EQUAL(kill(daemon_pid[VICTIM], SIGKILL), 0);
 	CU_ASSERT_EQUAL(waitpid(daemon_pid[VICTIM], &st, 0), daemon_pid[VICTIM]);
-	killed = now_ms();
+	killed = test_now_ms();
 	for (int i = 0; i < 2; i++)
 		CU_ASSERT(send_byte(surv[i].to));
 	CU_ASSERT(send_byte(holder.to));
@@ -301,7 +279,7 @@ static void test_daemon_killed(void)
 	EXPECT_RC(rep.rc, -ENOTCONN);
 	rep = hear(&waiter);
 	EXPECT_RC(rep.rc, -ENOTCONN);
-	printf("\n    dead daemon's clients answered after %.0f ms", now_ms() - killed);
+	printf("\n    dead daemon's clients answered after %.0f ms", test_now_ms() - killed);
 	for (int i = 0; i < 2; i++) {
 		rep = hear(&surv[i]);
 		EXPECT_RC(rep.rc, 0);

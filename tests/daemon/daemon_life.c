@@ -36,28 +36,6 @@ static const char *ddssd;
 static char sock_path[64];
 static uint32_t me = 1; /* for EXPECT_RC */
 
-static double now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-/* A listening tcp socket on a free port of 127.0.0.1, for the daemon's DDSS_LISTEN_FD. */
-static int listen_any(unsigned *port_p)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-
-	if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 16) < 0 ||
-	    getsockname(s, (struct sockaddr *)&a, &len) < 0)
-		return -1;
-	*port_p = ntohs(a.sin_port);
-	return s;
-}
-
 /*
  * Start a one-rank ddssd serving sock_path; returns its pid once it is ready, or -1 (then
  * *status_p is its exit status if it ended: a second instance exits with 3). @daemonize:
@@ -67,7 +45,7 @@ static int listen_any(unsigned *port_p)
 static pid_t start(bool daemonize, int *status_p)
 {
 	unsigned port = 0;
-	int ls = listen_any(&port), p[2];
+	int ls = test_listen_loopback(&port), p[2];
 	pid_t pid;
 	char b;
 
@@ -167,7 +145,7 @@ static void *block_in_lock(void *p)
 
 	__atomic_store_n(&b->started, 1, __ATOMIC_RELEASE);
 	b->rc = ddss_acquire_lock_ss(b->ctx, b->key, DDSS_LOCK_EXCLUSIVE);
-	b->returned_ms = now_ms();
+	b->returned_ms = test_now_ms();
 	return NULL;
 }
 
@@ -232,7 +210,7 @@ static void test_killed(void)
 		sched_yield();
 	CU_ASSERT_EQUAL(kill(d, SIGKILL), 0);
 	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
-	killed = now_ms();
+	killed = test_now_ms();
 	pthread_join(th, NULL);
 	printf("\n    blocked lock call after the daemon was killed: %d (%s) after %.1f ms",
 	       b.rc, ddss_strerror(b.rc), b.returned_ms - killed);
