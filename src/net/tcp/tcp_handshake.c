@@ -70,6 +70,19 @@ static int refusal(uint32_t peer, int status)
 
 /* ---- initiator ---- */
 
+/* Send @me as @kind and take the target's answer of kind @ack: 0, or why not. */
+static int ask(int fd, uint32_t peer, uint8_t kind, const struct tcp_wire_hello *me, uint8_t ack,
+	       int64_t deadline, struct tcp_wire_hello *them)
+{
+	int status, r = send_frame(fd, kind, 0, me);
+
+	if (!r)
+		r = recv_frame(fd, ack, deadline, &status, them);
+	if (!r && status)
+		r = refusal(peer, status);
+	return r;
+}
+
 int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadline,
 			  uint64_t *pool_len_p)
 {
@@ -77,19 +90,15 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 	struct tcp_wire_hello me = my_hello(cfg, peer), them;
 	struct ddss_auth_transcript tr = { .group = cfg->group, .initiator = cfg->rank,
 					   .target = peer, .size = cfg->size };
-	int status, r;
+	int r;
 
 	if (cfg->auth)
 		ddss_auth_nonce(me.nonce);
 	else
 		me.pool_len = t->pool_len;
-	r = send_frame(fd, TCP_K_HELLO, 0, &me);
-	if (!r)
-		r = recv_frame(fd, TCP_K_HELLO_ACK, deadline, &status, &them);
+	r = ask(fd, peer, TCP_K_HELLO, &me, TCP_K_HELLO_ACK, deadline, &them);
 	if (r)
 		return r;
-	if (status)
-		return refusal(peer, status);
 	if (them.from_rank != peer || them.to_rank != cfg->rank || them.size != cfg->size ||
 	    them.group != cfg->group) {
 		DDSS_WARN("rank %u answered as rank %u of %u (group %llx)", peer, them.from_rank,
@@ -112,13 +121,9 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 	}
 	ddss_auth_prove(cfg->auth, DDSS_AUTH_INITIATOR, &tr, me.proof);
 	me.pool_len = t->pool_len;
-	r = send_frame(fd, TCP_K_AUTH, 0, &me);
-	if (!r)
-		r = recv_frame(fd, TCP_K_AUTH_ACK, deadline, &status, &them);
+	r = ask(fd, peer, TCP_K_AUTH, &me, TCP_K_AUTH_ACK, deadline, &them);
 	if (r)
 		return r;
-	if (status)
-		return refusal(peer, status);
 	*pool_len_p = them.pool_len;
 	return 0;
 }
