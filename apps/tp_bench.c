@@ -2,15 +2,19 @@
  * ddss-tp-bench: latency of the transport's one-sided operations next to a raw TCP
  * ping-pong of the same size between the same two processes, measured in the same run.
  *
- *   ddssrun -n 2 ddss-tp-bench [--iters N] [--rounds R] [--size BYTES] [--no-pin] [--csv]
+ *   ddssrun -n 2 ddss-tp-bench [--iters N] [--rounds R] [--size BYTES] [--ops LIST] [--no-pin]
+ *                              [--csv]
  *
  * Each rank pins itself (all its threads) to CPU rank-1, so both the raw ping-pong and the
  * transport cross between the same two CPUs; unpinned, the scheduler sometimes runs one
  * pair on a single core and the comparison measures placement, not the transport.
  * Rank 1 measures, rank 2 is the target. Measurements are interleaved in blocks of 25
  * (raw, read, write, cas, fadd, raw, ...) so drift on a shared machine hits all alike.
- * The completion mode comes from DDSS_COMPLETION (event | poll). Prints median, p99 and
- * mean in microseconds and each median's ratio to the raw ping-pong median.
+ * --ops (comma-separated names from op_names, default all) measures only those: a single
+ * op runs as one homogeneous loop, as perftest's tools do (scripts/bench-verbs.sh compares
+ * each op with perftest that way). The completion mode comes from DDSS_COMPLETION (event |
+ * poll). Prints median, p99 and mean in microseconds and each median's ratio to the raw
+ * ping-pong median (0 when the ping-pong was not measured).
  */
 #include "net/net.h"
 
@@ -39,6 +43,30 @@
 
 enum bench_op { B_RAW, B_READ, B_WRITE, B_CAS, B_FADD, B_COUNT };
 static const char *const op_names[B_COUNT] = { "raw_tcp_pingpong", "read", "write", "cas", "fadd" };
+static bool op_on[B_COUNT] = { true, true, true, true, true };
+
+/* --ops LIST: 0, or -1 on an unknown name or an empty list. */
+static int parse_ops(const char *list)
+{
+	char buf[128], *save = NULL;
+	bool any = false;
+
+	if (strlen(list) >= sizeof(buf))
+		return -1;
+	strcpy(buf, list);
+	for (int k = 0; k < B_COUNT; k++)
+		op_on[k] = false;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int k = 0;
+
+		while (k < B_COUNT && strcmp(t, op_names[k]))
+			k++;
+		if (k == B_COUNT)
+			return -1;
+		op_on[k] = any = true;
+	}
+	return any ? 0 : -1;
+}
 
 /* ---- the raw TCP ping-pong: rank 2 echoes, rank 1 measures ---- */
 
@@ -159,9 +187,9 @@ static int measure(struct ddss_net *net, const struct bench_opts *o)
 	int64_t ns0;
 	uint64_t tick0;
 	double us_per_tick;
-	int raw_fd = connect_raw(o->size);
+	int raw_fd = op_on[B_RAW] ? connect_raw(o->size) : -1;
 
-	if (raw_fd < 0 || !buf) {
+	if ((op_on[B_RAW] && raw_fd < 0) || !buf) {
 		fprintf(stderr, "cannot connect the raw ping-pong\n");
 		return 1;
 	}
@@ -169,7 +197,7 @@ static int measure(struct ddss_net *net, const struct bench_opts *o)
 		lat[k] = calloc(n, sizeof(double));
 	/* Warm up every path (connections, caches) before timing. */
 	for (int k = 0; k < B_COUNT; k++)
-		for (unsigned i = 0; i < 200; i++)
+		for (unsigned i = 0; op_on[k] && i < 200; i++)
 			if (one_op(tp, (enum bench_op)k, raw_fd, buf, o->size)) {
 				fprintf(stderr, "%s failed during warm-up\n", op_names[k]);
 				return 1;
@@ -179,7 +207,7 @@ static int measure(struct ddss_net *net, const struct bench_opts *o)
 	for (unsigned r = 0; r < o->rounds; r++) {
 		for (unsigned b = 0; b < o->iters; b += BLOCK) {
 			for (int k = 0; k < B_COUNT; k++) {
-				for (unsigned i = b; i < o->iters && i < b + BLOCK; i++) {
+				for (unsigned i = b; op_on[k] && i < o->iters && i < b + BLOCK; i++) {
 					uint64_t t0 = bench_ticks();
 					int err = one_op(tp, (enum bench_op)k, raw_fd, buf, o->size);
 
@@ -193,10 +221,13 @@ static int measure(struct ddss_net *net, const struct bench_opts *o)
 		}
 	}
 	us_per_tick = (double)(ddss_now_ns() - ns0) / 1000.0 / (double)(bench_ticks() - tick0);
-	close(raw_fd);
+	if (raw_fd >= 0)
+		close(raw_fd);
 	for (int k = 0; k < B_COUNT; k++) {
 		double sum = 0;
 
+		if (!op_on[k])
+			continue;
 		for (size_t i = 0; i < n; i++)
 			lat[k][i] *= us_per_tick;
 
@@ -216,13 +247,18 @@ static int measure(struct ddss_net *net, const struct bench_opts *o)
 		       "op", "median_us", "p99_us", "mean_us", "x_raw");
 	for (int k = 0; k < B_COUNT; k++) {
 		const char *comp = getenv("DDSS_COMPLETION") ? getenv("DDSS_COMPLETION") : "event";
+		double ratio = op_on[B_RAW] ? med[k] / med[B_RAW] : 0;
 
+		if (!op_on[k]) {
+			free(lat[k]);
+			continue;
+		}
 		if (o->csv)
 			printf("%s,%s,%s,%zu,%.2f,%.2f,%.2f,%.3f\n", ddss_net_transport_name(net), comp,
-			       op_names[k], o->size, med[k], p99[k], mean[k], med[k] / med[B_RAW]);
+			       op_names[k], o->size, med[k], p99[k], mean[k], ratio);
 		else
 			printf("%-18s %10.2f %10.2f %10.2f %8.3f\n", op_names[k], med[k], p99[k], mean[k],
-			       med[k] / med[B_RAW]);
+			       ratio);
 		free(lat[k]);
 	}
 	free(buf);
@@ -237,8 +273,19 @@ int main(int argc, char **argv)
 	void *pool;
 	int lfd = -1, r, rc = 0;
 
+	/* --ops is ours alone: take it out before the common parser sees the rest. */
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--ops")) {
+			if (i + 1 >= argc || parse_ops(argv[i + 1])) {
+				fprintf(stderr, "--ops takes a comma-separated list of: raw_tcp_pingpong read write cas fadd\n");
+				return 2;
+			}
+			memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 1) * sizeof(*argv));
+			argc -= 2;
+			i--;
+		}
 	if (bench_parse(argc, argv, "--size", 1, MAX_SIZE, &o)) {
-		fprintf(stderr, "usage: ddssrun -n 2 %s [--iters N] [--rounds R] [--size B<=%u] [--no-pin] [--csv]\n",
+		fprintf(stderr, "usage: ddssrun -n 2 %s [--iters N] [--rounds R] [--size B<=%u] [--ops LIST] [--no-pin] [--csv]\n",
 			argv[0], MAX_SIZE);
 		return 2;
 	}
@@ -259,7 +306,7 @@ int main(int argc, char **argv)
 	r = ddss_net_start(net, pool, POOL_LEN);
 	if (!r)
 		r = ddss_net_barrier(net, -1);
-	if (!r && ddss_net_rank(net) == 2)
+	if (!r && ddss_net_rank(net) == 2 && op_on[B_RAW])
 		r = start_echo(net, &echo, &lfd);
 	if (r) {
 		fprintf(stderr, "set-up failed: %s\n", strerror(-r));
@@ -268,7 +315,7 @@ int main(int argc, char **argv)
 	if (ddss_net_rank(net) == 1)
 		rc = measure(net, &o);
 	r = ddss_net_barrier(net, -1);
-	if (ddss_net_rank(net) == 2)
+	if (ddss_net_rank(net) == 2 && op_on[B_RAW])
 		pthread_join(echo, NULL);
 	ddss_net_close(net);
 	free(pool);

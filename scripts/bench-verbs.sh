@@ -2,10 +2,11 @@
 # Usage: scripts/rdma-exec scripts/bench-verbs.sh [--iters N] [--rounds R] [--size B] [BUILD_DIR]
 # The verbs transport benchmark beside perftest's raw verbs latencies, measured in the same
 # run on the same device (the one that owns $DDSS_RDMA_HOST, which rdma-exec sets; in the
-# rxe guest that is rxe0), same sizes, both polling for completions. Each round runs
-# ib_read_lat, ib_write_lat, ib_atomic_lat (CMP_AND_SWAP, FETCH_AND_ADD) and then
-# ddss-tp-bench; rounds interleave so drift (large under emulation) hits both alike, and
-# the table shows the median over rounds of each side's median (perftest's t_typical).
+# rxe guest that is rxe0), same sizes, both polling for completions. Each round runs, op by
+# op, perftest's tool (ib_read_lat, ib_write_lat, ib_atomic_lat CMP_AND_SWAP / FETCH_AND_ADD)
+# and right after it ddss-tp-bench --ops OP: both sides a homogeneous loop of that one op,
+# next to each other in time, so drift (large under emulation) hits both alike; the table
+# shows the median over rounds of each side's median (perftest's t_typical).
 #   raw read / cas / fadd: perftest's full round trip, like ours.
 #   raw write: 2 x ib_write_lat, because ib_write_lat reports half a ping-pong round trip
 #   while our write completes when its acknowledgement is back (one round trip).
@@ -56,14 +57,20 @@ perftest() {
   awk -v n="$iters" '$2 == n && $1 ~ /^[0-9]+$/ {print $5; exit}' "$work/client.log"
 }
 
+ours() {  # ddss-tp-bench's median for one op, alone
+  DDSS_COMPLETION=poll "$build/apps/ddssrun" -n 2 --transport verbs --timeout 600 -- \
+    "$build/apps/ddss-tp-bench" --ops "$1" --iters "$iters" --rounds 1 --size "$size" --csv |
+    sed 's/^\[[0-9]*\] //' | awk -F, -v o="$1" '$3 == o {print $3, $5}' >>"$work/ddss"
+}
 for r in $(seq 1 "$rounds"); do
   echo "read $(perftest ib_read_lat -s "$size")" >>"$work/raw"
+  ours read
   echo "write $(perftest ib_write_lat -s "$size" | awk '{print 2 * $1}')" >>"$work/raw"
+  ours write
   echo "cas $(perftest ib_atomic_lat -A CMP_AND_SWAP)" >>"$work/raw"
+  ours cas
   echo "fadd $(perftest ib_atomic_lat -A FETCH_AND_ADD)" >>"$work/raw"
-  DDSS_COMPLETION=poll "$build/apps/ddssrun" -n 2 --transport verbs --timeout 600 -- \
-    "$build/apps/ddss-tp-bench" --iters "$iters" --rounds 1 --size "$size" --csv |
-    awk -F, '$3 ~ /^(read|write|cas|fadd)$/ {print $3, $5}' | sed 's/^\[[0-9]*\] //' >>"$work/ddss"
+  ours fadd
 done
 
 median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }

@@ -453,17 +453,13 @@ static void timed_wait(struct verbs_out *o, int64_t until_ns)
 	pthread_cond_timedwait(&o->cv, &o->mu, &ts);
 }
 
-int verbs_out_ensure(struct verbs_out *o)
+int verbs_out_connect(struct verbs_out *o)
 {
 	struct verbs_tp *vt = o->tp;
 	int64_t deadline;
 	bool attempted = false;
 	int r;
 
-	/* Racy peek, rechecked by verbs_post; no clock read on this path (it can cost 1 us). */
-	if (__atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) == 0 &&
-	    __atomic_load_n(&o->phase, __ATOMIC_ACQUIRE) == VERBS_UP)
-		return 0;
 	if (ddss_tp_peer_refused(&vt->base, o->peer))
 		return -EHOSTDOWN;
 	deadline = ddss_now_ns() + (int64_t)vt->base.cfg.connect_timeout_ms * 1000000;

@@ -124,7 +124,7 @@ static void complete(struct ddss_tp_req *req, int status)
 	__atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
 }
 
-static void handle_send_wc(struct verbs_tp *vt, const struct ibv_wc *wc)
+void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc)
 {
 	struct ddss_tp_req *req = NULL;
 	uint32_t peer;
@@ -166,18 +166,8 @@ static void handle_send_wc(struct verbs_tp *vt, const struct ibv_wc *wc)
 		complete(req, status);
 }
 
-static bool try_own(struct verbs_tp *vt)
+void verbs_release_own_event(struct verbs_tp *vt)
 {
-	return __atomic_exchange_n(&vt->owner, 1, __ATOMIC_ACQ_REL) == 0;
-}
-
-static void release_own(struct verbs_tp *vt)
-{
-	/* Polling waiters never sleep on own_cv (sleep_while_owned), so nobody to wake. */
-	if (vt->base.cfg.completion == DDSS_TP_COMPLETION_POLL) {
-		__atomic_store_n(&vt->owner, 0, __ATOMIC_RELEASE);
-		return;
-	}
 	__atomic_store_n(&vt->owner, 0, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&vt->sleepers, __ATOMIC_SEQ_CST)) {
 		pthread_mutex_lock(&vt->own_mu);
@@ -194,7 +184,7 @@ static int poll_scq(struct verbs_tp *vt)
 
 	while ((n = ibv_poll_cq(vt->scq, POLL_BATCH, wc)) > 0) {
 		for (int i = 0; i < n; i++)
-			handle_send_wc(vt, &wc[i]);
+			verbs_send_wc(vt, &wc[i]);
 		total += n;
 		if (n < POLL_BATCH)
 			break;
@@ -206,10 +196,10 @@ int verbs_progress(struct verbs_tp *vt)
 {
 	int n;
 
-	if (!try_own(vt))
+	if (!verbs_try_own(vt))
 		return 0;
 	n = poll_scq(vt);
-	release_own(vt);
+	verbs_release_own(vt);
 	return n;
 }
 
@@ -265,14 +255,14 @@ static void progress_step(struct verbs_tp *vt, struct ddss_tp_req *req, int ms)
 {
 	int n;
 
-	if (!try_own(vt)) {
+	if (!verbs_try_own(vt)) {
 		sleep_while_owned(vt, req, ms);
 		return;
 	}
 	n = poll_scq(vt);
 	if (n == 0 && vt->scq_ch && !(req && __atomic_load_n(&req->done, __ATOMIC_ACQUIRE)))
 		block_on_scq(vt, ms);
-	release_own(vt);
+	verbs_release_own(vt);
 }
 
 int verbs_test(struct verbs_tp *vt, struct ddss_tp_req *req)
@@ -292,14 +282,8 @@ static int slice_ms(int64_t deadline_ns)
 
 /* Polls between clock reads while spinning: a read can cost a microsecond (emulated HPET). */
 #define SPINS_PER_CLOCK 256
-/*
- * Polls of the fast path before the first clock read: long enough to cover a round trip
- * even where one poll is slow (emulation: ~50 ns a poll, ~40 us a read), short next to any
- * timeout (a few ms).
- */
-#define FAST_SPINS 65536
 
-int verbs_wait(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms)
+int verbs_wait_slow(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms)
 {
 	bool is_default = timeout_ms == DDSS_TP_TIMEOUT_DEFAULT;
 	bool spin = vt->base.cfg.completion == DDSS_TP_COMPLETION_POLL;
@@ -308,23 +292,7 @@ int verbs_wait(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms)
 	bool failed_peer = false;
 	unsigned spins = 0;
 
-	/*
-	 * Fast path: the completion is there, or comes within a few polls; no clock read, and
-	 * (spinning) ownership is held across the polls.
-	 */
-	if (__atomic_load_n(&req->done, __ATOMIC_ACQUIRE))
-		return 0;
-	if (try_own(vt)) {
-		do
-			poll_scq(vt);
-		while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE) && spin &&
-		       ++spins < FAST_SPINS);
-		release_own(vt);
-		if (__atomic_load_n(&req->done, __ATOMIC_ACQUIRE))
-			return 0;
-	}
 	deadline = ms < 0 ? INT64_MAX : ddss_now_ns() + (int64_t)ms * 1000000;
-	spins = 0;
 	while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE)) {
 		if (spin && ++spins % SPINS_PER_CLOCK) {
 			progress_step(vt, req, 0);
@@ -348,14 +316,8 @@ int verbs_wait(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms)
 	return 0;
 }
 
-/*
- * Lock-free on purpose: a mutex here costs a few percent of an emulated round trip. A
- * poster first reserves its WRs in sq_posted and only then looks at fail and qp. Teardown
- * sets fail first and destroys the QP only once nothing is in the queue, so (both sides
- * sequentially consistent) a poster either reserved early enough to be waited for, or sees
- * fail and backs out.
- */
-int verbs_post(struct verbs_out *o, struct ibv_send_wr *wr)
+/* See verbs_post (verbs_fast.h) for why no lock is taken here either. */
+int verbs_post_slow(struct verbs_out *o, struct ibv_send_wr *wr)
 {
 	struct verbs_tp *vt = o->tp;
 	struct ibv_send_wr *bad;

@@ -37,6 +37,7 @@
 
 #include "net/verbs/verbs.h"
 
+#include <endian.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
@@ -259,8 +260,8 @@ int verbs_conn_open(struct verbs_tp *vt);     /* event channel, bind, device */
 int verbs_conn_start(struct verbs_tp *vt);    /* listen + progress thread */
 void verbs_conn_stop(struct verbs_tp *vt);    /* stop the progress thread */
 void verbs_conn_close(struct verbs_tp *vt);   /* disconnect and free every connection */
-/** Make the outgoing connection to @peer usable (connect if needed). Blocks. */
-int verbs_out_ensure(struct verbs_out *o);
+/** verbs_out_ensure's slow path: connect, wait for a connect under way, or say why not. */
+int verbs_out_connect(struct verbs_out *o);
 /** Fail the outgoing connection with @err: its QP errors out, pending WRs flush. */
 void verbs_out_fail(struct verbs_out *o, int err);
 void verbs_peer_set_state(struct verbs_tp *vt, uint32_t rank, enum ddss_tp_peer_state s);
@@ -272,12 +273,17 @@ uint32_t verbs_served_rank(struct verbs_tp *vt, uint32_t qp_num);
 /* ---- verbs_cq.c ---- */
 int verbs_cq_open(struct verbs_tp *vt);
 void verbs_cq_close(struct verbs_tp *vt);
-/** Post one signaled WR on @o's QP, waiting (bounded) for send-queue room. */
-int verbs_post(struct verbs_out *o, struct ibv_send_wr *wr);
+/** verbs_post's slow path: chains, a full send queue (waits, bounded), errors. */
+int verbs_post_slow(struct verbs_out *o, struct ibv_send_wr *wr);
 /** Poll the send CQ once if no other thread does; returns completions handled. */
 int verbs_progress(struct verbs_tp *vt);
 int verbs_test(struct verbs_tp *vt, struct ddss_tp_req *req);
-int verbs_wait(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms);
+/** verbs_wait's slow path: spin or sleep until done, the deadline, or the peer failed. */
+int verbs_wait_slow(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms);
+/** Owner, event mode: let go of the send CQ and wake the threads sleeping on it. */
+void verbs_release_own_event(struct verbs_tp *vt);
+/** Owner only: handle any send completion (errors, provider-owned WRs included). */
+void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc);
 /** Wait until @o has no WR outstanding (after its QP moved to error), bounded. */
 void verbs_drain(struct verbs_out *o, int timeout_ms);
 /** Receive thread: handle the receive CQ (messages and notifications). */
@@ -288,17 +294,16 @@ int verbs_recv_post(struct verbs_tp *vt, uint32_t index);
 int verbs_mem_open(struct verbs_tp *vt);
 void verbs_mem_close(struct verbs_tp *vt);
 /**
- * Describe [@buf, @buf+@len) as an SGE for a transfer (@to_local: the NIC writes it),
- * recording in @req how (staging copy-in for writes done here).
+ * verbs_mem_prepare's slow path: a buffer too large for a staging slot (used in place when
+ * a registered region covers it) or no slot free; else registered for the operation.
  */
-int verbs_mem_prepare(struct verbs_tp *vt, struct ddss_tp_req *req, void *buf, size_t len,
-		      bool to_local, struct ibv_sge *sge);
-/** On completion: copy staged data out (reads, when @ok), release slot or registration. */
-void verbs_mem_finish(struct verbs_tp *vt, struct ddss_tp_req *req, bool ok);
-/** The staging slot's address (atomics read their result from it). */
-void *verbs_stage_addr(struct verbs_tp *vt, uint32_t slot);
-/** Take a free staging slot (false if none) / give it back. */
-bool verbs_stage_get(struct verbs_tp *vt, uint32_t *slot_p);
-void verbs_stage_put(struct verbs_tp *vt, uint32_t slot);
+int verbs_mem_prepare_slow(struct verbs_tp *vt, struct ddss_tp_req *req, void *buf, size_t len,
+			   bool to_local, struct ibv_sge *sge);
+/** Drop the registration verbs_mem_prepare_slow made for @req. */
+void verbs_mem_unregister(struct ddss_tp_req *req);
+
+/* The fast paths: staging slots, verbs_mem_prepare/finish, verbs_out_ensure, verbs_post,
+ * verbs_wait. */
+#include "net/verbs/verbs_fast.h"
 
 #endif /* DDSS_NET_VERBS_VERBS_INT_H */

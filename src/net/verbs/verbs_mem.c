@@ -55,50 +55,6 @@ void verbs_mem_close(struct verbs_tp *vt)
 	pthread_mutex_destroy(&vt->mr_mu);
 }
 
-void *verbs_stage_addr(struct verbs_tp *vt, uint32_t slot)
-{
-	return vt->stage_buf + (size_t)slot * VERBS_STAGE_LEN;
-}
-
-/*
- * The free slots are a lock-free stack (a mutex pair costs a few percent of an emulated
- * round trip). head = (tag << 32) | (slot + 1), 0 in the low half meaning empty; every
- * change bumps the tag, so a slot popped and pushed back in between cannot fool a CAS.
- */
-#define STAGE_NONE 0u
-
-static uint64_t stage_head(uint64_t tag, uint32_t slot_plus_1)
-{
-	return ((tag + 1) << 32) | slot_plus_1;
-}
-
-bool verbs_stage_get(struct verbs_tp *vt, uint32_t *slot_p)
-{
-	uint64_t h = __atomic_load_n(&vt->stage_top, __ATOMIC_ACQUIRE), next;
-	uint32_t top;
-
-	do {
-		top = (uint32_t)h;
-		if (top == STAGE_NONE)
-			return false;
-		/* Stale if another thread pops this slot first; then the CAS fails anyway. */
-		next = stage_head(h >> 32, __atomic_load_n(&vt->stage_next[top - 1], __ATOMIC_RELAXED));
-	} while (!__atomic_compare_exchange_n(&vt->stage_top, &h, next, true, __ATOMIC_ACQ_REL,
-					      __ATOMIC_ACQUIRE));
-	*slot_p = top - 1;
-	return true;
-}
-
-void verbs_stage_put(struct verbs_tp *vt, uint32_t slot)
-{
-	uint64_t h = __atomic_load_n(&vt->stage_top, __ATOMIC_ACQUIRE);
-
-	do
-		__atomic_store_n(&vt->stage_next[slot], (uint32_t)h, __ATOMIC_RELAXED);
-	while (!__atomic_compare_exchange_n(&vt->stage_top, &h, stage_head(h >> 32, slot + 1), true,
-					    __ATOMIC_RELEASE, __ATOMIC_ACQUIRE));
-}
-
 /* The registered region that holds all of [buf, buf+len), or NULL. */
 static struct ibv_mr *covering_mr(struct verbs_tp *vt, const void *buf, size_t len)
 {
@@ -117,12 +73,11 @@ static struct ibv_mr *covering_mr(struct verbs_tp *vt, const void *buf, size_t l
 	return found;
 }
 
-int verbs_mem_prepare(struct verbs_tp *vt, struct ddss_tp_req *req, void *buf, size_t len,
-		      bool to_local, struct ibv_sge *sge)
+int verbs_mem_prepare_slow(struct verbs_tp *vt, struct ddss_tp_req *req, void *buf, size_t len,
+			   bool to_local, struct ibv_sge *sge)
 {
 	struct verbs_req_priv *pv = verbs_priv(req);
 	struct ibv_mr *mr = NULL;
-	uint32_t slot;
 
 	sge->addr = (uintptr_t)buf;
 	sge->length = (uint32_t)len;
@@ -132,17 +87,6 @@ int verbs_mem_prepare(struct verbs_tp *vt, struct ddss_tp_req *req, void *buf, s
 	if (mr) {
 		pv->local_kind = VL_DIRECT;
 		sge->lkey = mr->lkey;
-		return 0;
-	}
-	if (len <= VERBS_STAGE_LEN && verbs_stage_get(vt, &slot)) {
-		void *at = verbs_stage_addr(vt, slot);
-
-		pv->local_kind = VL_STAGE;
-		pv->stage = slot;
-		if (!to_local)
-			memcpy(at, buf, len);
-		sge->addr = (uintptr_t)at;
-		sge->lkey = vt->stage_mr->lkey;
 		return 0;
 	}
 	/* Read-only memory cannot be registered for local write, so ask only for what is used. */
@@ -158,21 +102,8 @@ int verbs_mem_prepare(struct verbs_tp *vt, struct ddss_tp_req *req, void *buf, s
 	return 0;
 }
 
-void verbs_mem_finish(struct verbs_tp *vt, struct ddss_tp_req *req, bool ok)
+void verbs_mem_unregister(struct ddss_tp_req *req)
 {
-	struct verbs_req_priv *pv = verbs_priv(req);
-
-	switch (pv->local_kind) {
-	case VL_STAGE:
-		if (ok && req->op == DDSS_TP_OP_READ)
-			memcpy(req->local, verbs_stage_addr(vt, pv->stage), req->len);
-		verbs_stage_put(vt, pv->stage);
-		break;
-	case VL_DYN_MR:
-		ibv_dereg_mr(pv->dyn);
-		break;
-	default:
-		break;
-	}
-	pv->local_kind = VL_NONE;
+	ibv_dereg_mr(verbs_priv(req)->dyn);
+	verbs_priv(req)->dyn = NULL;
 }
