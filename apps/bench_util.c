@@ -26,15 +26,6 @@ void bench_pin_rank(void)
 		perror("sched_setaffinity");
 }
 
-uint64_t bench_ticks(void)
-{
-#if defined(__x86_64__)
-	return __rdtsc();
-#else
-	return (uint64_t)ddss_now_ns();
-#endif
-}
-
 int bench_cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;

@@ -5,6 +5,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#else
+int64_t ddss_now_ns(void);
+#endif
 
 /* The options every benchmark takes. */
 struct bench_opts {
@@ -31,9 +36,17 @@ void bench_pin_rank(void);
  * The clock for samples: TSC ticks on x86-64, converted with a rate calibrated against
  * CLOCK_MONOTONIC over the whole run (clock_gettime costs a microsecond where the clock
  * source is slow, as in the rxe guest; perftest reads the cycle counter too). Elsewhere
- * nanoseconds.
+ * nanoseconds. Inline, so a sample's window holds no call or return of its own (perftest's
+ * get_cycles is inline too; under emulation a return costs as much as 100 cycles).
  */
-uint64_t bench_ticks(void);
+static inline uint64_t bench_ticks(void)
+{
+#if defined(__x86_64__)
+	return __rdtsc();
+#else
+	return (uint64_t)ddss_now_ns();
+#endif
+}
 
 struct ddss_ctx;
 
