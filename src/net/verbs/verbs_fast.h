@@ -6,7 +6,7 @@
  * user-space path around it. Under emulation (the rxe guest) every call, return and
  * indirect jump after that long kernel path misses the emulator's jump cache, and the
  * out-of-line path (nine calls more than a raw post + poll loop) added about 4% to a 1 B
- * read or an 8 B atomic (docs/verbs.md, "Latency against perftest").
+ * read or an 8 B atomic (docs/transport.md, "Latency against perftest").
  *
  * Only the common case lives here: a connected QP with room in its send queue, a staging
  * slot for a small buffer, a successful completion of a caller's request. Everything else

@@ -30,7 +30,8 @@
  * Files: verbs_provider.c (ops table, open/start/close, argument checks, posting),
  * verbs_conn.c (rdma_cm: listener, connect, accept, disconnect; the two threads),
  * verbs_cq.c (send completions, waits, received messages), verbs_mem.c (staging slots,
- * registrations), verbs_wire.c (handshake and message header encoding).
+ * registrations), verbs_wire.c (handshake and message header encoding), verbs_fast.h (the
+ * per-operation fast path, inline).
  */
 #ifndef DDSS_NET_VERBS_VERBS_INT_H
 #define DDSS_NET_VERBS_VERBS_INT_H
