@@ -247,12 +247,13 @@ static int measure(struct ddss_net *net, const struct bench_opts *o)
 		       "op", "median_us", "p99_us", "mean_us", "x_raw");
 	for (int k = 0; k < B_COUNT; k++) {
 		const char *comp = getenv("DDSS_COMPLETION") ? getenv("DDSS_COMPLETION") : "event";
-		double ratio = op_on[B_RAW] ? med[k] / med[B_RAW] : 0;
+		double ratio;
 
 		if (!op_on[k]) {
 			free(lat[k]);
 			continue;
 		}
+		ratio = op_on[B_RAW] ? med[k] / med[B_RAW] : 0;
 		if (o->csv)
 			printf("%s,%s,%s,%zu,%.2f,%.2f,%.2f,%.3f\n", ddss_net_transport_name(net), comp,
 			       op_names[k], o->size, med[k], p99[k], mean[k], ratio);

@@ -118,12 +118,6 @@ static int wc_errno(const struct verbs_out *o, enum ibv_wc_status st)
 	}
 }
 
-static void complete(struct ddss_tp_req *req, int status)
-{
-	req->status = status;
-	__atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
-}
-
 void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc)
 {
 	struct ddss_tp_req *req = NULL;
@@ -146,24 +140,16 @@ void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc)
 		/* The QP is in error now: every later WR flushes; the connection is lost. */
 		verbs_out_fail(o, status);
 	}
-	/* Owner only (poll_scq): an increment published by a plain store (no locked op). */
-	__atomic_store_n(&o->sq_done, __atomic_load_n(&o->sq_done, __ATOMIC_RELAXED) + 1,
-			 __ATOMIC_RELEASE);
+	verbs_sq_complete(o);
 	if (!req)
 		return;
-	if (status == 0 && (req->op == DDSS_TP_OP_CAS || req->op == DDSS_TP_OP_FADD)) {
-		if (verbs_priv(req)->local_kind == VL_STAGE)
-			memcpy(&req->result, verbs_stage_addr(vt, verbs_priv(req)->stage), 8);
-		if (vt->atomic_be)
-			req->result = be64toh(req->result);
-	}
-	verbs_mem_finish(vt, req, status == 0);
 	if (verbs_priv(req)->internal) {
+		verbs_mem_finish(vt, req, status == 0);
 		free(req->local); /* the message's private copy */
 		free(req);
+	} else {
+		verbs_req_finish(vt, req, status);
 	}
-	else
-		complete(req, status);
 }
 
 void verbs_release_own_event(struct verbs_tp *vt)

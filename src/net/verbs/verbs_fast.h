@@ -173,30 +173,39 @@ static inline void verbs_release_own(struct verbs_tp *vt)
 		verbs_release_own_event(vt);
 }
 
+/* Owner only: one more of @o's WRs completed (only the owner writes sq_done: no locked op). */
+static inline void verbs_sq_complete(struct verbs_out *o)
+{
+	__atomic_store_n(&o->sq_done, __atomic_load_n(&o->sq_done, __ATOMIC_RELAXED) + 1,
+			 __ATOMIC_RELEASE);
+}
+
+/* A caller's request whose WR completed: its atomic result, its local buffer, then done. */
+static inline void verbs_req_finish(struct verbs_tp *vt, struct ddss_tp_req *req, int status)
+{
+	if (status == 0 && (req->op == DDSS_TP_OP_CAS || req->op == DDSS_TP_OP_FADD)) {
+		if (verbs_priv(req)->local_kind == VL_STAGE)
+			memcpy(&req->result, verbs_stage_addr(vt, verbs_priv(req)->stage), 8);
+		if (vt->atomic_be)
+			req->result = be64toh(req->result);
+	}
+	verbs_mem_finish(vt, req, status == 0);
+	req->status = status;
+	__atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
+}
+
 /** Owner only: handle one send completion. */
 static inline void verbs_send_wc(struct verbs_tp *vt, const struct ibv_wc *wc)
 {
 	struct ddss_tp_req *req = (struct ddss_tp_req *)(uintptr_t)wc->wr_id;
-	struct verbs_out *o;
 
 	/* Errors, provider-owned WRs and messages: the full handler. */
 	if (wc->status != IBV_WC_SUCCESS || (wc->wr_id & 1) || verbs_priv(req)->internal) {
 		verbs_send_wc_slow(vt, wc);
 		return;
 	}
-	o = &vt->peers[req->peer].out;
-	/* Owner only: an increment published by a plain store (no locked op). */
-	__atomic_store_n(&o->sq_done, __atomic_load_n(&o->sq_done, __ATOMIC_RELAXED) + 1,
-			 __ATOMIC_RELEASE);
-	if (req->op == DDSS_TP_OP_CAS || req->op == DDSS_TP_OP_FADD) {
-		if (verbs_priv(req)->local_kind == VL_STAGE)
-			memcpy(&req->result, verbs_stage_addr(vt, verbs_priv(req)->stage), 8);
-		if (vt->atomic_be)
-			req->result = be64toh(req->result);
-	}
-	verbs_mem_finish(vt, req, true);
-	req->status = 0;
-	__atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
+	verbs_sq_complete(&vt->peers[req->peer].out);
+	verbs_req_finish(vt, req, 0);
 }
 
 /*
