@@ -161,9 +161,14 @@ static int tcp_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 {
 	if (!ddss_tp_valid_rank(tp, rank))
 		return -EINVAL;
-	tcp_chan_shutdown(&tcp_tp_of(tp)->peers[rank].chan, -ECONNRESET);
+	/*
+	 * A refused rank loses access to our memory first: shutting our channel down reports
+	 * the peer down, and whoever sees that may already act on the refusal (the server also
+	 * checks the flag before each request, for one it was reading right now).
+	 */
 	if (ddss_tp_peer_refused(tp, rank) && tcp_tp_of(tp)->started)
 		tcp_serve_cut(tcp_tp_of(tp), rank);
+	tcp_chan_shutdown(&tcp_tp_of(tp)->peers[rank].chan, -ECONNRESET);
 	return 0;
 }
 

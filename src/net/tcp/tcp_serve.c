@@ -113,6 +113,9 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 	/* Only formed once the request passed validation (cur_err == 0). */
 	uint64_t *word = s->cur_err ? NULL : (uint64_t *)(t->pool + c->off);
 
+	/* Declared dead while its request was on the way: it may not touch the pool any more. */
+	if (ddss_tp_peer_refused(&t->base, s->peer))
+		return -EHOSTDOWN;
 	switch (c->kind) {
 	case TCP_K_READ:
 		if (!s->cur_err) {

@@ -293,13 +293,17 @@ static int verbs_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 	if (!ddss_tp_valid_rank(tp, rank))
 		return -EINVAL;
 	o = &verbs_tp_of(tp)->peers[rank].out;
+	/*
+	 * A refused rank loses access to our memory first: failing our own QP reports the
+	 * peer down, and whoever sees that may already act on the refusal.
+	 */
+	if (ddss_tp_peer_refused(tp, rank))
+		verbs_serve_cut(verbs_tp_of(tp), rank);
 	verbs_out_fail(o, -ECONNRESET);
 	pthread_mutex_lock(&o->mu);
 	if (o->id && o->phase == VERBS_UP)
 		rdma_disconnect(o->id);
 	pthread_mutex_unlock(&o->mu);
-	if (ddss_tp_peer_refused(tp, rank))
-		verbs_serve_cut(verbs_tp_of(tp), rank);
 	return 0;
 }
 
