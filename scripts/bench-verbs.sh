@@ -9,7 +9,8 @@
 # next to each other in time, so drift (large under emulation) hits both alike. The table
 # shows the median over rounds of each side's median (perftest's t_typical), and x_raw, the
 # median over rounds of ours / perftest in that round (robust to the emulator's slow and
-# fast spells, which last seconds); --verbose also prints every round.
+# fast spells, which last seconds), with the quartiles of those per-round ratios beside it
+# (how far one round can be trusted); --verbose also prints every round.
 #   raw read / cas / fadd: perftest's full round trip, like ours.
 #   raw write: 2 x ib_write_lat, because ib_write_lat reports half a ping-pong round trip
 #   while our write completes when its acknowledgement is back (one round trip).
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
     --verbose) verbose=1; shift ;;
-    -h|--help) sed -n '2,12s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) build=$1; shift ;;
   esac
 done
@@ -78,6 +79,9 @@ for r in $(seq 1 "$rounds"); do
 done
 
 median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+quantile() {  # nearest-rank quantile $1 (0..1) of the numbers on stdin
+  sort -g | awk -v q="$1" '{v[NR] = $1} END {i = int(q * NR + 0.999999); print v[i < 1 ? 1 : i]}'
+}
 echo "verbs transport vs perftest on $dev ($host), size $size B (atomics 8 B), $iters iterations x $rounds rounds, polling"
 # "op perftest ours ratio round" for every round that has both sides (no process
 # substitution: the guest has no /dev/fd).
@@ -90,16 +94,17 @@ if [ $verbose = 1 ]; then
   echo "op perftest_us ddss_us ratio round"
   pairs
 fi
-printf '%-6s %14s %14s %8s  %s\n' op perftest_us ddss_us x_raw "raw baseline"
+printf '%-6s %14s %14s %8s %13s  %s\n' op perftest_us ddss_us x_raw "x_raw p25-p75" "raw baseline"
 for op in read write cas fadd; do
   raw=$(awk -v o=$op '$1 == o {print $2}' "$work/raw" | median)
   ours=$(awk -v o=$op '$1 == o {print $2}' "$work/ddss" | median)
   ratio=$(pairs | awk -v o=$op '$1 == o {print $4}' | median)
+  spread=$(pairs | awk -v o=$op '$1 == o {print $4}' | quantile 0.25)-$(pairs | awk -v o=$op '$1 == o {print $4}' | quantile 0.75)
   case $op in
     read) what="ib_read_lat t_typical" ;;
     write) what="2 x ib_write_lat t_typical (one round trip)" ;;
     cas) what="ib_atomic_lat -A CMP_AND_SWAP t_typical" ;;
     fadd) what="ib_atomic_lat -A FETCH_AND_ADD t_typical" ;;
   esac
-  printf '%-6s %14.2f %14.2f %8.3f  %s\n' $op "$raw" "$ours" "$ratio" "$what"
+  printf '%-6s %14.2f %14.2f %8.3f %13s  %s\n' $op "$raw" "$ours" "$ratio" "$spread" "$what"
 done
