@@ -78,8 +78,7 @@ for r in $(seq 1 "$rounds"); do
   ours fadd
 done
 
-median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
-quantile() {  # nearest-rank quantile $1 (0..1) of the numbers on stdin
+quantile() {  # nearest-rank quantile $1 (0..1; 0.5 is the median) of the numbers on stdin
   sort -g | awk -v q="$1" '{v[NR] = $1} END {i = int(q * NR + 0.999999); print v[i < 1 ? 1 : i]}'
 }
 echo "verbs transport vs perftest on $dev ($host), size $size B (atomics 8 B), $iters iterations x $rounds rounds, polling"
@@ -90,16 +89,18 @@ pairs() {
        ($1 " " $3) in raw {printf "%s %.2f %.2f %.3f %s\n", $1, raw[$1 " " $3], $2, $2 / raw[$1 " " $3], $3}' \
     "$work/raw" "$work/ddss"
 }
+pairs >"$work/pairs"
 if [ $verbose = 1 ]; then
   echo "op perftest_us ddss_us ratio round"
-  pairs
+  cat "$work/pairs"
 fi
 printf '%-6s %14s %14s %8s %13s  %s\n' op perftest_us ddss_us x_raw "x_raw p25-p75" "raw baseline"
 for op in read write cas fadd; do
-  raw=$(awk -v o=$op '$1 == o {print $2}' "$work/raw" | median)
-  ours=$(awk -v o=$op '$1 == o {print $2}' "$work/ddss" | median)
-  ratio=$(pairs | awk -v o=$op '$1 == o {print $4}' | median)
-  spread=$(pairs | awk -v o=$op '$1 == o {print $4}' | quantile 0.25)-$(pairs | awk -v o=$op '$1 == o {print $4}' | quantile 0.75)
+  raw=$(awk -v o=$op '$1 == o {print $2}' "$work/raw" | quantile 0.5)
+  ours=$(awk -v o=$op '$1 == o {print $2}' "$work/ddss" | quantile 0.5)
+  awk -v o=$op '$1 == o {print $4}' "$work/pairs" >"$work/ratios"
+  ratio=$(quantile 0.5 <"$work/ratios")
+  spread=$(quantile 0.25 <"$work/ratios")-$(quantile 0.75 <"$work/ratios")
   case $op in
     read) what="ib_read_lat t_typical" ;;
     write) what="2 x ib_write_lat t_typical (one round trip)" ;;
