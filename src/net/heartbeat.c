@@ -14,6 +14,7 @@
  */
 #include "net/net_internal.h"
 #include "core/log.h"
+#include "net/thread_files.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -89,6 +90,7 @@ static void *heartbeat_main(void *arg)
 	uint64_t seq = 0;
 
 	ddss_log_set_rank(net->env.rank);
+	ddss_tp_thread_files(net->tp);
 	pthread_mutex_lock(&net->mu);
 	while (!net->heartbeat_stop) {
 		pthread_mutex_unlock(&net->mu);

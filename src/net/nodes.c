@@ -176,6 +176,17 @@ int ddss_net_env_load(struct ddss_net_env *env)
 			r = -EINVAL;
 		}
 	}
+	if (!r) {
+		s = getenv("DDSS_THREAD_FILES");
+		if (!s || !*s || !strcmp(s, "private")) {
+			env->share_files = false;
+		} else if (!strcmp(s, "shared")) {
+			env->share_files = true;
+		} else {
+			DDSS_ERR("DDSS_THREAD_FILES=%s: expected private or shared", s);
+			r = -EINVAL;
+		}
+	}
 	if (!r)
 		r = ddss_auth_key_load(NULL, &env->auth);
 	if (!r) {
@@ -210,6 +221,7 @@ void ddss_net_env_to_config(const struct ddss_net_env *env, const struct ddss_tp
 	cfg->connect_timeout_ms = env->connect_timeout_ms;
 	cfg->device = env->device[0] ? env->device : NULL;
 	cfg->auth = env->auth.on ? &env->auth : NULL;
+	cfg->share_files = env->share_files;
 	if (h)
 		cfg->handlers = *h;
 }

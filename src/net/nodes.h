@@ -16,6 +16,9 @@
  *   DDSS_PEER_TIMEOUT_MS     a connected peer silent this long is declared dead for good
  *                            (10000; 0 = never; net/heartbeat.c)
  *   DDSS_SECRET_FILE         group secret in a file; DDSS_SECRET the secret itself (net/auth.h)
+ *   DDSS_THREAD_FILES        private (default) | shared: whether helper threads drop their
+ *                            share of the process's fd table where the provider allows it
+ *                            (net/thread_files.h)
  */
 #ifndef DDSS_NET_NODES_H
 #define DDSS_NET_NODES_H
@@ -35,6 +38,7 @@ struct ddss_net_env {
 	int op_timeout_ms;
 	int connect_timeout_ms;
 	int peer_timeout_ms;
+	bool share_files;          /* DDSS_THREAD_FILES=shared */
 	struct ddss_auth_key auth; /* group key, if a secret is configured */
 };
 

@@ -46,6 +46,7 @@ static int stub_msg(struct ddss_tp *tp, uint32_t p, uint16_t t, const void *b, s
 { return -EOPNOTSUPP; }
 static int stub_test(struct ddss_tp *tp, struct ddss_tp_req *q) { return -EOPNOTSUPP; }
 static int stub_wait(struct ddss_tp *tp, struct ddss_tp_req *q, int t) { return -EOPNOTSUPP; }
+static int stub_thread_fds(struct ddss_tp *tp, int *f, size_t m) { return -EOPNOTSUPP; }
 
 #define FILL(field, stub) do { if (!o->field) o->field = stub; } while (0)
 static void fill_stubs(struct ddss_tp_ops *o)
@@ -64,6 +65,7 @@ static void fill_stubs(struct ddss_tp_ops *o)
 	FILL(msg_send, stub_msg);
 	FILL(test, stub_test);
 	FILL(wait, stub_wait);
+	FILL(thread_fds, stub_thread_fds);
 }
 #undef FILL
 

@@ -102,6 +102,7 @@ struct ddss_tp_config {
 	int connect_timeout_ms;            /* how long a first connect retries a peer not up yet */
 	const char *device;                /* verbs: device name, NULL = automatic */
 	const struct ddss_auth_key *auth;  /* group key (net/auth.h), NULL = no authentication */
+	bool share_files;                  /* helper threads keep the shared fd table */
 	struct ddss_tp_handlers handlers;
 };
 
@@ -196,6 +197,14 @@ struct ddss_tp_ops {
 	 * pending unless the operation timeout expired, which fails the whole peer channel.
 	 */
 	int (*wait)(struct ddss_tp *tp, struct ddss_tp_req *req, int timeout_ms);
+
+	/* -- helper threads (net/thread_files.h) -- */
+	/**
+	 * Write to @fds (room for @max) every fd that this transport's calls use when made
+	 * from a helper thread, all opened already; returns their number. -EOPNOTSUPP (the
+	 * stub): helper threads must share the process's file table. Any thread, after start.
+	 */
+	int (*thread_fds)(struct ddss_tp *tp, int *fds, size_t max);
 };
 
 /* The generic part every provider's transport struct embeds first. */

@@ -7,10 +7,15 @@
 #include "net/transport.h"
 
 #include <CUnit/CUnit.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define POOL_LEN 65536
@@ -91,6 +96,103 @@ static void test_named_device_and_loopback_qp(void)
 	free(pool);
 }
 
+/* Threads of this process other than the caller that can see @fd in their file table. */
+static int threads_seeing(int fd)
+{
+	char path[300];
+	struct dirent *e;
+	DIR *d = opendir("/proc/self/task");
+	int n = 0;
+
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.' || atoi(e->d_name) == (int)gettid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/fd/%d", e->d_name, fd);
+		n += access(path, F_OK) == 0;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/*
+ * The provider's helper threads (rdma_cm, receives) drop their share of the file table
+ * (net/thread_files.h): they see no fd opened after them, hold none of ours open (a pipe
+ * closed here reaches EOF), and the transport still works. DDSS_THREAD_FILES=shared
+ * (cfg.share_files) keeps one table.
+ */
+static pthread_mutex_t msg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t msg_cv = PTHREAD_COND_INITIALIZER;
+static bool msg_seen;
+
+/* Runs on the receive thread: proof that it is past its start-up. */
+static void on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len)
+{
+	pthread_mutex_lock(&msg_mu);
+	msg_seen = true;
+	pthread_cond_broadcast(&msg_cv);
+	pthread_mutex_unlock(&msg_mu);
+}
+
+static bool wait_msg(void)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 20;
+	pthread_mutex_lock(&msg_mu);
+	while (!msg_seen && pthread_cond_timedwait(&msg_cv, &msg_mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&msg_mu);
+	return msg_seen;
+}
+
+static void check_helper_files(bool share)
+{
+	struct ddss_tp_node nodes[2];
+	struct ddss_tp_config cfg = config(nodes, 1, 1, 9, NULL);
+	uint64_t *pool = test_alloc_pool(POOL_LEN);
+	struct ddss_tp_mr *mr;
+	struct ddss_tp *tp;
+	uint64_t old = 0;
+	int p[2], later;
+	char c;
+
+	cfg.share_files = share;
+	cfg.handlers.on_msg = on_msg;
+	msg_seen = false;
+	CU_ASSERT_EQUAL_FATAL(pipe2(p, O_NONBLOCK), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_open("verbs", &cfg, &tp), 0);
+	CU_ASSERT_EQUAL(ddss_tp_mem_register(tp, pool, POOL_LEN, true, &mr), 0);
+	CU_ASSERT_EQUAL(ddss_tp_start(tp), 0);
+	pool[0] = 1;
+	CU_ASSERT_EQUAL(ddss_tp_fadd(tp, 1, 0, 1, &old), 0); /* the cm thread connected us */
+	CU_ASSERT_EQUAL(old, 1);
+	CU_ASSERT_EQUAL(ddss_tp_msg_send(tp, 1, 1, "m", 1), 0);
+	CU_ASSERT_TRUE_FATAL(wait_msg()); /* the receive thread is running too */
+	later = open("/dev/null", O_RDONLY);
+	CU_ASSERT_TRUE_FATAL(later >= 0);
+	CU_ASSERT_EQUAL(threads_seeing(later), share ? 2 : 0);
+	close(p[1]);
+	CU_ASSERT_EQUAL(read(p[0], &c, 1), 0); /* EOF: no helper kept the write end open */
+	CU_ASSERT_EQUAL(ddss_tp_fadd(tp, 1, 0, 1, &old), 0);
+	CU_ASSERT_EQUAL(old, 2);
+	ddss_tp_close(tp);
+	close(later);
+	close(p[0]);
+	free(pool);
+}
+
+static void test_helper_files_private(void)
+{
+	check_helper_files(false);
+}
+
+static void test_helper_files_shared(void)
+{
+	check_helper_files(true);
+}
+
 static void test_other_group_refused(void)
 {
 	struct ddss_tp_node nodes[2];
@@ -143,6 +245,8 @@ int main(void)
 	CU_add_test(suite, "address on lo refused", test_loopback_address_refused);
 	CU_add_test(suite, "named device, loopback QP to itself", test_named_device_and_loopback_qp);
 	CU_add_test(suite, "peer of another group refused", test_other_group_refused);
+	CU_add_test(suite, "helper threads: a file table of their own", test_helper_files_private);
+	CU_add_test(suite, "helper threads: DDSS_THREAD_FILES=shared", test_helper_files_shared);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	return failed ? 1 : 0;

@@ -11,6 +11,7 @@
  */
 #include "net/verbs/verbs_int.h"
 #include "core/log.h"
+#include "net/thread_files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -131,6 +132,14 @@ int verbs_conn_open(struct verbs_tp *vt)
 	pthread_mutex_init(&vt->served_mu, NULL);
 	ddss_auth_replay_init(&vt->replay);
 	vt->stop_fd = -1;
+	/*
+	 * Open every device now, on this thread: librdmacm otherwise opens a device the first
+	 * time an id resolves to it, possibly on a helper thread whose file table is its own
+	 * (net/thread_files.h), where the device's fd would mean nothing to other threads.
+	 */
+	vt->devices = rdma_get_devices(&vt->ndevices);
+	if (!vt->devices)
+		vt->ndevices = 0;
 	vt->cm_ch = rdma_create_event_channel();
 	if (!vt->cm_ch) {
 		r = -errno;
@@ -708,6 +717,7 @@ static void *cm_main(void *arg)
 	struct verbs_tp *vt = arg;
 
 	ddss_log_set_rank(vt->base.cfg.rank);
+	ddss_tp_thread_files(&vt->base);
 	while (wait_readable(vt, vt->cm_ch->fd))
 		handle_cm_events(vt);
 	return NULL;
@@ -718,9 +728,36 @@ static void *recv_main(void *arg)
 	struct verbs_tp *vt = arg;
 
 	ddss_log_set_rank(vt->base.cfg.rank);
+	ddss_tp_thread_files(&vt->base);
 	while (wait_readable(vt, vt->rcq_ch->fd))
 		verbs_recv_poll(vt);
 	return NULL;
+}
+
+/*
+ * What our calls on helper threads touch: the rdma_cm channel, the completion channels,
+ * the stop eventfd, and every device's command and async fds (posting, registering and
+ * creating QPs all write to the command fd; rxe rings its doorbell there).
+ */
+int verbs_thread_fds(struct ddss_tp *tp, int *fds, size_t max)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+	size_t n = 0;
+
+#define KEEP(fd) do { if (n == max) return -E2BIG; fds[n++] = (fd); } while (0)
+	KEEP(vt->stop_fd);
+	KEEP(vt->cm_ch->fd);
+	KEEP(vt->rcq_ch->fd);
+	if (vt->scq_ch)
+		KEEP(vt->scq_ch->fd);
+	KEEP(vt->ctx->cmd_fd);
+	KEEP(vt->ctx->async_fd);
+	for (int i = 0; i < vt->ndevices; i++) {
+		KEEP(vt->devices[i]->cmd_fd);
+		KEEP(vt->devices[i]->async_fd);
+	}
+#undef KEEP
+	return (int)n;
 }
 
 int verbs_conn_start(struct verbs_tp *vt)
@@ -790,6 +827,9 @@ void verbs_conn_close(struct verbs_tp *vt)
 		rdma_destroy_event_channel(vt->cm_ch);
 	if (vt->stop_fd >= 0)
 		close(vt->stop_fd);
+	if (vt->devices)
+		rdma_free_devices(vt->devices);
+	vt->devices = NULL;
 	pthread_mutex_destroy(&vt->served_mu);
 	ddss_auth_replay_destroy(&vt->replay);
 }

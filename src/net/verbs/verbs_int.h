@@ -136,6 +136,8 @@ struct verbs_tp {
 	enum verbs_ctx_kind listen_kind;
 
 	/* Device, found by binding the listener to this rank's address. */
+	struct ibv_context **devices; /* rdma_get_devices: all of them opened before helpers start */
+	int ndevices;
 	struct rdma_event_channel *cm_ch;
 	struct rdma_cm_id *listen_id;
 	struct ibv_context *ctx;
@@ -261,6 +263,7 @@ int verbs_conn_open(struct verbs_tp *vt);     /* event channel, bind, device */
 int verbs_conn_start(struct verbs_tp *vt);    /* listen + progress thread */
 void verbs_conn_stop(struct verbs_tp *vt);    /* stop the progress thread */
 void verbs_conn_close(struct verbs_tp *vt);   /* disconnect and free every connection */
+int verbs_thread_fds(struct ddss_tp *tp, int *fds, size_t max); /* ops->thread_fds */
 /** verbs_out_ensure's slow path: connect, wait for a connect under way, or say why not. */
 int verbs_out_connect(struct verbs_out *o);
 /** Fail the outgoing connection with @err: its QP errors out, pending WRs flush. */

@@ -587,4 +587,5 @@ const struct ddss_tp_ops ddss_verbs_ops = {
 	.msg_send = verbs_msg_send,
 	.test = verbs_test_op,
 	.wait = verbs_wait_op,
+	.thread_fds = verbs_thread_fds,
 };
