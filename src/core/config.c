@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 int ddss_env_long(const char *name, long min, long max, long dflt, long *out_p)
 {
@@ -57,4 +58,20 @@ int ddss_env_hex64(const char *name, uint64_t dflt, uint64_t *out_p)
 	}
 	*out_p = v;
 	return 0;
+}
+
+int ddss_env_either(const char *name, const char *first, const char *second, bool *second_p)
+{
+	const char *s = getenv(name);
+
+	if (!s || !*s || !strcmp(s, first)) {
+		*second_p = false;
+		return 0;
+	}
+	if (!strcmp(s, second)) {
+		*second_p = true;
+		return 0;
+	}
+	DDSS_ERR("%s=%s: expected %s or %s", name, s, first, second);
+	return -EINVAL;
 }

@@ -122,6 +122,7 @@ int ddss_net_env_load(struct ddss_net_env *env)
 	const char *s;
 	char *text = NULL;
 	long rank, size, v;
+	bool poll;
 	int r;
 
 	memset(env, 0, sizeof(*env));
@@ -165,28 +166,10 @@ int ddss_net_env_load(struct ddss_net_env *env)
 		env->connect_timeout_ms = (int)v;
 	if (!r && !(r = ddss_env_long("DDSS_PEER_TIMEOUT_MS", 0, 1L << 30, 10000, &v)))
 		env->peer_timeout_ms = (int)v;
-	if (!r) {
-		s = getenv("DDSS_COMPLETION");
-		if (!s || !*s || !strcmp(s, "event")) {
-			env->completion = DDSS_TP_COMPLETION_EVENT;
-		} else if (!strcmp(s, "poll")) {
-			env->completion = DDSS_TP_COMPLETION_POLL;
-		} else {
-			DDSS_ERR("DDSS_COMPLETION=%s: expected event or poll", s);
-			r = -EINVAL;
-		}
-	}
-	if (!r) {
-		s = getenv("DDSS_THREAD_FILES");
-		if (!s || !*s || !strcmp(s, "private")) {
-			env->share_files = false;
-		} else if (!strcmp(s, "shared")) {
-			env->share_files = true;
-		} else {
-			DDSS_ERR("DDSS_THREAD_FILES=%s: expected private or shared", s);
-			r = -EINVAL;
-		}
-	}
+	if (!r && !(r = ddss_env_either("DDSS_COMPLETION", "event", "poll", &poll)))
+		env->completion = poll ? DDSS_TP_COMPLETION_POLL : DDSS_TP_COMPLETION_EVENT;
+	if (!r)
+		r = ddss_env_either("DDSS_THREAD_FILES", "private", "shared", &env->share_files);
 	if (!r)
 		r = ddss_auth_key_load(NULL, &env->auth);
 	if (!r) {

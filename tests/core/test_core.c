@@ -148,7 +148,7 @@ static void test_nodes_bad(void)
 static const char *const env_vars[] = {
 	"DDSS_RANK", "DDSS_NODES", "DDSS_NODES_FILE", "DDSS_SIZE", "DDSS_LISTEN_FD",
 	"DDSS_GROUP", "DDSS_TRANSPORT", "DDSS_DEVICE", "DDSS_COMPLETION",
-	"DDSS_OP_TIMEOUT_MS", "DDSS_CONNECT_TIMEOUT_MS", "DDSS_TEST_VALUE",
+	"DDSS_OP_TIMEOUT_MS", "DDSS_CONNECT_TIMEOUT_MS", "DDSS_TEST_VALUE", "DDSS_THREAD_FILES",
 };
 
 /* Each test starts and ends with none of our variables set. */
@@ -339,6 +339,26 @@ static void test_env_completion(void)
 	setenv("DDSS_COMPLETION", "bogus", 1);
 	CU_ASSERT_EQUAL(load_status(), -EINVAL);
 	setenv("DDSS_COMPLETION", "POLL", 1);
+	CU_ASSERT_EQUAL(load_status(), -EINVAL);
+}
+
+static void test_env_thread_files(void)
+{
+	struct ddss_net_env env;
+
+	set_group("a:1", "1");
+	CU_ASSERT_EQUAL_FATAL(ddss_net_env_load(&env), 0);
+	CU_ASSERT_FALSE(env.share_files); /* default: private */
+	ddss_net_env_free(&env);
+	setenv("DDSS_THREAD_FILES", "shared", 1);
+	CU_ASSERT_EQUAL_FATAL(ddss_net_env_load(&env), 0);
+	CU_ASSERT_TRUE(env.share_files);
+	ddss_net_env_free(&env);
+	setenv("DDSS_THREAD_FILES", "private", 1);
+	CU_ASSERT_EQUAL_FATAL(ddss_net_env_load(&env), 0);
+	CU_ASSERT_FALSE(env.share_files);
+	ddss_net_env_free(&env);
+	setenv("DDSS_THREAD_FILES", "share", 1);
 	CU_ASSERT_EQUAL(load_status(), -EINVAL);
 }
 
@@ -744,6 +764,7 @@ int main(void)
 	CU_add_test(s, "DDSS_SIZE", test_env_size);
 	CU_add_test(s, "DDSS_NODES_FILE", test_env_nodes_file);
 	CU_add_test(s, "DDSS_COMPLETION", test_env_completion);
+	CU_add_test(s, "DDSS_THREAD_FILES", test_env_thread_files);
 	CU_add_test(s, "DDSS_GROUP and timeouts", test_env_group_and_timeouts);
 
 	s = CU_add_suite_with_setup_and_teardown("config values", NULL, NULL, env_setup,
