@@ -88,11 +88,6 @@
  */
 #define SETTLE_US 2000
 #define SETTLE_MAX_US 64000
-/*
- * Having the lock again, rank 1 waits this long for all W waiters to report their release;
- * a waiter still missing queued behind rank 1, i.e. it was late.
- */
-#define LATE_MS 100
 #define POLL_US 20
 #define WATCHDOG_MS 30000
 /* Ranks wait in barriers while rank 1 measures alone; a hang is the watchdog's business. */
@@ -107,7 +102,7 @@ static const enum ddss_lock_scheme schemes[NSCHEMES] = { DDSS_LOCK_NCOSED, DDSS_
 static const char *const scheme_names[NSCHEMES] = { "ncosed", "dqnl", "srsl" };
 
 /* Control words at rank 1 (a named segment), only ever touched by transport fadd. */
-enum { CTL_ANNOUNCED = 0, CTL_RELEASED = 8, CTL_RATE = 16, CTL_CHECKED = 24, CTL_RATE_HOME = 32,
+enum { CTL_ANNOUNCED = 0, CTL_RATE = 16, CTL_CHECKED = 24, CTL_RATE_HOME = 32,
        CTL_LEN = 64 };
 
 enum lat_op { L_S_LOCK, L_S_UNLOCK, L_X_LOCK, L_X_UNLOCK, L_COUNT };
@@ -142,6 +137,9 @@ struct worker {
 	struct lb *lb;
 	unsigned idx;
 	pthread_t th;
+	bool waited;        /* cascade: this thread was one of the W waiters ... */
+	unsigned g;         /* ... waiter g of the cascade ... */
+	uint64_t granted;   /* ... granted at this tick */
 	uint64_t ops;       /* throughput: acquire/release pairs done */
 	int64_t elapsed_ns; /* ... in this long */
 };
@@ -351,6 +349,12 @@ static bool waiter_index(const struct lb *lb, unsigned i, unsigned *g_p)
 	return true;
 }
 
+/*
+ * Between its announcement and its release a waiter does nothing but acquire and read the
+ * clock: its grant time is reported after the cascade (cascade_sample), because on a
+ * machine with fewer CPUs than threads, work of the early waiters inside the cascade
+ * would delay the wake-up of the later ones.
+ */
 static void cascade_waiter(struct lb *lb, struct worker *w)
 {
 	unsigned g, slot = 1 + w->idx;
@@ -358,6 +362,7 @@ static void cascade_waiter(struct lb *lb, struct worker *w)
 	uint64_t granted;
 	int r;
 
+	w->waited = false;
 	if (!waiter_index(lb, w->idx, &g) || g >= lb->job.waiters)
 		return;
 	busy(slot, "announcing itself (fadd at rank 1)");
@@ -369,18 +374,13 @@ static void cascade_waiter(struct lb *lb, struct worker *w)
 	granted = bench_ticks();
 	if (r)
 		fail(what, r);
-	/* Nothing between the grant and the release: the cascade is what is measured. */
 	r = ddss_release_lock_ss(lb->ctx, lb->key);
 	if (r)
 		fail("ddss_release_lock_ss (cascade waiter)", r);
-	/* Off the measured path; put returns once the write is done, so before the fadd below. */
-	busy(slot, "storing its grant time (put at rank 1)");
-	r = ddss_put(lb->ctx, lb->grants, (size_t)g * sizeof(granted), &granted, sizeof(granted));
-	if (r)
-		fail("ddss_put of a waiter's grant time", r);
-	busy(slot, "reporting its release (fadd at rank 1)");
-	ctl_fadd(lb, CTL_RELEASED, 1);
 	idle(slot);
+	w->g = g;
+	w->granted = granted;
+	w->waited = true;
 }
 
 static void tput_client(struct lb *lb, struct worker *w)
@@ -586,14 +586,14 @@ static uint64_t ctl_read(struct lb *lb, unsigned word)
  * the last waiter's grant, in t_p[K_TOTAL] those until it holds the lock again, whether a
  * waiter was late (the sample is then not valid) and whether a grant was read before the
  * release (the ranks do not share one TSC). @base: waiters announced before this sample
- * (rank 1's count).
+ * (rank 1's count). A late waiter is one that had not queued when rank 1 released: it
+ * queued behind rank 1's second acquire, so its grant came after rank 1's (t1).
  */
 static void cascade_sample(struct lb *lb, enum ddss_lock_mode mode, unsigned W, uint64_t base,
 			   double t_p[K_COUNT], bool *late_p, bool *skew_p)
 {
 	bool me = lb->rank == HOLDER;
 	uint64_t t0 = 0, t1 = 0, last, target = base + W, granted[MAX_WAITERS] = { 0 };
-	int64_t deadline;
 	int r;
 
 	if (me) {
@@ -625,11 +625,6 @@ static void cascade_sample(struct lb *lb, enum ddss_lock_mode mode, unsigned W, 
 		t1 = bench_ticks();
 		if (r)
 			fail("holder's exclusive re-acquire", r);
-		busy(0, "holder: checking that every waiter went before it");
-		deadline = ddss_now_ns() + (int64_t)LATE_MS * 1000000;
-		while (ctl_read(lb, CTL_RELEASED) < target && ddss_now_ns() < deadline)
-			sleep_us(POLL_US);
-		*late_p = ctl_read(lb, CTL_RELEASED) < target;
 		t_p[K_TOTAL] = (double)(t1 - t0);
 		busy(0, "holder: final release");
 		r = ddss_release_lock_ss(lb->ctx, lb->key);
@@ -639,8 +634,19 @@ static void cascade_sample(struct lb *lb, enum ddss_lock_mode mode, unsigned W, 
 	}
 	busy(0, "waiting for this rank's workers (pthread barrier)");
 	pthread_barrier_wait(&lb->done);
+	busy(0, "storing this rank's waiters' grant times (put at rank 1)");
+	for (unsigned i = 0; i < lb->nworkers; i++) {
+		const struct worker *w = &lb->w[i];
+
+		if (!w->waited)
+			continue;
+		r = ddss_put(lb->ctx, lb->grants, (size_t)w->g * sizeof(w->granted), &w->granted,
+			     sizeof(w->granted));
+		if (r)
+			fail("ddss_put of a waiter's grant time", r);
+	}
 	idle(0);
-	/* Every waiter has stored its grant time (its put returned) before entering this. */
+	/* Every grant time is stored (its put returned) before this rank enters. */
 	barrier(lb);
 	if (!me)
 		return;
@@ -649,10 +655,12 @@ static void cascade_sample(struct lb *lb, enum ddss_lock_mode mode, unsigned W, 
 		fail("reading the grant times", r);
 	last = t0;
 	*skew_p = false;
+	*late_p = false;
 	for (unsigned i = 0; i < W; i++) {
 		if (!granted[i])
 			fail("a cascade waiter's grant time (not stored)", -EPROTO);
 		*skew_p |= granted[i] < t0;
+		*late_p |= granted[i] > t1;
 		last = granted[i] > last ? granted[i] : last;
 	}
 	t_p[K_REACH] = (double)(last - t0);

@@ -83,34 +83,76 @@ static int collect(struct ddss_lock *lk, unsigned slot, struct fanout *f)
 	return take_overflow(lk, slot, f);
 }
 
-/* Grant everyone in @f: sleeping waiters by one notification each, spinning ones by one
- * RDMA write each, all posted before any is waited for. */
-static void send_grants(struct ddss_lock *lk, const struct fanout *f)
+/*
+ * Grant the sleeping waiters of @f: one GRANT notification each, batched per rank (one
+ * system call on tcp, one doorbell on verbs, instead of one per waiter: in a cascade the
+ * releaser's sends were most of the time until the last shared waiter was granted).
+ * Clears the ids it handled (sets them to 0).
+ */
+static void grant_sleepers(struct ddss_lock *lk, struct fanout *f)
+{
+	uint32_t batch[DDSS_TP_NOTIFY_BATCH];
+
+	for (uint32_t i = 0; i < f->n; i++) {
+		uint32_t rank = LOCK_ID_RANK(f->ids[i]), n = 0;
+		int e;
+
+		if (!(f->ids[i] & LOCK_ID_SLEEPS))
+			continue;
+		/* This rank's sleepers from i on, in order; the rest wait for their rank's turn. */
+		for (uint32_t j = i; j < f->n && n < DDSS_TP_NOTIFY_BATCH; j++) {
+			if (!(f->ids[j] & LOCK_ID_SLEEPS) || LOCK_ID_RANK(f->ids[j]) != rank)
+				continue;
+			batch[n++] = LOCK_NOTE(LOCK_NOTE_GRANT, LOCK_ID_SLOT(f->ids[j]));
+			f->ids[j] = 0;
+		}
+		e = ddss_tp_notify_many(lk->tp, rank, batch, n);
+		if (e)
+			DDSS_WARN("lock: granting %u waiters at rank %u failed: %s", n, rank,
+				  ddss_strerror(e));
+	}
+}
+
+/* Grant everyone in @f: sleeping waiters by notification (batched per rank), spinning
+ * ones by one RDMA write each, all posted before any is waited for. */
+static void send_grants(struct ddss_lock *lk, struct fanout *f)
 {
 	static const uint64_t one = 1;
 	struct ddss_tp_req stack_reqs[16], *reqs = stack_reqs;
+	uint32_t spinners = 0;
 	bool *posted;
 
-	if (!f->n)
+	for (uint32_t i = 0; i < f->n; i++) {
+		uint32_t id = f->ids[i];
+
+		spinners += !(id & LOCK_ID_SLEEPS);
+		if (!ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id)) ||
+		    LOCK_ID_SLOT(id) >= DDSS_LOCK_SLOTS) {
+			DDSS_ERR("lock: bad shared waiter id %#x in a record: skipped", id);
+			f->ids[i] = 0;
+		}
+	}
+	grant_sleepers(lk, f);
+	if (!spinners)
 		return;
 	if (f->n > 16 && !(reqs = calloc(f->n, sizeof(*reqs)))) {
 		for (uint32_t i = 0; i < f->n; i++) /* no memory: one at a time */
-			lock_grant(lk, f->ids[i]);
+			if (f->ids[i])
+				lock_grant(lk, f->ids[i]);
 		return;
 	}
 	posted = calloc(f->n, sizeof(*posted));
 	for (uint32_t i = 0; i < f->n; i++) {
-		uint32_t id = f->ids[i], rank = LOCK_ID_RANK(id), slot = LOCK_ID_SLOT(id);
+		uint32_t id = f->ids[i];
 		int e;
 
-		if (!ddss_tp_valid_rank(lk->tp, rank) || slot >= DDSS_LOCK_SLOTS) {
-			DDSS_ERR("lock: bad shared waiter id %#x in a record: skipped", id);
+		if (!id)
 			continue;
-		}
-		if (id & LOCK_ID_SLEEPS || !posted) {
+		if (!posted) {
 			e = lock_grant(lk, id);
 		} else {
-			e = ddss_tp_post_write(lk->tp, rank, (uint64_t)slot * REC_LEN + REC_GRANT,
+			e = ddss_tp_post_write(lk->tp, LOCK_ID_RANK(id),
+					       (uint64_t)LOCK_ID_SLOT(id) * REC_LEN + REC_GRANT,
 					       &one, 8, &reqs[i]);
 			posted[i] = !e;
 		}

@@ -46,6 +46,8 @@ struct ddss_tp_mr;
 
 /* Largest control message payload (a verbs receive buffer holds header + this). */
 #define DDSS_TP_MSG_MAX 4000u
+/* Most notifications one notify_many call takes. */
+#define DDSS_TP_NOTIFY_BATCH 32u
 /* Timeout value for wait(): use the transport's operation timeout. */
 #define DDSS_TP_TIMEOUT_DEFAULT (-1)
 
@@ -180,6 +182,13 @@ struct ddss_tp_ops {
 	 * @peer. Returns once queued; no delivery confirmation. May connect (blocks then).
 	 */
 	int (*notify)(struct ddss_tp *tp, uint32_t peer, uint32_t value);
+	/**
+	 * Optional: notify @peer of @values[0..@n) (n <= DDSS_TP_NOTIFY_BATCH), in order, as
+	 * one batch (tcp: one system call; verbs: one chain, one doorbell). Same ordering and
+	 * errors as notify; on an error some of the values may have been sent. NULL: the
+	 * wrapper calls notify once per value.
+	 */
+	int (*notify_many)(struct ddss_tp *tp, uint32_t peer, const uint32_t *values, unsigned n);
 	/**
 	 * Send a control message (@len <= DDSS_TP_MSG_MAX) to @peer's on_msg, ordered like
 	 * notify. Returns once queued (the buffer may be reused); no delivery confirmation.
@@ -317,6 +326,24 @@ static inline int ddss_tp_post_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t 
 static inline int ddss_tp_notify(struct ddss_tp *tp, uint32_t peer, uint32_t value)
 {
 	return tp->ops->notify(tp, peer, value);
+}
+/* Notify @peer of @n values in order, in batches where the provider has them. */
+static inline int ddss_tp_notify_many(struct ddss_tp *tp, uint32_t peer, const uint32_t *values,
+				      unsigned n)
+{
+	for (unsigned at = 0, k; at < n; at += k) {
+		int r = 0;
+
+		k = n - at < DDSS_TP_NOTIFY_BATCH ? n - at : DDSS_TP_NOTIFY_BATCH;
+		if (tp->ops->notify_many)
+			r = tp->ops->notify_many(tp, peer, values + at, k);
+		else
+			for (unsigned i = 0; i < k && !r; i++)
+				r = tp->ops->notify(tp, peer, values[at + i]);
+		if (r)
+			return r;
+	}
+	return 0;
 }
 static inline int ddss_tp_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const void *buf,
 				   size_t len)

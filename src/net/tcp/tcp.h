@@ -146,6 +146,8 @@ int tcp_chan_ensure(struct tcp_chan *ch);
 /** Post a request that expects a reply; fills req's wire header. */
 int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp_wire_hdr *h,
 		  const void *payload, size_t payload_len);
+/** Send encoded one-way frames back to back, as one write (copied if it cannot go now). */
+int tcp_chan_send_frames(struct tcp_chan *ch, const void *frames, size_t len);
 /** Send a one-way frame (notify, msg); the payload is copied if it cannot go out now. */
 int tcp_chan_send_oneway(struct tcp_chan *ch, const struct tcp_wire_hdr *h, const void *payload,
 			 size_t payload_len);

@@ -448,21 +448,35 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
 	return 0;
 }
 
+/* One-way bytes (no reply expected), copied if they cannot all go out now. */
+static int send_copied(struct tcp_chan *ch, struct iovec *iov, int iovcnt)
+{
+	int r;
+
+	pthread_mutex_lock(&ch->send_mu);
+	if (ch->fd < 0 || chan_error(ch))
+		r = -ECONNRESET;
+	else
+		r = chan_send(ch, iov, iovcnt, true);
+	pthread_mutex_unlock(&ch->send_mu);
+	return r;
+}
+
 int tcp_chan_send_oneway(struct tcp_chan *ch, const struct tcp_wire_hdr *h, const void *payload,
 			 size_t payload_len)
 {
 	unsigned char hdr[TCP_WIRE_HDR_LEN];
 	struct iovec iov[2] = { { hdr, sizeof(hdr) }, { (void *)payload, payload_len } };
-	int r;
 
 	tcp_wire_encode_hdr(h, hdr);
-	pthread_mutex_lock(&ch->send_mu);
-	if (ch->fd < 0 || chan_error(ch))
-		r = -ECONNRESET;
-	else
-		r = chan_send(ch, iov, payload_len ? 2 : 1, true);
-	pthread_mutex_unlock(&ch->send_mu);
-	return r;
+	return send_copied(ch, iov, payload_len ? 2 : 1);
+}
+
+int tcp_chan_send_frames(struct tcp_chan *ch, const void *frames, size_t len)
+{
+	struct iovec iov = { (void *)frames, len };
+
+	return send_copied(ch, &iov, 1);
 }
 
 /* Rx owner: consume buffered bytes. 0 = progress made, -EAGAIN = need more, -EPROTO. */

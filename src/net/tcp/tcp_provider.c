@@ -335,6 +335,27 @@ static int tcp_notify(struct ddss_tp *tp, uint32_t peer, uint32_t value)
 	return send_oneway(tp, peer, &h, NULL, 0);
 }
 
+/* All n frames in one buffer, so one sendmsg carries them (and one recv reads them). */
+static int tcp_notify_many(struct ddss_tp *tp, uint32_t peer, const uint32_t *values, unsigned n)
+{
+	unsigned char frames[DDSS_TP_NOTIFY_BATCH * TCP_WIRE_HDR_LEN];
+	struct tcp_chan *ch;
+	int r;
+
+	if (!ddss_tp_valid_rank(tp, peer) || n > DDSS_TP_NOTIFY_BATCH || (n && !values))
+		return -EINVAL;
+	if (!n)
+		return 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct tcp_wire_hdr h = { .kind = TCP_K_NOTIFY, .a = values[i] };
+
+		tcp_wire_encode_hdr(&h, frames + (size_t)i * TCP_WIRE_HDR_LEN);
+	}
+	ch = &tcp_tp_of(tp)->peers[peer].chan;
+	r = tcp_chan_ensure(ch);
+	return r ? r : tcp_chan_send_frames(ch, frames, (size_t)n * TCP_WIRE_HDR_LEN);
+}
+
 static int tcp_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const void *buf, size_t len)
 {
 	struct tcp_wire_hdr h = { .kind = TCP_K_MSG, .tag = tag, .len = (uint32_t)len };
@@ -377,6 +398,7 @@ const struct ddss_tp_ops ddss_tcp_ops = {
 	.post_cas = tcp_post_cas,
 	.post_fadd = tcp_post_fadd,
 	.notify = tcp_notify,
+	.notify_many = tcp_notify_many,
 	.msg_send = tcp_msg_send,
 	.test = tcp_test,
 	.wait = tcp_wait,

@@ -492,6 +492,30 @@ static int verbs_notify(struct ddss_tp *tp, uint32_t peer, uint32_t value)
 	return verbs_post(o, &wr);
 }
 
+/* n notifications as one chain: one post, one doorbell. */
+static int verbs_notify_many(struct ddss_tp *tp, uint32_t peer, const uint32_t *values, unsigned n)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+	struct ibv_send_wr wr[DDSS_TP_NOTIFY_BATCH];
+	struct verbs_out *o;
+	int r;
+
+	if (!ddss_tp_valid_rank(tp, peer) || n > DDSS_TP_NOTIFY_BATCH || (n && !values))
+		return -EINVAL;
+	if (!n)
+		return 0;
+	o = &vt->peers[peer].out;
+	r = verbs_out_ensure(o);
+	if (r)
+		return r;
+	for (unsigned i = 0; i < n; i++)
+		wr[i] = (struct ibv_send_wr){ .wr_id = verbs_wrid_credit(peer),
+					      .opcode = IBV_WR_SEND_WITH_IMM,
+					      .imm_data = htobe32(values[i]),
+					      .next = i + 1 < n ? &wr[i + 1] : NULL };
+	return verbs_post(o, wr);
+}
+
 /*
  * A control message is one SEND of header + payload: inline when it fits, else from a
  * private copy that a provider-owned request frees on completion.
@@ -584,6 +608,7 @@ const struct ddss_tp_ops ddss_verbs_ops = {
 	.post_cas = verbs_post_cas,
 	.post_fadd = verbs_post_fadd,
 	.notify = verbs_notify,
+	.notify_many = verbs_notify_many,
 	.msg_send = verbs_msg_send,
 	.test = verbs_test_op,
 	.wait = verbs_wait_op,
