@@ -38,7 +38,11 @@ struct ddss_seg_cache {
 	void *arg;
 	pthread_mutex_t mu; /* pending list; orders inserts against invalidations */
 	struct ddss_seg_pending *pending;
+	uint64_t id;
+	uint64_t epoch; /* atomic: invalidations made (see ddss_seg_cache_epoch) */
 };
+
+static uint64_t cache_ids;
 
 static unsigned long hash_key(uint64_t key)
 {
@@ -70,6 +74,7 @@ int ddss_seg_cache_create(ddss_seg_ack_fn ack, void *arg, struct ddss_seg_cache 
 	}
 	c->ack = ack;
 	c->arg = arg;
+	c->id = __atomic_add_fetch(&cache_ids, 1, __ATOMIC_RELAXED);
 	pthread_mutex_init(&c->mu, NULL);
 	*cache_p = c;
 	return 0;
@@ -200,6 +205,16 @@ int ddss_seg_cache_end(struct ddss_seg_cache *c, struct ddss_seg_pending *p,
 	return 0;
 }
 
+uint64_t ddss_seg_cache_epoch(const struct ddss_seg_cache *c)
+{
+	return __atomic_load_n(&c->epoch, __ATOMIC_SEQ_CST);
+}
+
+uint64_t ddss_seg_cache_id(const struct ddss_seg_cache *c)
+{
+	return c->id;
+}
+
 void ddss_seg_cache_invalidate(struct ddss_seg_cache *c, uint64_t key, uint32_t from,
 			       uint32_t id)
 {
@@ -221,6 +236,8 @@ void ddss_seg_cache_invalidate(struct ddss_seg_cache *c, uint64_t key, uint32_t 
 		e->ack = true;
 	}
 	urcu_bp_read_unlock();
+	/* After the unlink: a lookup that still found the entry read the old epoch first. */
+	__atomic_add_fetch(&c->epoch, 1, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&c->mu);
 	if (!e) {
 		c->ack(c->arg, from, id);

@@ -53,6 +53,16 @@ int ddss_seg_cache_end(struct ddss_seg_cache *cache, struct ddss_seg_pending *pe
 /** Give up a lookup (it failed). */
 void ddss_seg_cache_cancel(struct ddss_seg_cache *cache, struct ddss_seg_pending *pending);
 
+/**
+ * Invalidations this cache has made so far. A key that a lookup found after the epoch was
+ * read as e was valid then, and stays valid while the epoch is still e (the count goes up
+ * only after an entry is unlinked): callers that keep what a lookup told them (the lock
+ * layer: home and lock word) check this one load instead of looking the key up again.
+ */
+uint64_t ddss_seg_cache_epoch(const struct ddss_seg_cache *cache);
+/** A number no other cache of this process had (a new cache may reuse an old address). */
+uint64_t ddss_seg_cache_id(const struct ddss_seg_cache *cache);
+
 /** Drop @key; answer request @id from @from through the ack function once drained. */
 void ddss_seg_cache_invalidate(struct ddss_seg_cache *cache, uint64_t key, uint32_t from,
 			       uint32_t id);

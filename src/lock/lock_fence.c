@@ -40,7 +40,7 @@ static int fence(ddss_ctx_t *ctx, ddss_key_t key, uint64_t *fence_p)
 
 	/* First the key (-EINVAL, -ESTALE), as the other lock calls; the descriptor is
 	 * normally cached since the acquire. */
-	r = lock_word_of(ctx, key, &home, &hdr);
+	r = lock_word_of(ctx, key, &home, &hdr, NULL);
 	if (r)
 		return r;
 	pthread_mutex_lock(&lk->mu);

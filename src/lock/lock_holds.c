@@ -89,7 +89,7 @@ int lock_user_mode(const struct lock_hold *h)
 }
 
 struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home,
-				  uint64_t hdr, int mode, int xslot)
+				  uint64_t hdr, uint64_t epoch, int mode, int xslot)
 {
 	struct lock_hold *h = lock_holds_find(lk, key);
 
@@ -105,6 +105,7 @@ struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t ho
 		h->owner = acting_owner;
 		h->home = home;
 		h->hdr = hdr;
+		h->epoch = epoch; /* a later, stacked shared hold keeps the oldest: safe */
 		h->xslot = -1;
 		h->next = lk->holds[bucket(key)];
 		lk->holds[bucket(key)] = h;

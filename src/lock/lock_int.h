@@ -102,6 +102,7 @@ struct lock_req {
 	uint32_t count;    /* exclusive: shared requests to drain; shared: our index k */
 	uint32_t drain;    /* exclusive: drain notifications still to come */
 	struct ddss_lock_fence *fence; /* release: wait for it before granting anyone */
+	uint64_t epoch;    /* descriptor cache epoch when the key was found valid */
 };
 
 struct lock_hold;
@@ -179,6 +180,7 @@ struct lock_hold {
 	bool reset;       /* a shared hold saw S >= LOCK_S_RESET: reset the word on release */
 	uint32_t xseq;    /* which exclusive hold this is (a fence got for an earlier one
 			   * must not be cached in a later one) */
+	uint64_t epoch;   /* descriptor cache epoch when the key was found valid for it */
 	uint64_t fence;   /* the exclusive hold's fencing number, 0 until asked for */
 };
 int lock_holds_init(struct ddss_lock *lk);
@@ -189,12 +191,16 @@ struct lock_hold *lock_holds_find(struct ddss_lock *lk, uint64_t key);
 struct lock_hold *lock_holds_any_of(struct ddss_lock *lk, uint32_t owner);
 uint32_t lock_owner(void);
 struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home,
-				  uint64_t hdr, int mode, int xslot);
+				  uint64_t hdr, uint64_t epoch, int mode, int xslot);
 void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode);
 /* How the user (not a get/put's own hold) holds the lock of @h: a DDSS_LOCK_* or 0. */
 int lock_user_mode(const struct lock_hold *h);
 
-/* lock_api.c: @key's home and segment header offset; -EINVAL, -ESTALE, ... */
-int lock_word_of(struct ddss_ctx *ctx, ddss_key_t key, uint32_t *home_p, uint64_t *hdr_p);
+/*
+ * lock_api.c: @key's home and segment header offset; -EINVAL, -ESTALE, ... With @epoch_p,
+ * the descriptor cache's epoch read before the key was found valid (see lock_key_valid).
+ */
+int lock_word_of(struct ddss_ctx *ctx, ddss_key_t key, uint32_t *home_p, uint64_t *hdr_p,
+		 uint64_t *epoch_p);
 
 #endif /* DDSS_LOCK_LOCK_INT_H */
