@@ -200,6 +200,8 @@ int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n)
 	unsigned spins = 0;
 	int r = 0;
 
+	if (!n)
+		return 0; /* the common release: nobody registered behind us */
 	while (f.n < n) {
 		uint32_t seen = lock_wake_seen(lk, slot), before = f.n;
 

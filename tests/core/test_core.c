@@ -7,6 +7,7 @@
  */
 #include "common/test_util.h"
 #include "core/config.h"
+#include "core/seg_cache.h"
 #include "net/nodes.h"
 #include "net/tcp/tcp_wire.h"
 
@@ -741,6 +742,51 @@ static void env_setup(void)
 	clear_env();
 }
 
+/* ---- descriptor cache epoch (the lock layer's memo relies on it) ---- */
+
+static unsigned acks;
+
+static void count_ack(void *arg, uint32_t to, uint32_t id)
+{
+	(void)arg;
+	(void)to;
+	(void)id;
+	acks++;
+}
+
+static void test_cache_epoch(void)
+{
+	struct ddss_seg_cache *a, *b;
+	struct ddss_seg_loc loc = { .key = 0x1234500ull, .data_off = 4096, .size = 64 };
+	const struct ddss_seg_desc *d;
+	uint64_t e0;
+
+	CU_ASSERT_EQUAL_FATAL(ddss_seg_cache_create(count_ack, NULL, &a), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_seg_cache_create(count_ack, NULL, &b), 0);
+	CU_ASSERT_NOT_EQUAL(ddss_seg_cache_id(a), ddss_seg_cache_id(b));
+	e0 = ddss_seg_cache_epoch(a);
+	CU_ASSERT_EQUAL(e0, 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_seg_cache_end(a, NULL, &loc, 2, &d), 0);
+	ddss_seg_cache_put(d);
+	/* Lookups and inserts leave the epoch alone. */
+	d = ddss_seg_cache_get(a, loc.key);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+	ddss_seg_cache_put(d);
+	CU_ASSERT_EQUAL(ddss_seg_cache_epoch(a), e0);
+	/* An invalidation moves it, and by then the key is no longer found. */
+	acks = 0;
+	ddss_seg_cache_invalidate(a, loc.key, 2, 7);
+	CU_ASSERT_EQUAL(ddss_seg_cache_epoch(a), e0 + 1);
+	CU_ASSERT_PTR_NULL(ddss_seg_cache_get(a, loc.key));
+	CU_ASSERT_EQUAL(acks, 1);
+	/* So does one for a key it never had (a racing lookup may have been told it). */
+	ddss_seg_cache_invalidate(a, 0x999900ull, 3, 8);
+	CU_ASSERT_EQUAL(ddss_seg_cache_epoch(a), e0 + 2);
+	CU_ASSERT_EQUAL(ddss_seg_cache_epoch(b), 0);
+	ddss_seg_cache_destroy(a);
+	ddss_seg_cache_destroy(b);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -785,6 +831,9 @@ int main(void)
 	CU_add_test(s, "hello", test_wire_hello);
 	CU_add_test(s, "request checks", test_wire_check_request);
 	CU_add_test(s, "range overflow", test_wire_in_range);
+
+	s = CU_add_suite("descriptor cache", NULL, NULL);
+	CU_add_test(s, "epoch and id", test_cache_epoch);
 
 	failed = test_run_all();
 	CU_cleanup_registry();
