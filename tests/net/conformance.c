@@ -398,6 +398,54 @@ static void test_notifications_in_order(void)
 	barrier();
 }
 
+/*
+ * notify_many: the same sequence continued in batches of every size 1..33 (33 is split by
+ * the wrapper; an empty batch sends nothing); order and count must hold as before. A batch
+ * larger than the provider op takes, or to a bad rank, is -EINVAL.
+ */
+static void test_notifications_batched(void)
+{
+	uint32_t vals[DDSS_TP_NOTIFY_BATCH + 1], first = NOTIFY_COUNT, end = 2 * NOTIFY_COUNT;
+	unsigned errors = 0, n;
+	bool all = true;
+
+	barrier();
+	for (uint32_t v = first, b = 0; v < end; v += n, b++) {
+		n = 1 + b % (DDSS_TP_NOTIFY_BATCH + 1); /* 1 .. 33: the wrapper splits 33 */
+		if (n > end - v)
+			n = end - v;
+		for (unsigned i = 0; i < n; i++)
+			vals[i] = v + i;
+		for (uint32_t k = 0; k < nranks; k++) {
+			uint32_t peer = rank_after(me, k);
+
+			if (n == 1)
+				errors += ddss_tp_notify(tp, peer, v) != 0;
+			else
+				errors += ddss_tp_notify_many(tp, peer, vals, n) != 0;
+			if (b % 5 == 0) /* an empty batch: a no-op */
+				errors += ddss_tp_notify_many(tp, peer, vals, 0) != 0;
+		}
+	}
+	CU_ASSERT_EQUAL(errors, 0);
+	for (uint32_t from = 1; from <= nranks; from++)
+		all &= wait_count(&notify_next[from], end);
+	CU_ASSERT(all);
+	pthread_mutex_lock(&ev_mu);
+	CU_ASSERT_EQUAL(notify_disorder, 0);
+	for (uint32_t from = 1; from <= nranks; from++)
+		CU_ASSERT_EQUAL(notify_next[from], end);
+	pthread_mutex_unlock(&ev_mu);
+	CU_ASSERT_EQUAL(ddss_tp_notify_many(tp, nranks + 1, vals, 2), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_tp_notify_many(tp, 0, vals, 2), -EINVAL);
+	if (tp->ops->notify_many) {
+		CU_ASSERT_EQUAL(tp->ops->notify_many(tp, rank_after(me, 1), vals,
+						     DDSS_TP_NOTIFY_BATCH + 1), -EINVAL);
+		CU_ASSERT_EQUAL(tp->ops->notify_many(tp, rank_after(me, 1), NULL, 2), -EINVAL);
+	}
+	barrier();
+}
+
 static void test_notify_after_write_sees_data(void)
 {
 	unsigned char buf[AFTER_WRITE_LEN];
@@ -524,6 +572,7 @@ int main(int argc, char **argv)
 	CU_add_test(suite, "compare&swap increment loop", test_cas_loop_increments);
 	CU_add_test(suite, "threads share channels", test_threads_share_channels);
 	CU_add_test(suite, "notifications in order", test_notifications_in_order);
+	CU_add_test(suite, "notifications batched (notify_many)", test_notifications_batched);
 	CU_add_test(suite, "notify after write sees the data", test_notify_after_write_sees_data);
 	CU_add_test(suite, "control messages", test_control_messages);
 	CU_add_test(suite, "many operations in flight", test_many_in_flight);
