@@ -377,24 +377,31 @@ static void test_threads_share_channels(void)
 	barrier();
 }
 
+/* Every rank's values 0..@end-1 arrived from every rank, each in order, none twice. */
+static void expect_notified(uint32_t end)
+{
+	bool all = true;
+
+	for (uint32_t from = 1; from <= nranks; from++)
+		all &= wait_count(&notify_next[from], end);
+	CU_ASSERT(all);
+	pthread_mutex_lock(&ev_mu);
+	CU_ASSERT_EQUAL(notify_disorder, 0);
+	for (uint32_t from = 1; from <= nranks; from++)
+		CU_ASSERT_EQUAL(notify_next[from], end);
+	pthread_mutex_unlock(&ev_mu);
+}
+
 static void test_notifications_in_order(void)
 {
 	unsigned errors = 0;
-	bool all = true;
 
 	barrier();
 	for (uint32_t v = 0; v < NOTIFY_COUNT; v++)
 		for (uint32_t k = 0; k < nranks; k++)
 			errors += ddss_tp_notify(tp, rank_after(me, k), v) != 0;
 	CU_ASSERT_EQUAL(errors, 0);
-	for (uint32_t from = 1; from <= nranks; from++)
-		all &= wait_count(&notify_next[from], NOTIFY_COUNT);
-	CU_ASSERT(all);
-	pthread_mutex_lock(&ev_mu);
-	CU_ASSERT_EQUAL(notify_disorder, 0);
-	for (uint32_t from = 1; from <= nranks; from++)
-		CU_ASSERT_EQUAL(notify_next[from], NOTIFY_COUNT);
-	pthread_mutex_unlock(&ev_mu);
+	expect_notified(NOTIFY_COUNT);
 	barrier();
 }
 
@@ -407,7 +414,6 @@ static void test_notifications_batched(void)
 {
 	uint32_t vals[DDSS_TP_NOTIFY_BATCH + 1], first = NOTIFY_COUNT, end = 2 * NOTIFY_COUNT;
 	unsigned errors = 0, n;
-	bool all = true;
 
 	barrier();
 	for (uint32_t v = first, b = 0; v < end; v += n, b++) {
@@ -428,14 +434,7 @@ static void test_notifications_batched(void)
 		}
 	}
 	CU_ASSERT_EQUAL(errors, 0);
-	for (uint32_t from = 1; from <= nranks; from++)
-		all &= wait_count(&notify_next[from], end);
-	CU_ASSERT(all);
-	pthread_mutex_lock(&ev_mu);
-	CU_ASSERT_EQUAL(notify_disorder, 0);
-	for (uint32_t from = 1; from <= nranks; from++)
-		CU_ASSERT_EQUAL(notify_next[from], end);
-	pthread_mutex_unlock(&ev_mu);
+	expect_notified(end);
 	CU_ASSERT_EQUAL(ddss_tp_notify_many(tp, nranks + 1, vals, 2), -EINVAL);
 	CU_ASSERT_EQUAL(ddss_tp_notify_many(tp, 0, vals, 2), -EINVAL);
 	if (tp->ops->notify_many) {
