@@ -41,7 +41,8 @@ static int stub_cas(struct ddss_tp *tp, uint32_t p, uint64_t o, uint64_t c, uint
 		    struct ddss_tp_req *q) { return -EOPNOTSUPP; }
 static int stub_fadd(struct ddss_tp *tp, uint32_t p, uint64_t o, uint64_t a, struct ddss_tp_req *q)
 { return -EOPNOTSUPP; }
-static int stub_notify(struct ddss_tp *tp, uint32_t p, uint32_t v) { return -EOPNOTSUPP; }
+static int stub_notify_many(struct ddss_tp *tp, uint32_t p, const uint32_t *v, unsigned n)
+{ return -EOPNOTSUPP; }
 static int stub_msg(struct ddss_tp *tp, uint32_t p, uint16_t t, const void *b, size_t l)
 { return -EOPNOTSUPP; }
 static int stub_test(struct ddss_tp *tp, struct ddss_tp_req *q) { return -EOPNOTSUPP; }
@@ -61,7 +62,7 @@ static void fill_stubs(struct ddss_tp_ops *o)
 	FILL(post_write, stub_write);
 	FILL(post_cas, stub_cas);
 	FILL(post_fadd, stub_fadd);
-	FILL(notify, stub_notify);
+	FILL(notify_many, stub_notify_many);
 	FILL(msg_send, stub_msg);
 	FILL(test, stub_test);
 	FILL(wait, stub_wait);

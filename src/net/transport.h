@@ -178,15 +178,11 @@ struct ddss_tp_ops {
 
 	/* -- one-way notification and two-sided control messages -- */
 	/**
-	 * Send @value to @peer's on_notify, ordered after this rank's earlier operations to
-	 * @peer. Returns once queued; no delivery confirmation. May connect (blocks then).
-	 */
-	int (*notify)(struct ddss_tp *tp, uint32_t peer, uint32_t value);
-	/**
-	 * Optional: notify @peer of @values[0..@n) (n <= DDSS_TP_NOTIFY_BATCH), in order, as
-	 * one batch (tcp: one system call; verbs: one chain, one doorbell). Same ordering and
-	 * errors as notify; on an error some of the values may have been sent. NULL: the
-	 * wrapper calls notify once per value.
+	 * Send each of @values[0..@n) (1 <= n <= DDSS_TP_NOTIFY_BATCH) to @peer's on_notify,
+	 * in order, ordered after this rank's earlier operations to @peer, as one batch (tcp:
+	 * one system call; verbs: one chain, one doorbell). Returns once queued; no delivery
+	 * confirmation; on an error some of the values may have been sent. May connect
+	 * (blocks then). ddss_tp_notify is this with one value.
 	 */
 	int (*notify_many)(struct ddss_tp *tp, uint32_t peer, const uint32_t *values, unsigned n);
 	/**
@@ -251,6 +247,13 @@ void ddss_tp_fini_common(struct ddss_tp *tp);
 static inline bool ddss_tp_valid_rank(const struct ddss_tp *tp, uint32_t rank)
 {
 	return rank >= 1 && rank <= tp->cfg.size;
+}
+
+/** The arguments every provider's notify_many checks first: true if it may go on. */
+static inline bool ddss_tp_notify_args_ok(const struct ddss_tp *tp, uint32_t peer,
+					  const uint32_t *values, unsigned n)
+{
+	return ddss_tp_valid_rank(tp, peer) && values && n >= 1 && n <= DDSS_TP_NOTIFY_BATCH;
 }
 
 /**
@@ -325,21 +328,17 @@ static inline int ddss_tp_post_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t 
 }
 static inline int ddss_tp_notify(struct ddss_tp *tp, uint32_t peer, uint32_t value)
 {
-	return tp->ops->notify(tp, peer, value);
+	return tp->ops->notify_many(tp, peer, &value, 1);
 }
-/* Notify @peer of @n values in order, in batches where the provider has them. */
+/* Notify @peer of @n values (any number; 0 sends nothing) in order, in batches. */
 static inline int ddss_tp_notify_many(struct ddss_tp *tp, uint32_t peer, const uint32_t *values,
 				      unsigned n)
 {
 	for (unsigned at = 0, k; at < n; at += k) {
-		int r = 0;
+		int r;
 
 		k = n - at < DDSS_TP_NOTIFY_BATCH ? n - at : DDSS_TP_NOTIFY_BATCH;
-		if (tp->ops->notify_many)
-			r = tp->ops->notify_many(tp, peer, values + at, k);
-		else
-			for (unsigned i = 0; i < k && !r; i++)
-				r = tp->ops->notify(tp, peer, values[at + i]);
+		r = tp->ops->notify_many(tp, peer, values + at, k);
 		if (r)
 			return r;
 	}

@@ -328,13 +328,6 @@ static int send_oneway(struct ddss_tp *tp, uint32_t peer, const struct tcp_wire_
 	return r ? r : tcp_chan_send_oneway(ch, h, buf, len);
 }
 
-static int tcp_notify(struct ddss_tp *tp, uint32_t peer, uint32_t value)
-{
-	struct tcp_wire_hdr h = { .kind = TCP_K_NOTIFY, .a = value };
-
-	return send_oneway(tp, peer, &h, NULL, 0);
-}
-
 /* All n frames in one buffer, so one sendmsg carries them (and one recv reads them). */
 static int tcp_notify_many(struct ddss_tp *tp, uint32_t peer, const uint32_t *values, unsigned n)
 {
@@ -342,10 +335,8 @@ static int tcp_notify_many(struct ddss_tp *tp, uint32_t peer, const uint32_t *va
 	struct tcp_chan *ch;
 	int r;
 
-	if (!ddss_tp_valid_rank(tp, peer) || n > DDSS_TP_NOTIFY_BATCH || (n && !values))
+	if (!ddss_tp_notify_args_ok(tp, peer, values, n))
 		return -EINVAL;
-	if (!n)
-		return 0;
 	for (unsigned i = 0; i < n; i++) {
 		struct tcp_wire_hdr h = { .kind = TCP_K_NOTIFY, .a = values[i] };
 
@@ -397,7 +388,6 @@ const struct ddss_tp_ops ddss_tcp_ops = {
 	.post_write = tcp_post_write,
 	.post_cas = tcp_post_cas,
 	.post_fadd = tcp_post_fadd,
-	.notify = tcp_notify,
 	.notify_many = tcp_notify_many,
 	.msg_send = tcp_msg_send,
 	.test = tcp_test,

@@ -472,27 +472,8 @@ static int verbs_post_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint
 	return post_atomic(verbs_tp_of(tp), peer, DDSS_TP_OP_FADD, off, add, 0, req);
 }
 
-/* A notification is a zero-byte SEND carrying the value as immediate data. */
-static int verbs_notify(struct ddss_tp *tp, uint32_t peer, uint32_t value)
-{
-	struct verbs_tp *vt = verbs_tp_of(tp);
-	struct ibv_send_wr wr = { 0 };
-	struct verbs_out *o;
-	int r;
-
-	if (!ddss_tp_valid_rank(tp, peer))
-		return -EINVAL;
-	o = &vt->peers[peer].out;
-	r = verbs_out_ensure(o);
-	if (r)
-		return r;
-	wr.wr_id = verbs_wrid_credit(peer);
-	wr.opcode = IBV_WR_SEND_WITH_IMM;
-	wr.imm_data = htobe32(value);
-	return verbs_post(o, &wr);
-}
-
-/* n notifications as one chain: one post, one doorbell. */
+/* Each notification is a zero-byte SEND carrying the value as immediate data; n of them
+ * go as one chain: one post, one doorbell (one alone takes the post fast path). */
 static int verbs_notify_many(struct ddss_tp *tp, uint32_t peer, const uint32_t *values, unsigned n)
 {
 	struct verbs_tp *vt = verbs_tp_of(tp);
@@ -500,10 +481,8 @@ static int verbs_notify_many(struct ddss_tp *tp, uint32_t peer, const uint32_t *
 	struct verbs_out *o;
 	int r;
 
-	if (!ddss_tp_valid_rank(tp, peer) || n > DDSS_TP_NOTIFY_BATCH || (n && !values))
+	if (!ddss_tp_notify_args_ok(tp, peer, values, n))
 		return -EINVAL;
-	if (!n)
-		return 0;
 	o = &vt->peers[peer].out;
 	r = verbs_out_ensure(o);
 	if (r)
@@ -607,7 +586,6 @@ const struct ddss_tp_ops ddss_verbs_ops = {
 	.post_write = verbs_post_write,
 	.post_cas = verbs_post_cas,
 	.post_fadd = verbs_post_fadd,
-	.notify = verbs_notify,
 	.notify_many = verbs_notify_many,
 	.msg_send = verbs_msg_send,
 	.test = verbs_test_op,
