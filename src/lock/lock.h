@@ -86,4 +86,26 @@ int ddss_lock_release_owner(ddss_ctx_t *ctx, uint32_t owner);
  */
 int ddss_lock_scheme_set(ddss_ctx_t *ctx, enum ddss_lock_scheme scheme, bool fair);
 
+/*
+ * Exclusive releases that return before their CAS completes (lock_posted.c): what became
+ * of them so far in this context. Every posted release ends exactly one way, so
+ * posted == reaped + finished + drained + (those still out).
+ */
+struct ddss_lock_posted_stats {
+	uint64_t posted;   /* returned to the caller with the CAS still out */
+	uint64_t reaped;   /* the CAS succeeded; a later call freed the slot */
+	uint64_t finished; /* the CAS failed; the finisher thread handed the lock over */
+	uint64_t drained;  /* finished by a drain (scheme switch, out of slots, shutdown) */
+	uint64_t taken_back; /* not posted after all: a peer wrote to the slot meanwhile */
+};
+void ddss_lock_posted_stats(ddss_ctx_t *ctx, struct ddss_lock_posted_stats *st);
+
+/* Test hooks (NULL in production): called at these points with no lock module mutex held. */
+enum ddss_lock_test_point {
+	DDSS_LOCK_TP_RELEASE_CAS, /* an exclusive release is about to post its first CAS */
+	DDSS_LOCK_TP_SWAPPED,     /* an exclusive request swapped in, before announcing */
+	DDSS_LOCK_TP_NOTED,       /* (progress thread) a lock notification was handled */
+};
+extern void (*ddss_lock_test_hook)(ddss_ctx_t *ctx, enum ddss_lock_test_point point);
+
 #endif /* DDSS_LOCK_LOCK_H */

@@ -35,6 +35,7 @@ int ddss_lock_create(struct ddss_ctx *ctx, enum ddss_lock_scheme scheme, bool fa
 	lk->recs = ddss_pool_base(ctx->pool);
 	pthread_mutex_init(&lk->mu, NULL);
 	pthread_cond_init(&lk->cv, NULL);
+	pthread_cond_init(&lk->fin_cv, NULL);
 	lock_slots_init(lk);
 	r = lock_holds_init(lk);
 	if (!r)
@@ -52,12 +53,14 @@ void ddss_lock_stop(struct ddss_lock *lk)
 {
 	if (!lk)
 		return;
+	lock_posted_drain(lk); /* before stopping: their successors are handed the lock */
 	__atomic_store_n(&lk->stopping, true, __ATOMIC_RELEASE);
 	ddss_srsl_stop(lk->srsl); /* its waiters return; nothing of it uses the net after */
 	pthread_mutex_lock(&lk->mu);
 	while (lk->janitors)
 		pthread_cond_wait(&lk->cv, &lk->mu);
 	pthread_mutex_unlock(&lk->mu);
+	lock_posted_stop(lk);
 }
 
 void ddss_lock_destroy(struct ddss_lock *lk)
@@ -66,6 +69,7 @@ void ddss_lock_destroy(struct ddss_lock *lk)
 		return;
 	ddss_srsl_destroy(lk->srsl);
 	lock_holds_fini(lk);
+	pthread_cond_destroy(&lk->fin_cv);
 	pthread_cond_destroy(&lk->cv);
 	pthread_mutex_destroy(&lk->mu);
 	free(lk);
@@ -79,6 +83,7 @@ int ddss_lock_scheme_set(ddss_ctx_t *ctx, enum ddss_lock_scheme scheme, bool fai
 	if (!ctx || scheme < DDSS_LOCK_NCOSED || scheme > DDSS_LOCK_SRSL)
 		return -EINVAL;
 	lk = ctx->lock;
+	lock_posted_drain(lk); /* a release that returned still counts its slot */
 	pthread_mutex_lock(&lk->mu);
 	if (lk->nholds || lk->slots_taken || lk->janitors) {
 		r = -EBUSY;
@@ -230,6 +235,7 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 			h->reset = true;
 		if (h && !x)
 			lock_slot_put_locked(lk, rq->slot, SLOT_FREE); /* shared holds need none */
+		lock_posted_reap_locked(lk); /* our operations came after earlier releases' */
 		pthread_mutex_unlock(&lk->mu);
 		if (!h) {
 			lock_queue_release(lk, rq);
@@ -254,12 +260,22 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 static int take_slot(struct ddss_lock *lk, ddss_key_t key, bool implicit, unsigned *slot_p,
 		     int *held_p)
 {
+	bool drained = false;
 	int r = 0;
 
 	pthread_mutex_lock(&lk->mu);
-	*held_p = implicit ? lock_user_mode(lock_holds_find(lk, key)) : 0;
-	if (!*held_p)
-		r = lock_slot_take_locked(lk, slot_p);
+	for (;;) {
+		*held_p = implicit ? lock_user_mode(lock_holds_find(lk, key)) : 0;
+		if (!*held_p)
+			r = lock_slot_take_locked(lk, slot_p);
+		if (r != -ENOLCK || drained || !(lk->nposted || lk->fin_len || lk->fin_busy))
+			break;
+		/* Every slot taken, some by releases that returned already: wait for those. */
+		pthread_mutex_unlock(&lk->mu);
+		lock_posted_drain(lk);
+		drained = true;
+		pthread_mutex_lock(&lk->mu);
+	}
 	pthread_mutex_unlock(&lk->mu);
 	return r;
 }
@@ -386,7 +402,7 @@ static void reset_word(struct ddss_lock *lk, const struct lock_req *held)
 
 static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_lock_fence *fence)
 {
-	struct lock_req rq = { .stage = STAGE_DONE, .fence = fence };
+	struct lock_req rq = { .stage = STAGE_DONE, .fence = fence, .may_post = true };
 	struct ddss_key_parts parts;
 	struct ddss_lock *lk;
 	struct lock_hold *h;
@@ -433,6 +449,8 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 	/* Even for a released segment: its home keeps the words' memory until they are idle
 	 * (src/alloc/segtab.c), so a successor that queued behind us is still handed over to. */
 	r = lock_queue_release(lk, &rq);
+	if (r == LOCK_RELEASE_POSTED)
+		return stale; /* finished in the background; the slot is no longer ours */
 	if (!r && reset && !stale) /* a stale word may be freed as soon as we left it */
 		reset_word(lk, &rq);
 	if (rq.mode == DDSS_LOCK_EXCLUSIVE)

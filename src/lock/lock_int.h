@@ -5,6 +5,7 @@
  *   lock_grant.c  granting the shared requests queued behind an exclusive waiter
  *   lock_holds.c  which locks this context holds
  *   lock_api.c    the public calls, scheme choice, timed-out requests finished in background
+ *   lock_posted.c exclusive releases that return before their CAS completes
  *   lock_fence.c  fencing numbers (the lock's generation word)
  *   srsl.c        the server-based baseline
  */
@@ -64,6 +65,9 @@
 #define LOCK_NOTE_GRANT 3u /* the lock is the slot's: set its grant word */
 #define LOCK_NOTE(kind, slot) (((uint32_t)(kind) << 28) | (uint32_t)(slot))
 
+/* Most releases one context lets run on after returning (more wait, as before). */
+#define LOCK_POSTED_MAX 32u
+
 enum lock_slot_state {
 	SLOT_FREE = 0,
 	SLOT_BUSY,      /* a thread waits with it, or an exclusive holder owns it */
@@ -71,13 +75,14 @@ enum lock_slot_state {
 	SLOT_LOST,      /* its request failed mid-queue: writes may still land, never reused */
 };
 
-struct lock_slot {
-	uint32_t wake;    /* futex word: bumped on every notification for the slot */
-	uint32_t drained; /* drain notifications since the slot was taken (atomic) */
-	uint32_t wake_mark; /* wake as last seen by lock_grant_ready (its owner's thread) */
-	int state;        /* enum lock_slot_state, under ddss_lock.mu */
-	int next_free;
+/* A posted release (lock_posted.c): who finishes the slot's release CAS. */
+enum lock_posted_state {
+	POSTED_NONE = 0,
+	POSTED_OUT,     /* CAS in flight, nobody has claimed it yet */
+	POSTED_CLAIMED, /* a thread (reaper, finisher, drain) finishes it */
 };
+
+struct lock_req;
 
 /* Progress of one queue request, so a timed-out one can be resumed by the janitor. */
 enum lock_stage {
@@ -103,6 +108,19 @@ struct lock_req {
 	uint32_t drain;    /* exclusive: drain notifications still to come */
 	struct ddss_lock_fence *fence; /* release: wait for it before granting anyone */
 	uint64_t epoch;    /* descriptor cache epoch when the key was found valid */
+	bool may_post;     /* release: may return before its CAS completes (lock_posted.c) */
+};
+
+struct lock_slot {
+	uint32_t wake;    /* futex word: bumped on every notification for the slot */
+	uint32_t drained; /* drain notifications since the slot was taken (atomic) */
+	uint32_t wake_mark; /* wake as last seen by lock_grant_ready (its owner's thread) */
+	int state;        /* enum lock_slot_state, under ddss_lock.mu */
+	int next_free;
+	int posted;       /* enum lock_posted_state (atomic) */
+	uint64_t posted_cmp;          /* what the posted CAS compares with: [me | 0] */
+	struct lock_req posted_rq;    /* the release, for whoever finishes it */
+	struct ddss_tp_req posted_req;
 };
 
 struct lock_hold;
@@ -128,6 +146,16 @@ struct ddss_lock {
 	unsigned janitors;        /* background threads running */
 	uint32_t xseq;            /* numbers exclusive holds (lock_hold.xseq) */
 	bool stopping;            /* atomic */
+
+	/* Posted releases (lock_posted.c), under mu. */
+	unsigned posted[LOCK_POSTED_MAX]; /* slots whose release CAS is out, unclaimed */
+	unsigned nposted;
+	unsigned fin_queue[DDSS_LOCK_SLOTS]; /* claimed ones the finisher thread completes */
+	unsigned fin_head, fin_len;
+	bool fin_started, fin_busy, fin_exit;
+	pthread_t fin_thread;
+	pthread_cond_t fin_cv;    /* work for the finisher */
+	struct ddss_lock_posted_stats stats; /* atomic counters */
 };
 
 /* lock_slot.c */
@@ -164,6 +192,28 @@ int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n);
 int lock_queue_acquire(struct ddss_lock *lk, struct lock_req *req, bool try_only,
 		       int64_t deadline_ns);
 int lock_queue_release(struct ddss_lock *lk, const struct lock_req *req);
+/* Returned by lock_queue_release when the release went on without the caller (only with
+ * req->may_post): the slot is no longer the caller's. */
+#define LOCK_RELEASE_POSTED 1
+/* Finish an exclusive release whose first CAS (for [me | 0]) returned @old. */
+int lock_queue_release_after(struct ddss_lock *lk, const struct lock_req *req, uint64_t old);
+
+/* lock_posted.c */
+/*
+ * The release's first CAS on W (@cmp -> @swp) for @rq, posted without waiting when it may
+ * be: returns LOCK_RELEASE_POSTED (the slot now belongs to the posted-release machinery)
+ * or 0 with the CAS's old value in *old_p (done synchronously), or -errno.
+ */
+int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cmp,
+		    uint64_t swp, uint64_t *old_p);
+/* Free the slots of posted releases that completed as hoped (mu held). */
+void lock_posted_reap_locked(struct ddss_lock *lk);
+/* A notification for @slot arrived (progress thread, after the wake word was bumped). */
+void lock_posted_noted(struct ddss_lock *lk, unsigned slot);
+/* Finish every posted release and wait for the finisher to be idle (no mu held). */
+void lock_posted_drain(struct ddss_lock *lk);
+/* Stop the finisher thread (after lock_posted_drain, with lk->stopping set). */
+void lock_posted_stop(struct ddss_lock *lk);
 
 /* lock_holds.c (callers hold lk->mu) */
 struct lock_hold {

@@ -183,6 +183,8 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 		rq->stage = STAGE_SWAPPED;
 		/* fall through */
 	case STAGE_SWAPPED:
+		if (ddss_lock_test_hook)
+			ddss_lock_test_hook(lk->ctx, DDSS_LOCK_TP_SWAPPED);
 		if (rq->pred) {
 			uint64_t s = rq->count, me = my_id(lk, rq);
 			uint32_t prank = LOCK_ID_RANK(rq->pred);
@@ -248,25 +250,40 @@ static void fence(const struct lock_req *rq)
 		rq->fence->wait(rq->fence->arg);
 }
 
-static int x_release(struct ddss_lock *lk, const struct lock_req *rq)
+/*
+ * @first: the old value the first CAS (for [me | 0]) returned, when it was posted and
+ * someone else finishes the release (lock_posted.c); NULL for a release from the start.
+ */
+static int x_release(struct ddss_lock *lk, const struct lock_req *rq, const uint64_t *first)
 {
 	uint32_t me = my_id(lk, rq), x = 0, granted = 0;
-	uint64_t next = lock_rec_load(lk, rq->slot, REC_NEXT), old;
+	uint64_t next = first ? 0 : lock_rec_load(lk, rq->slot, REC_NEXT), old;
 	int r;
 
 	if (!next) {
 		for (;;) {
-			if (lock_grant_pending(lk, rq->slot))
-				fence(rq);
-			r = lock_grant_ready(lk, rq->slot);
-			if (r < 0)
-				return r;
-			granted += (uint32_t)r;
-			if (x < granted)
-				x = granted; /* at least that many arrived: a better first guess */
-			r = cas(lk, rq, LOCK_W, LOCK_WORD(me, x), LOCK_WORD(0, x), &old);
-			if (r)
-				return r;
+			if (first) {
+				old = *first;
+				first = NULL;
+			} else {
+				if (lock_grant_pending(lk, rq->slot))
+					fence(rq);
+				r = lock_grant_ready(lk, rq->slot);
+				if (r < 0)
+					return r;
+				granted += (uint32_t)r;
+				if (x < granted)
+					x = granted; /* that many arrived at least: a better guess */
+				/* Nobody behind us that we know of: may return before the CAS does. */
+				if (!x)
+					r = lock_posted_cas(lk, rq, LOCK_WORD(me, 0), LOCK_WORD(0, 0),
+							    &old);
+				else
+					r = cas(lk, rq, LOCK_W, LOCK_WORD(me, x), LOCK_WORD(0, x),
+						&old);
+				if (r)
+					return r; /* or LOCK_RELEASE_POSTED */
+			}
 			if (old == LOCK_WORD(me, x)) { /* they become the idle epoch */
 				if (x > granted)
 					fence(rq);
@@ -432,7 +449,12 @@ int lock_queue_acquire(struct ddss_lock *lk, struct lock_req *rq, bool try_only,
 
 int lock_queue_release(struct ddss_lock *lk, const struct lock_req *rq)
 {
-	return rq->mode == DDSS_LOCK_EXCLUSIVE ? x_release(lk, rq) : s_release(lk, rq);
+	return rq->mode == DDSS_LOCK_EXCLUSIVE ? x_release(lk, rq, NULL) : s_release(lk, rq);
+}
+
+int lock_queue_release_after(struct ddss_lock *lk, const struct lock_req *rq, uint64_t old)
+{
+	return x_release(lk, rq, &old);
 }
 
 /*

@@ -38,6 +38,10 @@ int lock_slot_take_locked(struct ddss_lock *lk, unsigned *slot_p)
 {
 	int i = lk->free_head;
 
+	if (i < 0) {
+		lock_posted_reap_locked(lk); /* releases still out may have ended */
+		i = lk->free_head;
+	}
 	if (i < 0)
 		return -ENOLCK;
 	lk->free_head = lk->slot[i].next_free;
@@ -103,7 +107,8 @@ void lock_rec_store(struct ddss_lock *lk, unsigned slot, unsigned field, uint64_
 
 static void wake_slot(struct lock_slot *sl)
 {
-	__atomic_add_fetch(&sl->wake, 1, __ATOMIC_RELEASE);
+	/* seq_cst: ordered before the look at the slot's posted release (lock_posted.c). */
+	__atomic_add_fetch(&sl->wake, 1, __ATOMIC_SEQ_CST);
 	syscall(SYS_futex, &sl->wake, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
@@ -122,6 +127,9 @@ void lock_on_notify(void *arg, uint32_t from, uint32_t value)
 	else if (kind == LOCK_NOTE_GRANT)
 		lock_rec_store(lk, slot, REC_GRANT, 1); /* only the granter writes it now */
 	wake_slot(&lk->slot[slot]);
+	lock_posted_noted(lk, slot);
+	if (ddss_lock_test_hook)
+		ddss_lock_test_hook(lk->ctx, DDSS_LOCK_TP_NOTED);
 }
 
 static bool peer_down(struct ddss_lock *lk, uint32_t rank)

@@ -353,6 +353,12 @@ static inline int ddss_tp_test(struct ddss_tp *tp, struct ddss_tp_req *req)
 {
 	return tp->ops->test(tp, req);
 }
+/* Whether @req is known complete: only reads its flag, never makes progress (so it costs
+ * no system call); a request nobody has reaped yet says false until someone waits. */
+static inline bool ddss_tp_req_done(const struct ddss_tp_req *req)
+{
+	return __atomic_load_n(&req->done, __ATOMIC_ACQUIRE);
+}
 static inline int ddss_tp_wait(struct ddss_tp *tp, struct ddss_tp_req *req, int timeout_ms)
 {
 	return tp->ops->wait(tp, req, timeout_ms);

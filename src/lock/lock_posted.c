@@ -1,0 +1,282 @@
+/*
+ * Exclusive releases that return before their CAS completes ("posted" releases).
+ *
+ * Why: an uncontended exclusive release is one CAS on W ([me | 0] -> [0 | 0]). Waiting for
+ * its round trip doubles the cost of a lock/unlock pair (and of a strict put), although
+ * its result matters only when it fails: a successor or a shared request arrived in the
+ * window. The N-CoSED paper hides the unlock latency the same way (its unlock costs the
+ * caller 1.1 us).
+ *
+ * How: the release posts the CAS from its waiter slot and returns. The slot stays taken
+ * (peers may still write its record) until someone has seen the result:
+ *  - success, the common case: the next lock call of this context that finds the CAS
+ *    complete frees the slot (lock_posted_reap_locked); nobody was owed anything;
+ *  - failure: whoever changed W from [me | 0] writes our record and then notifies our slot
+ *    (a successor announcing itself, a shared request registering). The progress thread's
+ *    handler finds the slot posted and hands it to the finisher thread, which waits for the
+ *    CAS and runs the rest of the release as a blocking release would
+ *    (lock_queue_release_after).
+ * A notification handled before the slot was marked posted is caught by the release
+ * itself: it marks the slot, then looks at its wake word and its record again and, if
+ * anything came, claims the CAS back and waits for it. (The handler bumps the wake word,
+ * then reads the mark; the release writes the mark, then reads the wake word: one of the
+ * two sees the other.) Exactly one of the releaser, the reaper, the handler and the drain
+ * claims a posted slot: a CAS on its `posted` state.
+ *
+ * The protocol on the words is unchanged (docs/locks.md): the same operations in the same
+ * order, only finished by another thread. The slot, i.e. the waiter id, is not reused
+ * before they end, so the releasing thread's next acquire is simply another waiter; its
+ * operations to the same home execute after the CAS (one ordered channel per peer), so a
+ * lock/unlock loop finds the word free.
+ *
+ * Fence (a get/put's transfer still in flight, lock_int.h): the posted CAS goes to the
+ * segment's home after the transfer, on the same ordered channel, so once the CAS has
+ * completed the transfer has too, and nothing is handed to anyone before that.
+ */
+#include "core/ctx.h"
+#include "core/log.h"
+#include "lock/lock_int.h"
+#include "net/thread_files.h"
+
+#include <errno.h>
+
+void (*ddss_lock_test_hook)(ddss_ctx_t *ctx, enum ddss_lock_test_point point);
+
+static void count(uint64_t *counter)
+{
+	__atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
+}
+
+void ddss_lock_posted_stats(ddss_ctx_t *ctx, struct ddss_lock_posted_stats *st)
+{
+	const struct ddss_lock_posted_stats *c = &ctx->lock->stats;
+
+	st->posted = __atomic_load_n(&c->posted, __ATOMIC_RELAXED);
+	st->reaped = __atomic_load_n(&c->reaped, __ATOMIC_RELAXED);
+	st->finished = __atomic_load_n(&c->finished, __ATOMIC_RELAXED);
+	st->drained = __atomic_load_n(&c->drained, __ATOMIC_RELAXED);
+	st->taken_back = __atomic_load_n(&c->taken_back, __ATOMIC_RELAXED);
+}
+
+static bool claim(struct lock_slot *sl)
+{
+	int out = POSTED_OUT;
+
+	return __atomic_compare_exchange_n(&sl->posted, &out, POSTED_CLAIMED, false,
+					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+static void unlist_locked(struct ddss_lock *lk, unsigned slot)
+{
+	for (unsigned i = 0; i < lk->nposted; i++) {
+		if (lk->posted[i] == slot) {
+			lk->posted[i] = lk->posted[--lk->nposted];
+			return;
+		}
+	}
+}
+
+/* The claimer's last step: the slot is free again, or retired after an error. */
+static void end_locked(struct ddss_lock *lk, unsigned slot, int r)
+{
+	__atomic_store_n(&lk->slot[slot].posted, POSTED_NONE, __ATOMIC_RELAXED);
+	lock_slot_put_locked(lk, slot, r ? SLOT_LOST : SLOT_FREE);
+}
+
+/* Wait for the posted CAS of @slot (claimed by the caller): 0 with its old value, or -errno. */
+static int wait_cas(struct ddss_lock *lk, unsigned slot, uint64_t *old_p)
+{
+	struct lock_slot *sl = &lk->slot[slot];
+	int r = ddss_tp_wait(lk->tp, &sl->posted_req, DDSS_TP_TIMEOUT_DEFAULT);
+
+	if (!r)
+		r = sl->posted_req.status;
+	if (!r)
+		*old_p = sl->posted_req.result;
+	return r;
+}
+
+/* Complete the release of a claimed slot, then free it (no mu held); @counter: by whom. */
+static void finish(struct ddss_lock *lk, unsigned slot, uint64_t *counter)
+{
+	struct lock_slot *sl = &lk->slot[slot];
+	uint64_t old = 0;
+	int r = wait_cas(lk, slot, &old);
+
+	if (!r && old != sl->posted_cmp)
+		r = lock_queue_release_after(lk, &sl->posted_rq, old);
+	if (r)
+		DDSS_WARN("lock: finishing a release at rank %u failed: %s", sl->posted_rq.home,
+			  ddss_strerror(r));
+	/* A CAS that never completed keeps its request in the slot: never reuse it. */
+	pthread_mutex_lock(&lk->mu);
+	end_locked(lk, slot, r);
+	pthread_mutex_unlock(&lk->mu);
+	count(counter);
+}
+
+int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cmp,
+		    uint64_t swp, uint64_t *old_p)
+{
+	struct lock_slot *sl = &lk->slot[rq->slot];
+	bool listed = false;
+	int r;
+
+	if (!rq->may_post)
+		return ddss_tp_cas(lk->tp, rq->home, rq->hdr + LOCK_W, cmp, swp, old_p);
+	if (ddss_lock_test_hook)
+		ddss_lock_test_hook(lk->ctx, DDSS_LOCK_TP_RELEASE_CAS);
+	sl->posted_rq = *rq;
+	sl->posted_rq.fence = NULL; /* implied by the CAS's completion (see the top) */
+	sl->posted_rq.may_post = false;
+	sl->posted_cmp = cmp;
+	r = ddss_tp_post_cas(lk->tp, rq->home, rq->hdr + LOCK_W, cmp, swp, &sl->posted_req);
+	if (r)
+		return r;
+	if (ddss_tp_req_done(&sl->posted_req)) /* done at once (our own pool on tcp) */
+		return wait_cas(lk, rq->slot, old_p);
+	/* Mark and list under mu: a claimer unlists under mu, so never before we listed. */
+	pthread_mutex_lock(&lk->mu);
+	if (lk->nposted < LOCK_POSTED_MAX) {
+		lk->posted[lk->nposted++] = rq->slot;
+		__atomic_store_n(&sl->posted, POSTED_OUT, __ATOMIC_SEQ_CST);
+		listed = true;
+	}
+	pthread_mutex_unlock(&lk->mu);
+	if (listed) {
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the mark before the looks below */
+		if (__atomic_load_n(&sl->wake, __ATOMIC_SEQ_CST) == sl->wake_mark &&
+		    !lock_rec_load(lk, rq->slot, REC_NEXT)) {
+			count(&lk->stats.posted);
+			return LOCK_RELEASE_POSTED;
+		}
+		/* Someone wrote to us meanwhile: finish here, as a blocking release. */
+		if (!claim(sl)) { /* the handler was first: the finisher has it */
+			count(&lk->stats.posted);
+			return LOCK_RELEASE_POSTED;
+		}
+		pthread_mutex_lock(&lk->mu);
+		unlist_locked(lk, rq->slot);
+		pthread_mutex_unlock(&lk->mu);
+		count(&lk->stats.taken_back);
+	}
+	r = wait_cas(lk, rq->slot, old_p);
+	__atomic_store_n(&sl->posted, POSTED_NONE, __ATOMIC_RELAXED);
+	return r;
+}
+
+void lock_posted_reap_locked(struct ddss_lock *lk)
+{
+	for (unsigned i = 0; i < lk->nposted;) {
+		unsigned slot = lk->posted[i];
+		struct lock_slot *sl = &lk->slot[slot];
+		const struct ddss_tp_req *req = &sl->posted_req;
+
+		/* A failed CAS is left alone: its notification is on the way to the handler. */
+		if (__atomic_load_n(&sl->posted, __ATOMIC_ACQUIRE) == POSTED_OUT &&
+		    ddss_tp_req_done(req) && (req->status || req->result == sl->posted_cmp) &&
+		    claim(sl)) {
+			if (req->status)
+				DDSS_WARN("lock: a release at rank %u failed: %s",
+					  sl->posted_rq.home, ddss_strerror(req->status));
+			lk->posted[i] = lk->posted[--lk->nposted];
+			end_locked(lk, slot, req->status);
+			count(&lk->stats.reaped);
+			continue;
+		}
+		i++;
+	}
+}
+
+static void *finisher(void *arg)
+{
+	struct ddss_lock *lk = arg;
+
+	ddss_tp_thread_files(lk->tp);
+	pthread_mutex_lock(&lk->mu);
+	for (;;) {
+		unsigned slot;
+
+		while (!lk->fin_len && !lk->fin_exit)
+			pthread_cond_wait(&lk->fin_cv, &lk->mu);
+		if (!lk->fin_len)
+			break;
+		slot = lk->fin_queue[lk->fin_head];
+		lk->fin_head = (lk->fin_head + 1) % DDSS_LOCK_SLOTS;
+		lk->fin_len--;
+		lk->fin_busy = true;
+		pthread_mutex_unlock(&lk->mu);
+		finish(lk, slot, &lk->stats.finished);
+		pthread_mutex_lock(&lk->mu);
+		lk->fin_busy = false;
+		pthread_cond_broadcast(&lk->cv);
+	}
+	pthread_mutex_unlock(&lk->mu);
+	return NULL;
+}
+
+/* Progress thread: must not block (mu is only ever held briefly). */
+void lock_posted_noted(struct ddss_lock *lk, unsigned slot)
+{
+	struct lock_slot *sl = &lk->slot[slot];
+
+	if (__atomic_load_n(&sl->posted, __ATOMIC_SEQ_CST) != POSTED_OUT || !claim(sl))
+		return;
+	pthread_mutex_lock(&lk->mu);
+	unlist_locked(lk, slot);
+	/* Each slot is queued at most once (it is claimed once): the ring cannot overflow. */
+	lk->fin_queue[(lk->fin_head + lk->fin_len) % DDSS_LOCK_SLOTS] = slot;
+	lk->fin_len++;
+	if (!lk->fin_started && !lk->fin_exit) {
+		if (pthread_create(&lk->fin_thread, NULL, finisher, lk) == 0)
+			lk->fin_started = true;
+		else /* the drain at shutdown finishes it; until then its successor waits */
+			DDSS_ERR("lock: cannot start the release finisher; a handover is delayed");
+	}
+	pthread_cond_signal(&lk->fin_cv);
+	pthread_mutex_unlock(&lk->mu);
+}
+
+void lock_posted_drain(struct ddss_lock *lk)
+{
+	pthread_mutex_lock(&lk->mu);
+	for (;;) {
+		unsigned slot;
+
+		if (lk->nposted) {
+			slot = lk->posted[--lk->nposted];
+			if (claim(&lk->slot[slot])) {
+				pthread_mutex_unlock(&lk->mu);
+				finish(lk, slot, &lk->stats.drained);
+				pthread_mutex_lock(&lk->mu);
+			}
+			continue;
+		}
+		if (!lk->fin_len && !lk->fin_busy)
+			break;
+		if (lk->fin_started) {
+			pthread_cond_wait(&lk->cv, &lk->mu);
+			continue;
+		}
+		slot = lk->fin_queue[lk->fin_head]; /* no finisher thread: do its work here */
+		lk->fin_head = (lk->fin_head + 1) % DDSS_LOCK_SLOTS;
+		lk->fin_len--;
+		pthread_mutex_unlock(&lk->mu);
+		finish(lk, slot, &lk->stats.drained);
+		pthread_mutex_lock(&lk->mu);
+	}
+	pthread_mutex_unlock(&lk->mu);
+}
+
+void lock_posted_stop(struct ddss_lock *lk)
+{
+	bool started;
+
+	pthread_mutex_lock(&lk->mu);
+	lk->fin_exit = true;
+	started = lk->fin_started;
+	pthread_cond_broadcast(&lk->fin_cv);
+	pthread_mutex_unlock(&lk->mu);
+	if (started)
+		pthread_join(lk->fin_thread, NULL);
+}
