@@ -317,6 +317,12 @@ DDSS_API int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mo
  * there is one, else one shared hold). -EPERM if this context does not hold it (nothing
  * changes), -EINVAL for a bad key; -ESTALE if the segment was released meanwhile (the hold
  * is dropped and waiters already queued are still handed the lock).
+ *
+ * An exclusive release with nobody queued behind it (N-CoSED, DQNL) returns as soon as its
+ * atomic is posted, without waiting for the round trip: the lock is free for others once
+ * that atomic lands at the home, this context's own later operations on the lock come
+ * after it, and if a request queued meanwhile the library hands the lock over in the
+ * background. An error of that atomic (the home died) is logged, not returned.
  */
 DDSS_API int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key);
 

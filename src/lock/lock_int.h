@@ -75,12 +75,15 @@ enum lock_slot_state {
 	SLOT_LOST,      /* its request failed mid-queue: writes may still land, never reused */
 };
 
-/* A posted release (lock_posted.c): who finishes the slot's release CAS. */
+/* A posted release (lock_posted.c): who finishes the slot's release CAS. The slot's
+ * `posted` word is [posting number : 30 | state : 2], so a claim meant for one posting can
+ * never take a later posting of the same slot. */
 enum lock_posted_state {
 	POSTED_NONE = 0,
 	POSTED_OUT,     /* CAS in flight, nobody has claimed it yet */
-	POSTED_CLAIMED, /* a thread (reaper, finisher, drain) finishes it */
+	POSTED_CLAIMED, /* a thread (releaser, reaper, finisher, drain) finishes it */
 };
+#define POSTED_STATE(v) ((v) & 3u)
 
 struct lock_req;
 
@@ -117,7 +120,7 @@ struct lock_slot {
 	uint32_t wake_mark; /* wake as last seen by lock_grant_ready (its owner's thread) */
 	int state;        /* enum lock_slot_state, under ddss_lock.mu */
 	int next_free;
-	int posted;       /* enum lock_posted_state (atomic) */
+	uint32_t posted;  /* [number : 30 | enum lock_posted_state : 2] (atomic) */
 	uint64_t posted_cmp;          /* what the posted CAS compares with: [me | 0] */
 	struct lock_req posted_rq;    /* the release, for whoever finishes it */
 	struct ddss_tp_req posted_req;

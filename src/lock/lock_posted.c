@@ -58,12 +58,25 @@ void ddss_lock_posted_stats(ddss_ctx_t *ctx, struct ddss_lock_posted_stats *st)
 	st->taken_back = __atomic_load_n(&c->taken_back, __ATOMIC_RELAXED);
 }
 
-static bool claim(struct lock_slot *sl)
+/* Claim the posting @seen (a value of sl->posted in state POSTED_OUT). */
+static bool claim(struct lock_slot *sl, uint32_t seen)
 {
-	int out = POSTED_OUT;
+	if (POSTED_STATE(seen) != POSTED_OUT)
+		return false;
+	return __atomic_compare_exchange_n(&sl->posted, &seen, (seen & ~3u) | POSTED_CLAIMED,
+					   false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
 
-	return __atomic_compare_exchange_n(&sl->posted, &out, POSTED_CLAIMED, false,
-					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+static uint32_t posted_now(const struct lock_slot *sl)
+{
+	return __atomic_load_n(&sl->posted, __ATOMIC_SEQ_CST);
+}
+
+static void set_state(struct lock_slot *sl, enum lock_posted_state st)
+{
+	uint32_t v = __atomic_load_n(&sl->posted, __ATOMIC_RELAXED);
+
+	__atomic_store_n(&sl->posted, (v & ~3u) | st, __ATOMIC_RELEASE);
 }
 
 static void unlist_locked(struct ddss_lock *lk, unsigned slot)
@@ -79,7 +92,7 @@ static void unlist_locked(struct ddss_lock *lk, unsigned slot)
 /* The claimer's last step: the slot is free again, or retired after an error. */
 static void end_locked(struct ddss_lock *lk, unsigned slot, int r)
 {
-	__atomic_store_n(&lk->slot[slot].posted, POSTED_NONE, __ATOMIC_RELAXED);
+	set_state(&lk->slot[slot], POSTED_NONE);
 	lock_slot_put_locked(lk, slot, r ? SLOT_LOST : SLOT_FREE);
 }
 
@@ -119,7 +132,7 @@ int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cm
 		    uint64_t swp, uint64_t *old_p)
 {
 	struct lock_slot *sl = &lk->slot[rq->slot];
-	bool listed = false;
+	uint32_t mark = sl->wake_mark, tag = 0;
 	int r;
 
 	if (!rq->may_post)
@@ -139,19 +152,24 @@ int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cm
 	pthread_mutex_lock(&lk->mu);
 	if (lk->nposted < LOCK_POSTED_MAX) {
 		lk->posted[lk->nposted++] = rq->slot;
-		__atomic_store_n(&sl->posted, POSTED_OUT, __ATOMIC_SEQ_CST);
-		listed = true;
+		tag = ((__atomic_load_n(&sl->posted, __ATOMIC_RELAXED) & ~3u) + 4u) | POSTED_OUT;
+		__atomic_store_n(&sl->posted, tag, __ATOMIC_SEQ_CST);
 	}
 	pthread_mutex_unlock(&lk->mu);
-	if (listed) {
+	if (tag) {
+		/*
+		 * From the mark on, the slot may be claimed, finished and even taken by another
+		 * request at any moment: touch only atomics, and claim by number. @mark is
+		 * our wake_mark from before, when the slot was still ours alone.
+		 */
 		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the mark before the looks below */
-		if (__atomic_load_n(&sl->wake, __ATOMIC_SEQ_CST) == sl->wake_mark &&
+		if (__atomic_load_n(&sl->wake, __ATOMIC_SEQ_CST) == mark &&
 		    !lock_rec_load(lk, rq->slot, REC_NEXT)) {
 			count(&lk->stats.posted);
 			return LOCK_RELEASE_POSTED;
 		}
 		/* Someone wrote to us meanwhile: finish here, as a blocking release. */
-		if (!claim(sl)) { /* the handler was first: the finisher has it */
+		if (!claim(sl, tag)) { /* the handler was first: the finisher has it */
 			count(&lk->stats.posted);
 			return LOCK_RELEASE_POSTED;
 		}
@@ -161,7 +179,7 @@ int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cm
 		count(&lk->stats.taken_back);
 	}
 	r = wait_cas(lk, rq->slot, old_p);
-	__atomic_store_n(&sl->posted, POSTED_NONE, __ATOMIC_RELAXED);
+	set_state(sl, POSTED_NONE);
 	return r;
 }
 
@@ -173,9 +191,10 @@ void lock_posted_reap_locked(struct ddss_lock *lk)
 		const struct ddss_tp_req *req = &sl->posted_req;
 
 		/* A failed CAS is left alone: its notification is on the way to the handler. */
-		if (__atomic_load_n(&sl->posted, __ATOMIC_ACQUIRE) == POSTED_OUT &&
-		    ddss_tp_req_done(req) && (req->status || req->result == sl->posted_cmp) &&
-		    claim(sl)) {
+		uint32_t seen = posted_now(sl);
+
+		if (POSTED_STATE(seen) == POSTED_OUT && ddss_tp_req_done(req) &&
+		    (req->status || req->result == sl->posted_cmp) && claim(sl, seen)) {
 			if (req->status)
 				DDSS_WARN("lock: a release at rank %u failed: %s",
 					  sl->posted_rq.home, ddss_strerror(req->status));
@@ -220,7 +239,7 @@ void lock_posted_noted(struct ddss_lock *lk, unsigned slot)
 {
 	struct lock_slot *sl = &lk->slot[slot];
 
-	if (__atomic_load_n(&sl->posted, __ATOMIC_SEQ_CST) != POSTED_OUT || !claim(sl))
+	if (!claim(sl, posted_now(sl)))
 		return;
 	pthread_mutex_lock(&lk->mu);
 	unlist_locked(lk, slot);
@@ -245,7 +264,7 @@ void lock_posted_drain(struct ddss_lock *lk)
 
 		if (lk->nposted) {
 			slot = lk->posted[--lk->nposted];
-			if (claim(&lk->slot[slot])) {
+			if (claim(&lk->slot[slot], posted_now(&lk->slot[slot]))) {
 				pthread_mutex_unlock(&lk->mu);
 				finish(lk, slot, &lk->stats.drained);
 				pthread_mutex_lock(&lk->mu);
