@@ -107,5 +107,8 @@ enum ddss_lock_test_point {
 	DDSS_LOCK_TP_NOTED,       /* (progress thread) a lock notification was handled */
 };
 extern void (*ddss_lock_test_hook)(ddss_ctx_t *ctx, enum ddss_lock_test_point point);
+/* Test knob: post even a CAS that completed at once (Soft-RoCE completes inside the post),
+ * so the posted paths can be tested on every device. */
+extern bool ddss_lock_test_always_post;
 
 #endif /* DDSS_LOCK_LOCK_H */

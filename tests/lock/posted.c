@@ -317,6 +317,7 @@ int main(int argc, char **argv)
 			iters = (unsigned)atoi(argv[++i]);
 	}
 	ddss_lock_test_hook = hook;
+	ddss_lock_test_always_post = true; /* also where the CAS completes inside the post */
 	r = ddss_init(&attr, &ctx);
 	if (r) {
 		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
