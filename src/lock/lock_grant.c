@@ -227,3 +227,14 @@ int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n)
 	free(f.ids);
 	return r;
 }
+
+int lock_fail_registered(struct ddss_lock *lk, unsigned slot)
+{
+	struct fanout f = { 0 };
+	int r = collect(lk, slot, &f);
+
+	for (uint32_t i = 0; i < f.n; i++) /* even after an error: those collected wait */
+		lock_fail(lk, f.ids[i]);
+	free(f.ids);
+	return r;
+}

@@ -5,7 +5,8 @@
  *   lock_grant.c  granting the shared requests queued behind an exclusive waiter
  *   lock_holds.c  which locks this context holds
  *   lock_api.c    the public calls, scheme choice, timed-out requests finished in background
- *   lock_posted.c exclusive releases that return before their CAS completes
+ *   lock_posted.c exclusive releases that return before their CAS completes; the finisher
+ *                 thread (those releases, and failing requests queued behind lost slots)
  *   lock_fence.c  fencing numbers (the lock's generation word)
  *   srsl.c        the server-based baseline
  */
@@ -63,6 +64,8 @@
 #define LOCK_NOTE_WAKE 1u  /* a record of the slot was written */
 #define LOCK_NOTE_DRAIN 2u /* one shared holder of the slot's epoch released */
 #define LOCK_NOTE_GRANT 3u /* the lock is the slot's: set its grant word */
+#define LOCK_NOTE_FAIL 4u  /* the slot's request can never be granted (it waits behind a
+			    * request that failed): give up with -EHOSTDOWN */
 #define LOCK_NOTE(kind, slot) (((uint32_t)(kind) << 28) | (uint32_t)(slot))
 
 /* Most releases one context lets run on after returning (more wait, as before). */
@@ -121,6 +124,10 @@ struct lock_slot {
 	int state;        /* enum lock_slot_state, under ddss_lock.mu */
 	int next_free;
 	uint32_t posted;  /* [number : 30 | enum lock_posted_state : 2] (atomic) */
+	uint32_t failed;  /* a FAIL notification came for the request (atomic) */
+	uint32_t lost;    /* the slot is SLOT_LOST: fail who queues behind it (atomic) */
+	uint32_t fail_queued; /* a fail job for the slot is queued (atomic) */
+	uint32_t failed_next; /* the successor already failed (finisher thread only) */
 	uint64_t posted_cmp;          /* what the posted CAS compares with: [me | 0] */
 	struct lock_req posted_rq;    /* the release, for whoever finishes it */
 	struct ddss_tp_req posted_req;
@@ -153,7 +160,9 @@ struct ddss_lock {
 	/* Posted releases (lock_posted.c), under mu. */
 	unsigned posted[LOCK_POSTED_MAX]; /* slots whose release CAS is out, unclaimed */
 	unsigned nposted;
-	unsigned fin_queue[DDSS_LOCK_SLOTS]; /* claimed ones the finisher thread completes */
+	/* Jobs of the finisher thread: claimed posted releases to complete, and (FIN_FAIL |
+	 * slot) lost slots whose queued successors must be failed; each at most once per slot. */
+	unsigned fin_queue[2 * DDSS_LOCK_SLOTS];
 	unsigned fin_head, fin_len;
 	bool fin_started, fin_busy, fin_exit;
 	pthread_t fin_thread;
@@ -200,6 +209,17 @@ int lock_queue_release(struct ddss_lock *lk, const struct lock_req *req);
 #define LOCK_RELEASE_POSTED 1
 /* Finish an exclusive release whose first CAS (for [me | 0]) returned @old. */
 int lock_queue_release_after(struct ddss_lock *lk, const struct lock_req *req, uint64_t old);
+
+/* The finisher thread (lock_posted.c) also fails whoever queued behind a lost slot. */
+#define FIN_FAIL 0x80000000u
+/* @slot turned SLOT_LOST (mu held): queue its fail job (lock_posted.c). */
+void lock_lost_locked(struct ddss_lock *lk, unsigned slot);
+/* A WAKE for @slot arrived (progress thread): if the slot is lost, queue its fail job. */
+void lock_lost_noted(struct ddss_lock *lk, unsigned slot);
+/* lock_grant.c: send FAIL to the shared requests registered behind @slot (collected). */
+int lock_fail_registered(struct ddss_lock *lk, unsigned slot);
+/* lock_slot.c: tell waiter @id its request can never be granted. */
+int lock_fail(struct ddss_lock *lk, uint32_t id);
 
 /* lock_posted.c */
 /*

@@ -1,5 +1,7 @@
 /*
- * Exclusive releases that return before their CAS completes ("posted" releases).
+ * Exclusive releases that return before their CAS completes ("posted" releases), and the
+ * finisher thread that completes them; it also fails whoever queued behind a lost slot
+ * (fail_behind, below).
  *
  * Why: an uncontended exclusive release is one CAS on W ([me | 0] -> [0 | 0]). Waiting for
  * its round trip doubles the cost of a lock/unlock pair (and of a strict put), although
@@ -211,6 +213,82 @@ void lock_posted_reap_locked(struct ddss_lock *lk)
 	}
 }
 
+#define FIN_RING (2 * DDSS_LOCK_SLOTS)
+
+static void *finisher(void *arg);
+
+/* Queue a job for the finisher thread, starting it on first need (mu held). */
+static void fin_push_locked(struct ddss_lock *lk, unsigned job)
+{
+	lk->fin_queue[(lk->fin_head + lk->fin_len) % FIN_RING] = job;
+	lk->fin_len++;
+	if (!lk->fin_started && !lk->fin_exit) {
+		if (pthread_create(&lk->fin_thread, NULL, finisher, lk) == 0)
+			lk->fin_started = true;
+		else /* the drain at shutdown runs it; until then its waiters wait */
+			DDSS_ERR("lock: cannot start the finisher thread; a handover is delayed");
+	}
+	pthread_cond_signal(&lk->fin_cv);
+}
+
+static unsigned fin_pop_locked(struct ddss_lock *lk)
+{
+	unsigned job = lk->fin_queue[lk->fin_head];
+
+	lk->fin_head = (lk->fin_head + 1) % FIN_RING;
+	lk->fin_len--;
+	return job;
+}
+
+/*
+ * A lost slot will never hand anything on: fail whoever queued behind it (its announced
+ * successor, the shared requests registered with it), so they return -EHOSTDOWN instead of
+ * waiting for ever; they in turn become lost and fail theirs. A request that queues behind
+ * it later announces itself with a WAKE, which queues this job again.
+ */
+static void fail_behind(struct ddss_lock *lk, unsigned slot)
+{
+	struct lock_slot *sl = &lk->slot[slot];
+	uint32_t next;
+
+	__atomic_store_n(&sl->fail_queued, 0, __ATOMIC_SEQ_CST); /* before looking */
+	next = (uint32_t)lock_rec_load(lk, slot, REC_NEXT);
+	if (next && next != sl->failed_next) {
+		sl->failed_next = next;
+		lock_fail(lk, next);
+	}
+	lock_fail_registered(lk, slot);
+}
+
+static void run_job(struct ddss_lock *lk, unsigned job, uint64_t *counter)
+{
+	if (job & FIN_FAIL)
+		fail_behind(lk, job & ~FIN_FAIL);
+	else
+		finish(lk, job, counter);
+}
+
+void lock_lost_locked(struct ddss_lock *lk, unsigned slot)
+{
+	struct lock_slot *sl = &lk->slot[slot];
+
+	__atomic_store_n(&sl->lost, 1, __ATOMIC_SEQ_CST);
+	if (!__atomic_exchange_n(&sl->fail_queued, 1, __ATOMIC_SEQ_CST))
+		fin_push_locked(lk, FIN_FAIL | slot);
+}
+
+void lock_lost_noted(struct ddss_lock *lk, unsigned slot)
+{
+	struct lock_slot *sl = &lk->slot[slot];
+
+	if (!__atomic_load_n(&sl->lost, __ATOMIC_SEQ_CST) ||
+	    __atomic_exchange_n(&sl->fail_queued, 1, __ATOMIC_SEQ_CST))
+		return;
+	pthread_mutex_lock(&lk->mu);
+	fin_push_locked(lk, FIN_FAIL | slot);
+	pthread_mutex_unlock(&lk->mu);
+}
+
 static void *finisher(void *arg)
 {
 	struct ddss_lock *lk = arg;
@@ -224,12 +302,10 @@ static void *finisher(void *arg)
 			pthread_cond_wait(&lk->fin_cv, &lk->mu);
 		if (!lk->fin_len)
 			break;
-		slot = lk->fin_queue[lk->fin_head];
-		lk->fin_head = (lk->fin_head + 1) % DDSS_LOCK_SLOTS;
-		lk->fin_len--;
+		slot = fin_pop_locked(lk);
 		lk->fin_busy = true;
 		pthread_mutex_unlock(&lk->mu);
-		finish(lk, slot, &lk->stats.finished);
+		run_job(lk, slot, &lk->stats.finished);
 		pthread_mutex_lock(&lk->mu);
 		lk->fin_busy = false;
 		pthread_cond_broadcast(&lk->cv);
@@ -247,16 +323,8 @@ void lock_posted_noted(struct ddss_lock *lk, unsigned slot)
 		return;
 	pthread_mutex_lock(&lk->mu);
 	unlist_locked(lk, slot);
-	/* Each slot is queued at most once (it is claimed once): the ring cannot overflow. */
-	lk->fin_queue[(lk->fin_head + lk->fin_len) % DDSS_LOCK_SLOTS] = slot;
-	lk->fin_len++;
-	if (!lk->fin_started && !lk->fin_exit) {
-		if (pthread_create(&lk->fin_thread, NULL, finisher, lk) == 0)
-			lk->fin_started = true;
-		else /* the drain at shutdown finishes it; until then its successor waits */
-			DDSS_ERR("lock: cannot start the release finisher; a handover is delayed");
-	}
-	pthread_cond_signal(&lk->fin_cv);
+	/* A slot's posting is claimed once, its fail job queued once: the ring has room. */
+	fin_push_locked(lk, slot);
 	pthread_mutex_unlock(&lk->mu);
 }
 
@@ -281,11 +349,9 @@ void lock_posted_drain(struct ddss_lock *lk)
 			pthread_cond_wait(&lk->cv, &lk->mu);
 			continue;
 		}
-		slot = lk->fin_queue[lk->fin_head]; /* no finisher thread: do its work here */
-		lk->fin_head = (lk->fin_head + 1) % DDSS_LOCK_SLOTS;
-		lk->fin_len--;
+		slot = fin_pop_locked(lk); /* no finisher thread: do its work here */
 		pthread_mutex_unlock(&lk->mu);
-		finish(lk, slot, &lk->stats.drained);
+		run_job(lk, slot, &lk->stats.drained);
 		pthread_mutex_lock(&lk->mu);
 	}
 	pthread_mutex_unlock(&lk->mu);

@@ -48,6 +48,7 @@ int lock_slot_take_locked(struct ddss_lock *lk, unsigned *slot_p)
 	lk->slot[i].state = SLOT_BUSY;
 	lk->slots_taken++;
 	__atomic_store_n(&lk->slot[i].drained, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&lk->slot[i].failed, 0, __ATOMIC_RELAXED);
 	*slot_p = (unsigned)i;
 	return 0;
 }
@@ -71,6 +72,7 @@ void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_st
 		lk->slots_taken--;
 	} else if (why == SLOT_LOST) {
 		DDSS_WARN("lock waiter slot %u retired (its request failed mid-queue)", slot);
+		lock_lost_locked(lk, slot);
 	}
 }
 
@@ -118,7 +120,7 @@ void lock_on_notify(void *arg, uint32_t from, uint32_t value)
 	struct ddss_lock *lk = arg;
 	uint32_t kind = value >> 28, slot = value & 0x0fffffffu;
 
-	if (slot >= DDSS_LOCK_SLOTS || kind < LOCK_NOTE_WAKE || kind > LOCK_NOTE_GRANT) {
+	if (slot >= DDSS_LOCK_SLOTS || kind < LOCK_NOTE_WAKE || kind > LOCK_NOTE_FAIL) {
 		DDSS_WARN("rank %u sent a bad lock notification %#x: ignored", from, value);
 		return;
 	}
@@ -126,8 +128,12 @@ void lock_on_notify(void *arg, uint32_t from, uint32_t value)
 		__atomic_add_fetch(&lk->slot[slot].drained, 1, __ATOMIC_RELEASE);
 	else if (kind == LOCK_NOTE_GRANT)
 		lock_rec_store(lk, slot, REC_GRANT, 1); /* only the granter writes it now */
+	else if (kind == LOCK_NOTE_FAIL)
+		__atomic_store_n(&lk->slot[slot].failed, 1, __ATOMIC_RELEASE);
 	wake_slot(&lk->slot[slot]);
 	lock_posted_noted(lk, slot);
+	if (kind == LOCK_NOTE_WAKE)
+		lock_lost_noted(lk, slot);
 	if (ddss_lock_test_hook)
 		ddss_lock_test_hook(lk->ctx, DDSS_LOCK_TP_NOTED);
 }
@@ -157,8 +163,8 @@ int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t 
 	}
 	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
 		return -ESHUTDOWN;
-	if (peer_down(lk, watch))
-		return -EHOSTDOWN;
+	if (peer_down(lk, watch) || __atomic_load_n(&sl->failed, __ATOMIC_ACQUIRE))
+		return -EHOSTDOWN; /* failed: a request ahead of ours failed for good */
 	now = ddss_now_ns();
 	if (now >= deadline_ns)
 		return -ETIMEDOUT;
@@ -228,6 +234,15 @@ int lock_rec_send(struct ddss_lock *lk, uint32_t id, unsigned field, const uint6
 	if (!r)
 		r = ddss_tp_notify(lk->tp, rank, LOCK_NOTE(LOCK_NOTE_WAKE, slot));
 	return r;
+}
+
+int lock_fail(struct ddss_lock *lk, uint32_t id)
+{
+	uint32_t rank = LOCK_ID_RANK(id), slot = LOCK_ID_SLOT(id);
+
+	if (!ddss_tp_valid_rank(lk->tp, rank) || slot >= DDSS_LOCK_SLOTS)
+		return -EPROTO;
+	return ddss_tp_notify(lk->tp, rank, LOCK_NOTE(LOCK_NOTE_FAIL, slot));
 }
 
 int lock_grant(struct ddss_lock *lk, uint32_t id)
