@@ -169,13 +169,12 @@ int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cm
 		 * our wake_mark from before, when the slot was still ours alone.
 		 */
 		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the mark before the looks below */
-		if (__atomic_load_n(&sl->wake, __ATOMIC_SEQ_CST) == mark &&
-		    !lock_rec_load(lk, rq->slot, REC_NEXT)) {
-			count(&lk->stats.posted);
-			return LOCK_RELEASE_POSTED;
-		}
-		/* Someone wrote to us meanwhile: finish here, as a blocking release. */
-		if (!claim(sl, tag)) { /* the handler was first: the finisher has it */
+		bool quiet = __atomic_load_n(&sl->wake, __ATOMIC_SEQ_CST) == mark &&
+			     !lock_rec_load(lk, rq->slot, REC_NEXT);
+
+		/* Someone wrote to us meanwhile: claim it back and finish as a blocking release,
+		 * unless the handler was first (then the finisher has it). */
+		if (quiet || !claim(sl, tag)) {
 			count(&lk->stats.posted);
 			return LOCK_RELEASE_POSTED;
 		}
