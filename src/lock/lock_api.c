@@ -39,6 +39,8 @@ int ddss_lock_create(struct ddss_ctx *ctx, enum ddss_lock_scheme scheme, bool fa
 	lock_slots_init(lk);
 	r = lock_holds_init(lk);
 	if (!r)
+		r = lock_recover_init(lk);
+	if (!r)
 		r = ddss_srsl_create(ctx->net, &lk->srsl);
 	if (r) {
 		ddss_lock_destroy(lk);
@@ -71,6 +73,7 @@ void ddss_lock_destroy(struct ddss_lock *lk)
 	lock_holds_fini(lk);
 	pthread_cond_destroy(&lk->fin_cv);
 	pthread_cond_destroy(&lk->cv);
+	pthread_mutex_destroy(&lk->rc_mu);
 	pthread_mutex_destroy(&lk->mu);
 	free(lk);
 }
@@ -433,6 +436,8 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 	if (reset)
 		h->reset = false;
 	lock_holds_drop(lk, h, rq.mode);
+	if (rq.mode == DDSS_LOCK_SHARED && !srsl) /* a drain survey sees it until it landed */
+		lock_srel_begin_locked(lk, rq.home, rq.hdr);
 	pthread_mutex_unlock(&lk->mu);
 
 	/* An implicit hold's caller keeps the descriptor referenced: it cannot go stale. */
@@ -449,6 +454,11 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 	/* Even for a released segment: its home keeps the words' memory until they are idle
 	 * (src/alloc/segtab.c), so a successor that queued behind us is still handed over to. */
 	r = lock_queue_release(lk, &rq);
+	if (rq.mode == DDSS_LOCK_SHARED) {
+		pthread_mutex_lock(&lk->mu);
+		lock_srel_end_locked(lk, rq.home, rq.hdr);
+		pthread_mutex_unlock(&lk->mu);
+	}
 	if (r == LOCK_RELEASE_POSTED)
 		return stale; /* finished in the background; the slot is no longer ours */
 	if (!r && reset && !stale) /* a stale word may be freed as soon as we left it */

@@ -142,3 +142,12 @@ void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode)
 	h->next = lk->hold_free;
 	lk->hold_free = h;
 }
+
+bool lock_holds_shared_of(struct ddss_lock *lk, uint32_t home, uint64_t hdr)
+{
+	for (unsigned b = 0; b < HOLD_BUCKETS; b++)
+		for (struct lock_hold *h = lk->holds[b]; h; h = h->next)
+			if (h->shared && h->home == home && h->hdr == hdr)
+				return true;
+	return false;
+}

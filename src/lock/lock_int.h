@@ -8,6 +8,7 @@
  *   lock_posted.c exclusive releases that return before their CAS completes; the finisher
  *                 thread (those releases, and failing requests queued behind lost slots)
  *   lock_fence.c  fencing numbers (the lock's generation word)
+ *   lock_recover.c a closer's drain that only dead shared holders still owe
  *   srsl.c        the server-based baseline
  */
 #ifndef DDSS_LOCK_LOCK_INT_H
@@ -76,6 +77,15 @@ enum lock_slot_state {
 	SLOT_BUSY,      /* a thread waits with it, or an exclusive holder owns it */
 	SLOT_ABANDONED, /* its request timed out: the janitor finishes and releases it */
 	SLOT_LOST,      /* its request failed mid-queue: writes may still land, never reused */
+	SLOT_RETIRED,   /* its drain was recovered (lock_recover.c): a late drain note may
+			 * still come, never reused */
+};
+
+/* What a survey (lock_recover.c) may ask of a slot's shared request: lock_slot.q_state. */
+enum lock_q_state {
+	Q_NONE = 0,
+	Q_COUNTING, /* its fetch&add on W may be out: which epoch it is in is not known */
+	Q_COUNTED,  /* counted in the epoch of q_pred (0: admitted at once) */
 };
 
 /* A posted release (lock_posted.c): who finishes the slot's release CAS. The slot's
@@ -89,6 +99,23 @@ enum lock_posted_state {
 #define POSTED_STATE(v) ((v) & 3u)
 
 struct lock_req;
+
+/* lock_recover.c's bookkeeping (see there). */
+#define LOCK_SREL_MAX 64u
+#define LOCK_RC_SURVEYS 16u
+struct lock_srel {
+	uint32_t home;
+	uint64_t hdr;
+};
+struct lock_rc_out {
+	bool used, busy;
+	uint32_t sid, asker, check, waiting;
+};
+struct lock_rc_in {
+	bool used, surveyed, flushed;
+	uint32_t home, sid, pred, born;
+	uint64_t hdr;
+};
 
 /* Progress of one queue request, so a timed-out one can be resumed by the janitor. */
 enum lock_stage {
@@ -128,6 +155,16 @@ struct lock_slot {
 	uint32_t lost;    /* the slot is SLOT_LOST: fail who queues behind it (atomic) */
 	uint32_t fail_queued; /* a fail job for the slot is queued (atomic) */
 	uint32_t failed_next; /* the successor already failed (finisher thread only) */
+	/* A shared request's lock and epoch, for surveys (lock_recover.c). q_state (atomic)
+	 * is written last, after the fields it covers. */
+	uint32_t q_state;
+	uint32_t q_home;
+	uint64_t q_hdr;
+	uint32_t q_pred;
+	/* The closer's drain check (lock_recover.c): its id, the home asked, the id the home
+	 * answered "clear" for; retire: never reuse the slot (atomic). */
+	uint32_t rc_check, rc_home, rc_clear;
+	bool retire;
 	uint64_t posted_cmp;          /* what the posted CAS compares with: [me | 0] */
 	struct lock_req posted_rq;    /* the release, for whoever finishes it */
 	struct ddss_tp_req posted_req;
@@ -168,6 +205,15 @@ struct ddss_lock {
 	pthread_t fin_thread;
 	pthread_cond_t fin_cv;    /* work for the finisher */
 	struct ddss_lock_posted_stats stats; /* atomic counters */
+
+	/* Drain recovery (lock_recover.c). srel: shared releases under way (mu). */
+	struct lock_srel srel[LOCK_SREL_MAX];
+	unsigned nsrel, srel_overflow;
+	pthread_mutex_t rc_mu;     /* rc_out, rc_in and their counters */
+	struct lock_rc_out rc_out[LOCK_RC_SURVEYS]; /* as a home: surveys under way */
+	struct lock_rc_in rc_in[LOCK_RC_SURVEYS];   /* as a member: waiting for survey + flush */
+	uint32_t rc_sid, rc_born;
+	uint32_t rc_checks;        /* drain check ids handed out (atomic) */
 };
 
 /* lock_slot.c */
@@ -182,8 +228,6 @@ void lock_rec_store(struct ddss_lock *lk, unsigned slot, unsigned field, uint64_
 /* Wait until record word @field of @slot is nonzero (returned in *v_p). */
 int lock_wait_rec(struct ddss_lock *lk, unsigned slot, unsigned field, uint32_t watch,
 		  int64_t deadline_ns, uint64_t *v_p);
-/* Wait until @slot has had @n drain notifications. */
-int lock_wait_drained(struct ddss_lock *lk, unsigned slot, uint32_t n, int64_t deadline_ns);
 /* Wait for a change on @slot (its wake word showed @seen); see lock_slot.c. */
 int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t watch,
 		   int64_t deadline_ns, unsigned *spins);
@@ -220,6 +264,16 @@ void lock_lost_noted(struct ddss_lock *lk, unsigned slot);
 int lock_fail_registered(struct ddss_lock *lk, unsigned slot);
 /* lock_slot.c: tell waiter @id its request can never be granted. */
 int lock_fail(struct ddss_lock *lk, uint32_t id);
+
+/* lock_recover.c */
+int lock_recover_init(struct ddss_lock *lk); /* before the net starts */
+/* Wait until @rq's epoch is drained, or only dead ranks still owe (then retire the slot). */
+int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns);
+/* A shared release of the lock at (@home, @hdr) began / ended (mu held). */
+void lock_srel_begin_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
+void lock_srel_end_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
+/* lock_slot.c: bump @slot's wake word and wake its waiter. */
+void lock_slot_wake(struct ddss_lock *lk, unsigned slot);
 
 /* lock_posted.c */
 /*
@@ -266,6 +320,8 @@ uint32_t lock_owner(void);
 struct lock_hold *lock_holds_add(struct ddss_lock *lk, uint64_t key, uint32_t home,
 				  uint64_t hdr, uint64_t epoch, int mode, int xslot);
 void lock_holds_drop(struct ddss_lock *lk, struct lock_hold *h, int mode);
+/* Whether any owner holds the lock at (@home, @hdr) shared. */
+bool lock_holds_shared_of(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
 /* How the user (not a get/put's own hold) holds the lock of @h: a DDSS_LOCK_* or 0. */
 int lock_user_mode(const struct lock_hold *h);
 

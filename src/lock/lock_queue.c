@@ -223,7 +223,7 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 		/* fall through */
 	case STAGE_DRAINING:
 		if (rq->count) {
-			r = lock_wait_drained(lk, rq->slot, rq->drain, deadline_ns);
+			r = lock_drain_wait(lk, rq, deadline_ns);
 			if (!r) /* every release of the epoch is in: nobody touches D until we leave */
 				r = ddss_tp_write(lk->tp, rq->home, rq->hdr + LOCK_D, &zero, 8);
 			if (r)
@@ -370,6 +370,7 @@ static int s_register(struct ddss_lock *lk, struct lock_req *rq, int64_t deadlin
 
 static int s_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns)
 {
+	struct lock_slot *sl = &lk->slot[rq->slot];
 	uint64_t old;
 	int r;
 
@@ -377,11 +378,17 @@ static int s_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 	case STAGE_START:
 	case STAGE_TICKET:
 	case STAGE_TURN:
+		/* A drain survey (lock_recover.c) must count us from before our fetch&add. */
+		sl->q_home = rq->home;
+		sl->q_hdr = rq->hdr;
+		__atomic_store_n(&sl->q_state, Q_COUNTING, __ATOMIC_RELEASE);
 		r = fadd(lk, rq, LOCK_W, 1, &old);
 		if (r)
 			return r;
 		rq->pred = LOCK_TAIL(old);
 		rq->count = LOCK_COUNT(old);
+		sl->q_pred = rq->pred;
+		__atomic_store_n(&sl->q_state, Q_COUNTED, __ATOMIC_RELEASE);
 		if (rq->count == UINT32_MAX) /* cannot happen: see LOCK_S_RESET */
 			DDSS_ERR("lock word at rank %u: shared count overflowed", rq->home);
 		if (rq->pred && !id_ok(lk, rq->pred)) {

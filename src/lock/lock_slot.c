@@ -65,6 +65,13 @@ int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p)
 
 void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why)
 {
+	__atomic_store_n(&lk->slot[slot].q_state, Q_NONE, __ATOMIC_RELEASE);
+	if (why == SLOT_FREE && __atomic_load_n(&lk->slot[slot].retire, __ATOMIC_ACQUIRE)) {
+		DDSS_WARN("lock waiter slot %u retired (its drain was recovered)", slot);
+		lk->slot[slot].state = SLOT_RETIRED;
+		lk->slots_taken--; /* not waiting or holding: a scheme switch may go on */
+		return;
+	}
 	lk->slot[slot].state = why;
 	if (why == SLOT_FREE) {
 		lk->slot[slot].next_free = lk->free_head;
@@ -105,6 +112,13 @@ void lock_rec_store(struct ddss_lock *lk, unsigned slot, unsigned field, uint64_
 	DDSS_POOL_ACCESS_BEGIN();
 	__atomic_store_n(rec_word(lk, slot, field), v, __ATOMIC_RELEASE);
 	DDSS_POOL_ACCESS_END();
+}
+
+static void wake_slot(struct lock_slot *sl);
+
+void lock_slot_wake(struct ddss_lock *lk, unsigned slot)
+{
+	wake_slot(&lk->slot[slot]);
 }
 
 static void wake_slot(struct lock_slot *sl)
@@ -200,24 +214,6 @@ int lock_wait_rec(struct ddss_lock *lk, unsigned slot, unsigned field, uint32_t 
 			return 0;
 		}
 		r = lock_wait_step(lk, slot, seen, watch, deadline_ns, &spins);
-		if (r)
-			return r;
-	}
-}
-
-int lock_wait_drained(struct ddss_lock *lk, unsigned slot, uint32_t n, int64_t deadline_ns)
-{
-	struct lock_slot *sl = &lk->slot[slot];
-	unsigned spins = 0;
-
-	for (;;) {
-		uint32_t seen = __atomic_load_n(&sl->wake, __ATOMIC_ACQUIRE);
-		int r;
-
-		if (__atomic_load_n(&sl->drained, __ATOMIC_ACQUIRE) >= n)
-			return 0;
-		/* Releasers of the epoch may be anywhere: no single peer to watch. */
-		r = lock_wait_step(lk, slot, seen, 0, deadline_ns, &spins);
 		if (r)
 			return r;
 	}

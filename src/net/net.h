@@ -18,6 +18,7 @@ enum ddss_msg_tag {
 	DDSS_MSG_RPC_REP = 3,
 	DDSS_MSG_SRSL = 4,      /* lock/srsl.c */
 	DDSS_MSG_HEARTBEAT = 5, /* net/heartbeat.c */
+	DDSS_MSG_LOCK = 6,      /* lock/lock_recover.c */
 	DDSS_MSG_USER_FIRST = 32, /* tests and tools */
 	DDSS_MSG_TAG_MAX = 64,
 };

@@ -303,7 +303,7 @@ static void survivor(void)
 	if (!strcmp(which, "queued") && me == 3)
 		flag_put(F_LAST_QUEUED, 1);
 	flag_put(F_QUEUING + me, 1);
-	if (ncosed) {
+	if (ncosed && strcmp(which, "s-holder")) {
 		survivor_ncosed();
 		return;
 	}
@@ -419,9 +419,9 @@ int main(int argc, char **argv)
 	if (!which || (strcmp(which, "x-holder") && strcmp(which, "s-holder") &&
 		       strcmp(which, "queued") && strcmp(which, "mid-put") &&
 		       strcmp(which, "frozen")) ||
-	    (ncosed && (!strcmp(which, "s-holder") || !strcmp(which, "frozen")))) {
+	    (ncosed && !strcmp(which, "frozen"))) {
 		fprintf(stderr, "usage: %s --case x-holder|s-holder|queued|mid-put|frozen "
-			"[--scheme srsl]\n       %s --case x-holder|queued|mid-put --scheme ncosed\n",
+			"[--scheme srsl]\n       %s --case x-holder|s-holder|queued|mid-put --scheme ncosed\n",
 			argv[0], argv[0]);
 		return 2;
 	}

@@ -1,0 +1,386 @@
+/*
+ * Taking back what a dead shared holder never gave: the drain it owes (N-CoSED).
+ *
+ * An exclusive request that closes a shared epoch waits until every shared arrival of that
+ * epoch has released (docs/locks.md "Epochs"). A shared holder that died never releases,
+ * and nobody knows which rank the closer waits for: the count is anonymous. So a closer
+ * that has waited a while asks the lock's home to check (CHECK). The home surveys every
+ * rank it still counts as a member (SURVEY): "is any shared request or hold of this
+ * epoch still yours?" Ranks the home sees down are declared dead for good first, so they
+ * can never act on its words again. If no live rank answers yes (REPORT), the home tells
+ * the closer (ANSWER "clear"): whatever is missing belongs to the dead, and the closer
+ * resets the drain word and enters (docs/failure.md).
+ *
+ * What "of this epoch" means, at a rank asked about the epoch the closer swapped out of
+ * the tail half (its predecessor p, or 0 for the idle epoch):
+ *   - any shared hold of the lock (no later epoch can have holders while the closer
+ *     waits, and every earlier epoch was drained by its own closer);
+ *   - any shared release of the lock still under way (its fetch&add may be out);
+ *   - a shared request whose fetch&add may be out (its epoch is not known yet);
+ *   - a shared request queued behind p (or admitted at once, p == 0) that has been
+ *     granted. One queued behind p that has not been granted is in a later epoch, behind
+ *     a request that reused p's slot: p granted every request of its own epoch before it
+ *     handed the lock to the closer. Those grants may still be on their way, so before
+ *     answering, a rank waits for a FLUSH message that p's rank sends to every rank when
+ *     it is surveyed: it travels behind p's grants (one ordered channel per peer).
+ *
+ * A drain note of a live releaser may still be on its way to the closer after the home
+ * said clear (it was sent to the closer, the report to the home). The closer's slot is
+ * therefore never reused (SLOT_RETIRED): the stale note can only bump a dead counter.
+ *
+ * Everything here runs on the progress thread (handlers) except lock_drain_wait.
+ */
+#include "core/ctx.h"
+#include "core/log.h"
+#include "lock/lock_int.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* A closer asks the home this long after it started to wait, then this often. */
+#define CHECK_FIRST_NS (250 * 1000000ll)
+#define CHECK_EVERY_NS (1000 * 1000000ll)
+
+enum rc_type {
+	RC_CHECK = 1, /* closer -> home: id = check id; hdr, pred = the epoch */
+	RC_SURVEY,    /* home -> every member: id = survey id; hdr, pred */
+	RC_FLUSH,     /* p's rank -> every member: id = survey id, arg = the home */
+	RC_REPORT,    /* member -> home: id = survey id, arg = busy */
+	RC_ANSWER,    /* home -> closer: id = check id, arg = clear */
+};
+
+struct rc_msg {
+	uint32_t type;
+	uint32_t id;
+	uint64_t hdr;
+	uint32_t pred;
+	uint32_t arg;
+};
+
+static struct ddss_net *net_of(struct ddss_lock *lk)
+{
+	return lk->ctx->net;
+}
+
+static int rc_send(struct ddss_lock *lk, uint32_t to, uint32_t type, uint32_t id, uint64_t hdr,
+		   uint32_t pred, uint32_t arg)
+{
+	struct rc_msg m = { .type = type, .id = id, .hdr = hdr, .pred = pred, .arg = arg };
+
+	return ddss_net_send(net_of(lk), to, DDSS_MSG_LOCK, &m, sizeof(m));
+}
+
+static bool is_down(struct ddss_lock *lk, uint32_t rank)
+{
+	struct ddss_tp_peer_info info;
+
+	if (rank == lk->rank)
+		return false;
+	return ddss_tp_peer_refused(lk->tp, rank) ||
+	       (ddss_tp_peer_info(lk->tp, rank, &info) == 0 && info.state == DDSS_TP_PEER_DOWN);
+}
+
+/* ---- shared releases under way (mu held) ---- */
+
+void lock_srel_begin_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr)
+{
+	if (lk->nsrel < LOCK_SREL_MAX)
+		lk->srel[lk->nsrel++] = (struct lock_srel){ home, hdr };
+	else
+		lk->srel_overflow++; /* a survey then answers busy for every lock */
+}
+
+void lock_srel_end_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr)
+{
+	for (unsigned i = 0; i < lk->nsrel; i++) {
+		if (lk->srel[i].home == home && lk->srel[i].hdr == hdr) {
+			lk->srel[i] = lk->srel[--lk->nsrel];
+			return;
+		}
+	}
+	lk->srel_overflow--;
+}
+
+/* ---- a member's answer ---- */
+
+/* Has this rank anything of the epoch (@home, @hdr, closed behind @pred)? See the top. */
+static bool epoch_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr, uint32_t pred)
+{
+	if (lk->srel_overflow)
+		return true;
+	for (unsigned i = 0; i < lk->nsrel; i++)
+		if (lk->srel[i].home == home && lk->srel[i].hdr == hdr)
+			return true;
+	if (lock_holds_shared_of(lk, home, hdr))
+		return true;
+	for (unsigned i = 0; i < DDSS_LOCK_SLOTS; i++) {
+		struct lock_slot *sl = &lk->slot[i];
+		uint32_t qs = __atomic_load_n(&sl->q_state, __ATOMIC_ACQUIRE);
+
+		if (!qs || sl->q_home != home || sl->q_hdr != hdr)
+			continue;
+		if (qs == Q_COUNTING || !sl->q_pred)
+			return true;
+		if (sl->q_pred == pred && lock_rec_load(lk, i, REC_GRANT))
+			return true;
+	}
+	return false;
+}
+
+static void report(struct ddss_lock *lk, uint32_t home, uint32_t sid, uint64_t hdr, uint32_t pred)
+{
+	bool busy;
+	int r;
+
+	pthread_mutex_lock(&lk->mu);
+	busy = epoch_busy_locked(lk, home, hdr, pred);
+	pthread_mutex_unlock(&lk->mu);
+	r = rc_send(lk, home, RC_REPORT, sid, hdr, pred, busy);
+	if (r)
+		DDSS_WARN("lock: drain survey report to rank %u: %s", home, ddss_strerror(r));
+}
+
+/*
+ * A survey and the flush from p's rank arrive in any order: the one that completes the
+ * pair answers. Entries of surveys that never complete (p's rank died between the two)
+ * are overwritten, oldest first; the home asks again with a new survey anyway.
+ */
+static struct lock_rc_in *in_entry_locked(struct ddss_lock *lk, uint32_t home, uint32_t sid)
+{
+	struct lock_rc_in *e = NULL;
+
+	for (unsigned i = 0; i < LOCK_RC_SURVEYS; i++) {
+		struct lock_rc_in *c = &lk->rc_in[i];
+
+		if (c->used && c->home == home && c->sid == sid)
+			return c;
+		if (!e || !c->used || (e->used && c->born < e->born))
+			e = c;
+	}
+	*e = (struct lock_rc_in){ .used = true, .home = home, .sid = sid,
+				  .born = ++lk->rc_born };
+	return e;
+}
+
+static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
+{
+	uint32_t prank = LOCK_ID_RANK(m->pred);
+	bool need_flush = m->pred && !is_down(lk, prank), ready;
+	struct lock_rc_in *e;
+
+	if (m->pred && prank == lk->rank) {
+		/* Behind our grants to every member: they have them before they answer. */
+		for (uint32_t r = 1; r <= lk->tp->cfg.size; r++)
+			if (!is_down(lk, r))
+				(void)rc_send(lk, r, RC_FLUSH, m->id, 0, 0, from);
+	}
+	pthread_mutex_lock(&lk->rc_mu);
+	e = in_entry_locked(lk, from, m->id);
+	e->surveyed = true;
+	e->hdr = m->hdr;
+	e->pred = m->pred;
+	ready = !need_flush || e->flushed;
+	if (ready)
+		e->used = false;
+	pthread_mutex_unlock(&lk->rc_mu);
+	if (ready)
+		report(lk, from, m->id, m->hdr, m->pred);
+}
+
+static void on_flush(struct ddss_lock *lk, const struct rc_msg *m)
+{
+	struct lock_rc_in *e;
+	bool ready;
+	uint64_t hdr;
+	uint32_t pred;
+
+	if (!ddss_tp_valid_rank(lk->tp, m->arg))
+		return;
+	pthread_mutex_lock(&lk->rc_mu);
+	e = in_entry_locked(lk, m->arg, m->id);
+	e->flushed = true;
+	ready = e->surveyed;
+	hdr = e->hdr;
+	pred = e->pred;
+	if (ready)
+		e->used = false;
+	pthread_mutex_unlock(&lk->rc_mu);
+	if (ready)
+		report(lk, m->arg, m->id, hdr, pred);
+}
+
+/* ---- the home's survey ---- */
+
+static void survey_end_locked(struct ddss_lock *lk, struct lock_rc_out *s, uint32_t *to,
+			      uint32_t *check, bool *clear)
+{
+	*to = s->asker;
+	*check = s->check;
+	*clear = !s->busy;
+	s->used = false;
+}
+
+/* One answer fewer to wait for (@busy: it said yes); answers the closer after the last. */
+static void survey_count(struct ddss_lock *lk, uint32_t sid, bool busy)
+{
+	struct lock_rc_out *s = NULL;
+	uint32_t to = 0, check = 0;
+	bool clear = false, done = false;
+
+	pthread_mutex_lock(&lk->rc_mu);
+	for (unsigned i = 0; i < LOCK_RC_SURVEYS; i++)
+		if (lk->rc_out[i].used && lk->rc_out[i].sid == sid)
+			s = &lk->rc_out[i];
+	if (s) {
+		s->busy |= busy;
+		if (--s->waiting == 0) {
+			survey_end_locked(lk, s, &to, &check, &clear);
+			done = true;
+		}
+	}
+	pthread_mutex_unlock(&lk->rc_mu);
+	if (!done)
+		return;
+	if (clear)
+		DDSS_WARN("lock: rank %u's drain waits only for dead ranks: it may enter", to);
+	if (rc_send(lk, to, RC_ANSWER, check, 0, 0, clear))
+		DDSS_WARN("lock: cannot answer rank %u's drain check", to);
+}
+
+static void on_check(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
+{
+	uint32_t size = lk->tp->cfg.size, sid;
+	struct lock_rc_out *s = NULL;
+
+	pthread_mutex_lock(&lk->rc_mu);
+	for (unsigned i = 0; i < LOCK_RC_SURVEYS; i++) {
+		struct lock_rc_out *c = &lk->rc_out[i];
+
+		if (!s || !c->used || (s->used && c->sid < s->sid))
+			s = c; /* a free entry, else the oldest survey (its closer asks again) */
+	}
+	sid = ++lk->rc_sid;
+	/* One count per member plus one for this loop, so no answer can end it early. */
+	*s = (struct lock_rc_out){ .used = true, .sid = sid, .asker = from, .check = m->id,
+				   .waiting = size + 1 };
+	pthread_mutex_unlock(&lk->rc_mu);
+	for (uint32_t r = 1; r <= size; r++) {
+		bool busy = false;
+
+		if (is_down(lk, r)) {
+			/* It may have held a share of the epoch: it must never act again. */
+			ddss_net_declare_dead(net_of(lk), r);
+		} else if (rc_send(lk, r, RC_SURVEY, sid, m->hdr, m->pred, 0)) {
+			if (is_down(lk, r))
+				ddss_net_declare_dead(net_of(lk), r);
+			else
+				busy = true; /* unreachable but not down: cannot tell */
+		} else {
+			continue; /* its report counts it */
+		}
+		survey_count(lk, sid, busy);
+	}
+	survey_count(lk, sid, false);
+}
+
+static void on_answer(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
+{
+	for (unsigned i = 0; i < DDSS_LOCK_SLOTS; i++) {
+		struct lock_slot *sl = &lk->slot[i];
+
+		if (__atomic_load_n(&sl->rc_check, __ATOMIC_ACQUIRE) != m->id ||
+		    __atomic_load_n(&sl->rc_home, __ATOMIC_RELAXED) != from)
+			continue;
+		if (m->arg)
+			__atomic_store_n(&sl->rc_clear, m->id, __ATOMIC_RELEASE);
+		lock_slot_wake(lk, i);
+		return;
+	}
+}
+
+/* Progress thread. A malformed message is logged and dropped. */
+static void on_msg(void *arg, uint32_t from, const void *buf, size_t len)
+{
+	struct ddss_lock *lk = arg;
+	struct rc_msg m;
+
+	if (len != sizeof(m)) {
+		DDSS_WARN("rank %u sent a lock recovery message of %zu bytes: ignored", from, len);
+		return;
+	}
+	memcpy(&m, buf, sizeof(m));
+	switch (m.type) {
+	case RC_CHECK:
+		on_check(lk, from, &m);
+		break;
+	case RC_SURVEY:
+		on_survey(lk, from, &m);
+		break;
+	case RC_FLUSH:
+		on_flush(lk, &m);
+		break;
+	case RC_REPORT:
+		survey_count(lk, m.id, m.arg != 0);
+		break;
+	case RC_ANSWER:
+		on_answer(lk, from, &m);
+		break;
+	default:
+		DDSS_WARN("rank %u sent a lock recovery message of type %u: ignored", from, m.type);
+	}
+}
+
+int lock_recover_init(struct ddss_lock *lk)
+{
+	pthread_mutex_init(&lk->rc_mu, NULL);
+	return ddss_net_on_msg(net_of(lk), DDSS_MSG_LOCK, on_msg, lk);
+}
+
+/* ---- the closer ---- */
+
+/*
+ * Wait for the drain of @rq's epoch: rq->drain notifications, or the home's word that the
+ * missing ones belong to dead ranks (then the slot is retired, see the top).
+ */
+int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns)
+{
+	struct lock_slot *sl = &lk->slot[rq->slot];
+	int64_t next_check = ddss_now_ns() + CHECK_FIRST_NS;
+	unsigned spins = 0;
+
+	/* A late answer to an earlier check of this slot must not count for this one. */
+	__atomic_store_n(&sl->rc_check, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&sl->rc_home, rq->home, __ATOMIC_RELAXED);
+	for (;;) {
+		uint32_t seen = __atomic_load_n(&sl->wake, __ATOMIC_ACQUIRE);
+		uint32_t check = __atomic_load_n(&sl->rc_check, __ATOMIC_RELAXED);
+		int64_t now, until;
+		int r;
+
+		if (__atomic_load_n(&sl->drained, __ATOMIC_ACQUIRE) >= rq->drain)
+			return 0;
+		if (check && __atomic_load_n(&sl->rc_clear, __ATOMIC_ACQUIRE) == check) {
+			__atomic_store_n(&sl->retire, true, __ATOMIC_RELEASE);
+			DDSS_WARN("lock: %u shared release(s) of rank %u's lock never came (dead "
+				  "holders): entering without them", rq->drain -
+				  __atomic_load_n(&sl->drained, __ATOMIC_ACQUIRE), rq->home);
+			return 0;
+		}
+		now = ddss_now_ns();
+		if (now >= next_check) {
+			check = __atomic_add_fetch(&lk->rc_checks, 1, __ATOMIC_RELAXED);
+			__atomic_store_n(&sl->rc_check, check, __ATOMIC_RELEASE);
+			r = rc_send(lk, rq->home, RC_CHECK, check, rq->hdr, rq->pred, 0);
+			if (r)
+				DDSS_WARN("lock: drain check at rank %u: %s", rq->home,
+					  ddss_strerror(r));
+			next_check = now + CHECK_EVERY_NS;
+		}
+		until = next_check < deadline_ns ? next_check : deadline_ns;
+		r = lock_wait_step(lk, rq->slot, seen, 0, until, &spins);
+		if (r == -ETIMEDOUT && until < deadline_ns)
+			r = 0; /* time to check again, not to give up */
+		if (r)
+			return r;
+	}
+}
