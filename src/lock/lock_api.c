@@ -41,6 +41,8 @@ int ddss_lock_create(struct ddss_ctx *ctx, enum ddss_lock_scheme scheme, bool fa
 	if (!r)
 		r = lock_recover_init(lk);
 	if (!r)
+		r = lock_agent_init(lk);
+	if (!r)
 		r = ddss_srsl_create(ctx->net, &lk->srsl);
 	if (r) {
 		ddss_lock_destroy(lk);
@@ -70,6 +72,7 @@ void ddss_lock_destroy(struct ddss_lock *lk)
 	if (!lk)
 		return;
 	ddss_srsl_destroy(lk->srsl);
+	lock_agent_fini(lk);
 	lock_holds_fini(lk);
 	pthread_cond_destroy(&lk->fin_cv);
 	pthread_cond_destroy(&lk->cv);
@@ -284,6 +287,39 @@ static int take_slot(struct ddss_lock *lk, ddss_key_t key, bool implicit, unsign
 }
 
 /*
+ * A request that failed behind a dead or failed one (-EHOSTDOWN, -ECONNRESET from a peer
+ * that is not the home): ask the home to take the lock back (lock_agent.c), then queue
+ * again behind its agent. A few rounds at most: each failed request retires its slot.
+ */
+#define REQUEUE_ROUNDS 4
+static int requeue(struct ddss_lock *lk, ddss_key_t key, struct lock_req *rq, int timeout_ms,
+		   bool implicit, int r)
+{
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX :
+			   ddss_now_ns() + (int64_t)timeout_ms * 1000000ll;
+
+	for (int round = 0; round < REQUEUE_ROUNDS && (r == -EHOSTDOWN || r == -ECONNRESET);
+	     round++) {
+		int held, left_ms = -1;
+
+		if (__atomic_load_n(&lk->fair, __ATOMIC_RELAXED) ||
+		    lock_agent_ask(lk, rq->home, key, deadline))
+			break; /* the home is gone too, or cannot help: the first error stands */
+		if (take_slot(lk, key, false, &rq->slot, &held))
+			break;
+		if (timeout_ms >= 0) {
+			int64_t left = deadline - ddss_now_ns();
+
+			left_ms = left > 0 ? (int)(left / 1000000ll) : 0;
+		}
+		rq->stage = STAGE_START;
+		rq->pred = rq->count = rq->drain = 0;
+		r = queue_acquire(lk, key, rq, false, left_ms, implicit);
+	}
+	return r;
+}
+
+/*
  * @implicit: the hold is a get/put's own, invisible to ddss_lock_held and user releases;
  * returns the user's mode (> 0) instead of queueing if the user holds the lock.
  * @d: the segment's descriptor if the caller has it (saves a lookup), else NULL.
@@ -342,6 +378,8 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 		if (scheme == DDSS_LOCK_DQNL)
 			rq.mode = DDSS_LOCK_EXCLUSIVE; /* the baseline has no shared mode */
 		r = queue_acquire(lk, key, &rq, try_only, timeout_ms, implicit);
+		if (!try_only)
+			r = requeue(lk, key, &rq, timeout_ms, implicit, r);
 	}
 	return r;
 }

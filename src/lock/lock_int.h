@@ -142,6 +142,7 @@ struct lock_req {
 	struct ddss_lock_fence *fence; /* release: wait for it before granting anyone */
 	uint64_t epoch;    /* descriptor cache epoch when the key was found valid */
 	bool may_post;     /* release: may return before its CAS completes (lock_posted.c) */
+	struct lock_agent_job *agent; /* a recovery agent's request (lock_agent.c), or NULL */
 };
 
 struct lock_slot {
@@ -161,6 +162,9 @@ struct lock_slot {
 	uint32_t q_home;
 	uint64_t q_hdr;
 	uint32_t q_pred;
+	bool q_shared;
+	bool agent;       /* a recovery agent's (lock_agent.c): FAIL notifications do not
+			   * stop its waits (atomic) */
 	/* The closer's drain check (lock_recover.c): its id, the home asked, the id the home
 	 * answered "clear" for; retire: never reuse the slot (atomic). */
 	uint32_t rc_check, rc_home, rc_clear;
@@ -214,6 +218,7 @@ struct ddss_lock {
 	struct lock_rc_in rc_in[LOCK_RC_SURVEYS];   /* as a member: waiting for survey + flush */
 	uint32_t rc_sid, rc_born;
 	uint32_t rc_checks;        /* drain check ids handed out (atomic) */
+	struct lock_agents *agents; /* lock_agent.c */
 };
 
 /* lock_slot.c */
@@ -272,8 +277,24 @@ int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t dea
 /* A shared release of the lock at (@home, @hdr) began / ended (mu held). */
 void lock_srel_begin_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
 void lock_srel_end_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
+/* Whether a shared release of that lock may be under way here (mu held). */
+bool lock_srel_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
 /* lock_slot.c: bump @slot's wake word and wake its waiter. */
 void lock_slot_wake(struct ddss_lock *lk, unsigned slot);
+
+/* lock_agent.c: taking a lock back from dead holders and waiters */
+struct lock_agent_job;
+int lock_agent_init(struct ddss_lock *lk);
+void lock_agent_fini(struct ddss_lock *lk);
+/* A recovery message (lock_recover.c's handler passes the types it does not own). */
+void lock_agent_on_msg(struct ddss_lock *lk, uint32_t from, const void *buf, size_t len);
+/* The agent's request swapped itself in: the ranks that asked may queue again. */
+void lock_agent_swapped(struct ddss_lock *lk, const struct lock_req *rq);
+/* The agent waits for its grant, or for no live request ahead of it. */
+int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns);
+/* Ask @home to take back its lock of @key (a request failed behind a dead or failed one):
+ * 0 once a recovery agent is queued there (ask again behind it), or -errno. */
+int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t deadline_ns);
 
 /* lock_posted.c */
 /*

@@ -28,6 +28,15 @@ static bool id_ok(const struct ddss_lock *lk, uint32_t id)
 	       LOCK_ID_SLOT(id) < DDSS_LOCK_SLOTS;
 }
 
+/* Surveys (lock_recover.c, lock_agent.c) may now place the request: behind rq->pred. */
+static void counted(struct ddss_lock *lk, const struct lock_req *rq)
+{
+	struct lock_slot *sl = &lk->slot[rq->slot];
+
+	sl->q_pred = rq->pred;
+	__atomic_store_n(&sl->q_state, Q_COUNTED, __ATOMIC_RELEASE);
+}
+
 static int cas(struct ddss_lock *lk, const struct lock_req *rq, unsigned word, uint64_t cmp,
 	       uint64_t swp, uint64_t *old_p)
 {
@@ -88,6 +97,8 @@ static int wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64_t d
 
 	if (!rq->pred)
 		return 0;
+	if (rq->agent)
+		return lock_agent_wait_grant(lk, rq, deadline_ns);
 	return lock_wait_rec(lk, rq->slot, REC_GRANT, LOCK_ID_RANK(rq->pred), deadline_ns, &v);
 }
 
@@ -108,6 +119,7 @@ static int x_try(struct ddss_lock *lk, struct lock_req *rq)
 	if (r)
 		return r;
 	if (!old) {
+		counted(lk, rq);
 		rq->stage = STAGE_DONE;
 		return 0;
 	}
@@ -125,6 +137,7 @@ static int x_try(struct ddss_lock *lk, struct lock_req *rq)
 		return -EBUSY;
 	rq->pred = 0;
 	rq->count = LOCK_COUNT(old);
+	counted(lk, rq);
 	rq->stage = STAGE_GRANTED;
 	return x_acquire(lk, rq, INT64_MAX);
 }
@@ -149,6 +162,7 @@ static int x_swap(struct ddss_lock *lk, struct lock_req *rq)
 		DDSS_ERR("lock word at rank %u holds a bad tail %#x", rq->home, rq->pred);
 		return -EPROTO;
 	}
+	counted(lk, rq);
 	return 0;
 }
 
@@ -185,6 +199,8 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 	case STAGE_SWAPPED:
 		if (ddss_lock_test_hook)
 			ddss_lock_test_hook(lk->ctx, DDSS_LOCK_TP_SWAPPED);
+		if (rq->agent)
+			lock_agent_swapped(lk, rq);
 		if (rq->pred) {
 			uint64_t s = rq->count, me = my_id(lk, rq);
 			uint32_t prank = LOCK_ID_RANK(rq->pred);
@@ -194,7 +210,10 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 			r = ddss_tp_write(lk->tp, prank, at + REC_NEXT_S, &s, 8);
 			if (!r)
 				r = lock_rec_send(lk, rq->pred, REC_NEXT, &me);
-			if (r)
+			if (r && rq->agent) /* it is dead or failed: the agent waits on surveys */
+				DDSS_WARN("lock recovery: predecessor %#x: %s", rq->pred,
+					  ddss_strerror(r));
+			else if (r)
 				return r;
 		}
 		rq->stage = STAGE_ANNOUNCED;
@@ -335,6 +354,7 @@ static int s_try(struct ddss_lock *lk, struct lock_req *rq)
 			return -EBUSY;
 		x = LOCK_COUNT(old);
 	}
+	counted(lk, rq);
 	rq->stage = STAGE_DONE;
 	return 0;
 }
@@ -370,7 +390,6 @@ static int s_register(struct ddss_lock *lk, struct lock_req *rq, int64_t deadlin
 
 static int s_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns)
 {
-	struct lock_slot *sl = &lk->slot[rq->slot];
 	uint64_t old;
 	int r;
 
@@ -378,17 +397,12 @@ static int s_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 	case STAGE_START:
 	case STAGE_TICKET:
 	case STAGE_TURN:
-		/* A drain survey (lock_recover.c) must count us from before our fetch&add. */
-		sl->q_home = rq->home;
-		sl->q_hdr = rq->hdr;
-		__atomic_store_n(&sl->q_state, Q_COUNTING, __ATOMIC_RELEASE);
 		r = fadd(lk, rq, LOCK_W, 1, &old);
 		if (r)
 			return r;
 		rq->pred = LOCK_TAIL(old);
 		rq->count = LOCK_COUNT(old);
-		sl->q_pred = rq->pred;
-		__atomic_store_n(&sl->q_state, Q_COUNTED, __ATOMIC_RELEASE);
+		counted(lk, rq);
 		if (rq->count == UINT32_MAX) /* cannot happen: see LOCK_S_RESET */
 			DDSS_ERR("lock word at rank %u: shared count overflowed", rq->home);
 		if (rq->pred && !id_ok(lk, rq->pred)) {
@@ -443,10 +457,18 @@ int lock_queue_acquire(struct ddss_lock *lk, struct lock_req *rq, bool try_only,
 		       int64_t deadline_ns)
 {
 	if (rq->stage == STAGE_START) {
+		struct lock_slot *sl = &lk->slot[rq->slot];
+
 		/* Our record is ours until we publish our id in a lock word: clear it. */
 		lock_rec_store(lk, rq->slot, REC_NEXT_S, 0);
 		lock_rec_store(lk, rq->slot, REC_NEXT, 0);
 		lock_rec_store(lk, rq->slot, REC_GRANT, 0);
+		/* Surveys (lock_recover.c, lock_agent.c) count us from before our first atomic
+		 * on the word: until it returns, nobody can tell where we are in the queue. */
+		sl->q_home = rq->home;
+		sl->q_hdr = rq->hdr;
+		sl->q_shared = rq->mode == DDSS_LOCK_SHARED;
+		__atomic_store_n(&sl->q_state, Q_COUNTING, __ATOMIC_RELEASE);
 		if (try_only)
 			return rq->mode == DDSS_LOCK_EXCLUSIVE ? x_try(lk, rq) : s_try(lk, rq);
 	}

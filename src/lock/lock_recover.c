@@ -33,6 +33,7 @@
 #include "core/ctx.h"
 #include "core/log.h"
 #include "lock/lock_int.h"
+#include "lock/lock_recover.h"
 
 #include <errno.h>
 #include <string.h>
@@ -41,36 +42,15 @@
 #define CHECK_FIRST_NS (250 * 1000000ll)
 #define CHECK_EVERY_NS (1000 * 1000000ll)
 
-enum rc_type {
-	RC_CHECK = 1, /* closer -> home: id = check id; hdr, pred = the epoch */
-	RC_SURVEY,    /* home -> every member: id = survey id; hdr, pred */
-	RC_FLUSH,     /* p's rank -> every member: id = survey id, arg = the home */
-	RC_REPORT,    /* member -> home: id = survey id, arg = busy */
-	RC_ANSWER,    /* home -> closer: id = check id, arg = clear */
-};
-
-struct rc_msg {
-	uint32_t type;
-	uint32_t id;
-	uint64_t hdr;
-	uint32_t pred;
-	uint32_t arg;
-};
-
-static struct ddss_net *net_of(struct ddss_lock *lk)
-{
-	return lk->ctx->net;
-}
-
-static int rc_send(struct ddss_lock *lk, uint32_t to, uint32_t type, uint32_t id, uint64_t hdr,
-		   uint32_t pred, uint32_t arg)
+int lock_rc_send(struct ddss_lock *lk, uint32_t to, uint32_t type, uint32_t id, uint64_t hdr,
+		 uint32_t pred, uint32_t arg)
 {
 	struct rc_msg m = { .type = type, .id = id, .hdr = hdr, .pred = pred, .arg = arg };
 
-	return ddss_net_send(net_of(lk), to, DDSS_MSG_LOCK, &m, sizeof(m));
+	return ddss_net_send(lk->ctx->net, to, DDSS_MSG_LOCK, &m, sizeof(m));
 }
 
-static bool is_down(struct ddss_lock *lk, uint32_t rank)
+bool lock_rc_down(struct ddss_lock *lk, uint32_t rank)
 {
 	struct ddss_tp_peer_info info;
 
@@ -101,23 +81,28 @@ void lock_srel_end_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr)
 	lk->srel_overflow--;
 }
 
-/* ---- a member's answer ---- */
-
-/* Has this rank anything of the epoch (@home, @hdr, closed behind @pred)? See the top. */
-static bool epoch_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr, uint32_t pred)
+bool lock_srel_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr)
 {
 	if (lk->srel_overflow)
 		return true;
 	for (unsigned i = 0; i < lk->nsrel; i++)
 		if (lk->srel[i].home == home && lk->srel[i].hdr == hdr)
 			return true;
-	if (lock_holds_shared_of(lk, home, hdr))
+	return false;
+}
+
+/* ---- a member's answer ---- */
+
+/* Has this rank anything of the epoch (@home, @hdr, closed behind @pred)? See the top. */
+static bool epoch_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr, uint32_t pred)
+{
+	if (lock_srel_busy_locked(lk, home, hdr) || lock_holds_shared_of(lk, home, hdr))
 		return true;
 	for (unsigned i = 0; i < DDSS_LOCK_SLOTS; i++) {
 		struct lock_slot *sl = &lk->slot[i];
 		uint32_t qs = __atomic_load_n(&sl->q_state, __ATOMIC_ACQUIRE);
 
-		if (!qs || sl->q_home != home || sl->q_hdr != hdr)
+		if (!qs || !sl->q_shared || sl->q_home != home || sl->q_hdr != hdr)
 			continue;
 		if (qs == Q_COUNTING || !sl->q_pred)
 			return true;
@@ -135,7 +120,7 @@ static void report(struct ddss_lock *lk, uint32_t home, uint32_t sid, uint64_t h
 	pthread_mutex_lock(&lk->mu);
 	busy = epoch_busy_locked(lk, home, hdr, pred);
 	pthread_mutex_unlock(&lk->mu);
-	r = rc_send(lk, home, RC_REPORT, sid, hdr, pred, busy);
+	r = lock_rc_send(lk, home, RC_REPORT, sid, hdr, pred, busy);
 	if (r)
 		DDSS_WARN("lock: drain survey report to rank %u: %s", home, ddss_strerror(r));
 }
@@ -165,14 +150,14 @@ static struct lock_rc_in *in_entry_locked(struct ddss_lock *lk, uint32_t home, u
 static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
 {
 	uint32_t prank = LOCK_ID_RANK(m->pred);
-	bool need_flush = m->pred && !is_down(lk, prank), ready;
+	bool need_flush = m->pred && !lock_rc_down(lk, prank), ready;
 	struct lock_rc_in *e;
 
 	if (m->pred && prank == lk->rank) {
 		/* Behind our grants to every member: they have them before they answer. */
 		for (uint32_t r = 1; r <= lk->tp->cfg.size; r++)
-			if (!is_down(lk, r))
-				(void)rc_send(lk, r, RC_FLUSH, m->id, 0, 0, from);
+			if (!lock_rc_down(lk, r))
+				(void)lock_rc_send(lk, r, RC_FLUSH, m->id, 0, 0, from);
 	}
 	pthread_mutex_lock(&lk->rc_mu);
 	e = in_entry_locked(lk, from, m->id);
@@ -243,7 +228,7 @@ static void survey_count(struct ddss_lock *lk, uint32_t sid, bool busy)
 		return;
 	if (clear)
 		DDSS_WARN("lock: rank %u's drain waits only for dead ranks: it may enter", to);
-	if (rc_send(lk, to, RC_ANSWER, check, 0, 0, clear))
+	if (lock_rc_send(lk, to, RC_ANSWER, check, 0, 0, clear))
 		DDSS_WARN("lock: cannot answer rank %u's drain check", to);
 }
 
@@ -267,12 +252,12 @@ static void on_check(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m
 	for (uint32_t r = 1; r <= size; r++) {
 		bool busy = false;
 
-		if (is_down(lk, r)) {
+		if (lock_rc_down(lk, r)) {
 			/* It may have held a share of the epoch: it must never act again. */
-			ddss_net_declare_dead(net_of(lk), r);
-		} else if (rc_send(lk, r, RC_SURVEY, sid, m->hdr, m->pred, 0)) {
-			if (is_down(lk, r))
-				ddss_net_declare_dead(net_of(lk), r);
+			ddss_net_declare_dead(lk->ctx->net, r);
+		} else if (lock_rc_send(lk, r, RC_SURVEY, sid, m->hdr, m->pred, 0)) {
+			if (lock_rc_down(lk, r))
+				ddss_net_declare_dead(lk->ctx->net, r);
 			else
 				busy = true; /* unreachable but not down: cannot tell */
 		} else {
@@ -304,11 +289,15 @@ static void on_msg(void *arg, uint32_t from, const void *buf, size_t len)
 	struct ddss_lock *lk = arg;
 	struct rc_msg m;
 
-	if (len != sizeof(m)) {
+	if (len < sizeof(m)) {
 		DDSS_WARN("rank %u sent a lock recovery message of %zu bytes: ignored", from, len);
 		return;
 	}
 	memcpy(&m, buf, sizeof(m));
+	if (m.type < RC_AGENT_FIRST && len != sizeof(m)) {
+		DDSS_WARN("rank %u sent a lock recovery message of %zu bytes: ignored", from, len);
+		return;
+	}
 	switch (m.type) {
 	case RC_CHECK:
 		on_check(lk, from, &m);
@@ -326,14 +315,14 @@ static void on_msg(void *arg, uint32_t from, const void *buf, size_t len)
 		on_answer(lk, from, &m);
 		break;
 	default:
-		DDSS_WARN("rank %u sent a lock recovery message of type %u: ignored", from, m.type);
+		lock_agent_on_msg(lk, from, buf, len);
 	}
 }
 
 int lock_recover_init(struct ddss_lock *lk)
 {
 	pthread_mutex_init(&lk->rc_mu, NULL);
-	return ddss_net_on_msg(net_of(lk), DDSS_MSG_LOCK, on_msg, lk);
+	return ddss_net_on_msg(lk->ctx->net, DDSS_MSG_LOCK, on_msg, lk);
 }
 
 /* ---- the closer ---- */
@@ -370,7 +359,7 @@ int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t dea
 		if (now >= next_check) {
 			check = __atomic_add_fetch(&lk->rc_checks, 1, __ATOMIC_RELAXED);
 			__atomic_store_n(&sl->rc_check, check, __ATOMIC_RELEASE);
-			r = rc_send(lk, rq->home, RC_CHECK, check, rq->hdr, rq->pred, 0);
+			r = lock_rc_send(lk, rq->home, RC_CHECK, check, rq->hdr, rq->pred, 0);
 			if (r)
 				DDSS_WARN("lock: drain check at rank %u: %s", rq->home,
 					  ddss_strerror(r));

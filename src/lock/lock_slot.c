@@ -67,7 +67,7 @@ void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_st
 {
 	__atomic_store_n(&lk->slot[slot].q_state, Q_NONE, __ATOMIC_RELEASE);
 	if (why == SLOT_FREE && __atomic_load_n(&lk->slot[slot].retire, __ATOMIC_ACQUIRE)) {
-		DDSS_WARN("lock waiter slot %u retired (its drain was recovered)", slot);
+		DDSS_WARN("lock waiter slot %u retired (late notifications may still come)", slot);
 		lk->slot[slot].state = SLOT_RETIRED;
 		lk->slots_taken--; /* not waiting or holding: a scheme switch may go on */
 		return;
@@ -177,8 +177,10 @@ int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t 
 	}
 	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
 		return -ESHUTDOWN;
-	if (peer_down(lk, watch) || __atomic_load_n(&sl->failed, __ATOMIC_ACQUIRE))
-		return -EHOSTDOWN; /* failed: a request ahead of ours failed for good */
+	/* failed: a request ahead of ours failed for good (a recovery agent waits on). */
+	if (peer_down(lk, watch) || (__atomic_load_n(&sl->failed, __ATOMIC_ACQUIRE) &&
+				     !__atomic_load_n(&sl->agent, __ATOMIC_ACQUIRE)))
+		return -EHOSTDOWN;
 	now = ddss_now_ns();
 	if (now >= deadline_ns)
 		return -ETIMEDOUT;

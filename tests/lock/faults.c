@@ -65,10 +65,9 @@ enum flag {
 static ddss_ctx_t *ctx;
 static uint32_t me;
 static const char *which;
-/* --scheme ncosed: the default scheme does not take locks back from dead ranks; what it
- * promises is an error instead of a hang for every request queued behind one. */
+/* --scheme ncosed: the default scheme, whose locks its homes take back by recovery agents
+ * (src/lock/lock_agent.c) and drain surveys (src/lock/lock_recover.c). */
 static bool ncosed;
-#define NCOSED_BOUND_MS 3000 /* killed: its connections close at once; then 50 ms checks */
 static ddss_key_t counter, flags, bulk, witness;
 static uint64_t victim_own_fence; /* the victim's number, as it knows it */
 
@@ -246,41 +245,6 @@ static void thaw_victim(const uint64_t before[2])
 	CU_ASSERT(after[0] == before[0] && after[1] == before[1]);
 }
 
-/*
- * N-CoSED: the victim held the lock or sat in its queue, so every survivor's request ends
- * up behind it, directly or behind another survivor's failed request. The untimed acquire
- * must return an error within the bound, never hang; the lock is not taken back (use SRSL
- * for that, docs/failure.md). Data homed on live ranks is intact.
- */
-static void survivor_ncosed(void)
-{
-	int64_t t0 = now_ms(), waited;
-	int r = ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE);
-	uint64_t w = 0;
-
-	waited = now_ms() - t0;
-	printf("[%u] %s (ncosed): acquire returned after %lld ms (bound %d ms): %s\n", me, which,
-	       (long long)waited, NCOSED_BOUND_MS, ddss_strerror(r));
-	/*
-	 * x-holder, mid-put: the victim holds the lock from before anyone asks until it dies,
-	 * so nobody can get it. queued: nothing orders the victim's request before the
-	 * survivors' (the SRSL case says the same), so a survivor may find the lock free and
-	 * take it; the victim then queues behind it and dies there.
-	 */
-	if (r == 0 && !strcmp(which, "queued"))
-		ddss_release_lock_ss(ctx, counter); /* the victim, behind us, may be gone */
-	else
-		CU_ASSERT(r == -EHOSTDOWN || r == -ECONNRESET);
-	CU_ASSERT(waited <= NCOSED_BOUND_MS);
-	flag_put(F_DONE + me, 1);
-	if (me != 1)
-		return;
-	for (uint32_t p = 1; p < VICTIM; p++)
-		CU_ASSERT(flag_wait(F_DONE + p, 1));
-	CU_ASSERT_EQUAL(ddss_get(ctx, witness, 0, &w, 8), 0);
-	CU_ASSERT_EQUAL(w, 0x77697477697477ull);
-}
-
 static void survivor(void)
 {
 	int64_t t0, waited, bound = PEER_TIMEOUT_MS + PEER_TIMEOUT_MS / 4 + PROBE_MS + SLACK_MS;
@@ -303,10 +267,6 @@ static void survivor(void)
 	if (!strcmp(which, "queued") && me == 3)
 		flag_put(F_LAST_QUEUED, 1);
 	flag_put(F_QUEUING + me, 1);
-	if (ncosed && strcmp(which, "s-holder")) {
-		survivor_ncosed();
-		return;
-	}
 	t0 = now_ms();
 	r = ddss_acquire_lock_timed_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE, WAIT_MS);
 	waited = now_ms() - t0;

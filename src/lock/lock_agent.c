@@ -1,0 +1,649 @@
+/*
+ * Taking a lock back when its queue runs through a dead or failed request (N-CoSED, DQNL).
+ *
+ * The lock word and the waiters' records hold the queue; when a holder or a queued waiter
+ * dies, the requests behind it fail (lock_posted.c sends them FAIL) and the tail names a
+ * request that will never hand over. A request that failed that way asks the lock's home
+ * to take the lock back (RECOVER) and then queues again.
+ *
+ * The home runs a recovery **agent**: an ordinary exclusive request of the home's own,
+ * in its own thread, that swaps itself in as tail like any other. Once it has swapped in,
+ * the askers are answered and queue again, behind it, in FIFO order as usual. The agent
+ * differs from other requests in one thing only: it is granted either by its predecessor,
+ * or by finding that no live request is ahead of it. It then drains its epoch
+ * (lock_recover.c takes care of dead shared holders), holds the lock, and releases it as
+ * usual, to its successor or to nobody.
+ *
+ * "No live request ahead of it": the home surveys every rank it still counts as a member
+ * (XSURVEY; ranks it sees down are declared dead for good first, so nothing of theirs can
+ * act on its words again). Each reports the requests it has on the lock that have passed
+ * their first atomic on the word (XREPORT: waiter ids), and whether it holds the lock shared,
+ * is releasing a shared hold, or has a request whose first atomic is still out (then it
+ * is busy: nobody can tell yet where that request is). The agent then reads the queue
+ * *behind* itself, from the records: its record's successor and registered shared requests,
+ * their successor's, and so on. Every reported request must be in that part; any other is
+ * ahead of the agent (a holder, or a waiter that may still be granted) and the agent waits,
+ * surveying again every SURVEY_EVERY_NS.
+ *
+ * Why reading the records is exact: a record names the request that announced itself in it
+ * during its owner's present use (records are cleared before their id is published, and a
+ * predecessor never finishes before its successor's announcement has landed). An id
+ * compared with a stale copy would not do: a waiter ahead of the agent may be waiting for a
+ * grant that is on its way from a predecessor whose slot has since been reused behind the
+ * agent. Requests that swapped in but have not announced themselves yet look ahead: the
+ * next survey finds them announced.
+ *
+ * What survives in the queue ahead of the agent: live requests that complete normally, and
+ * failed (lost) ones, which hand over to nobody. Dead ranks can neither hold (every live rank
+ * that could grant them... is ahead and done) nor touch the words. So when nothing live is
+ * ahead, nobody holds the lock and nobody can grant the agent: it takes the lock.
+ *
+ * Fair mode (tickets) is not recovered: a dead rank can hold the turn word's next ticket.
+ */
+#include "alloc/segtab.h"
+#include "core/ctx.h"
+#include "core/log.h"
+#include "lock/lock_int.h"
+#include "lock/lock_recover.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define AGENTS 8u         /* agents one home runs at once */
+#define ASKERS 16u        /* ranks one agent answers once it is in */
+#define ASKS 64u          /* this rank's questions to homes under way */
+#define SURVEY_EVERY_NS (250 * 1000000ll)
+#define SURVEY_WAIT_NS (1000 * 1000000ll) /* a member that has not answered by then: ask
+					   * again next time (a frozen one is declared dead
+					   * by heartbeats) */
+#define CHAIN_MAX 65536u  /* records read behind the agent at most */
+
+struct lock_agent_job {
+	struct ddss_lock *lk;
+	bool used, swapped;
+	uint64_t hdr;
+	uint32_t nask;
+	struct {
+		uint32_t rank, id;
+	} ask[ASKERS];
+	/* The survey under way (a->mu). */
+	uint32_t sid, waiting;
+	bool busy;
+	uint32_t *ids, nids, cap;
+};
+
+struct lock_agents {
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* a survey ended, an answer came */
+	struct lock_agent_job job[AGENTS];
+	uint32_t sid;
+	struct {
+		bool used, done;
+		uint32_t id;
+		int status;
+	} asks[ASKS];
+	uint32_t ask_id;
+};
+
+int lock_agent_init(struct ddss_lock *lk)
+{
+	struct lock_agents *a = calloc(1, sizeof(*a));
+
+	if (!a)
+		return -ENOMEM;
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
+	lk->agents = a;
+	return 0;
+}
+
+void lock_agent_fini(struct ddss_lock *lk)
+{
+	struct lock_agents *a = lk->agents;
+
+	if (!a)
+		return;
+	for (unsigned i = 0; i < AGENTS; i++)
+		free(a->job[i].ids);
+	pthread_cond_destroy(&a->cv);
+	pthread_mutex_destroy(&a->mu);
+	free(a);
+	lk->agents = NULL;
+}
+
+static uint32_t plain_id(uint32_t id)
+{
+	return id & ~(uint32_t)LOCK_ID_SLEEPS;
+}
+
+static void timed_wait(struct lock_agents *a, int64_t until_ns)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t rel = until_ns - ddss_now_ns(), ns;
+
+	if (rel <= 0)
+		return;
+	ns = (int64_t)ts.tv_nsec + rel;
+	ts.tv_sec += (time_t)(ns / 1000000000ll);
+	ts.tv_nsec = (long)(ns % 1000000000ll);
+	pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+}
+
+/* ---- the asking rank ---- */
+
+int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t deadline_ns)
+{
+	struct lock_agents *a = lk->agents;
+	int64_t until = ddss_now_ns() + (int64_t)lk->tp->cfg.op_timeout_ms * 1000000ll;
+	unsigned slot = ASKS;
+	uint32_t id = 0;
+	int r;
+
+	if (deadline_ns < until)
+		until = deadline_ns;
+	pthread_mutex_lock(&a->mu);
+	for (unsigned i = 0; i < ASKS && slot == ASKS; i++)
+		if (!a->asks[i].used)
+			slot = i;
+	if (slot < ASKS) {
+		id = ++a->ask_id;
+		a->asks[slot].used = true;
+		a->asks[slot].done = false;
+		a->asks[slot].id = id;
+	}
+	pthread_mutex_unlock(&a->mu);
+	if (slot == ASKS)
+		return -EAGAIN;
+	r = lock_rc_send(lk, home, RC_RECOVER, id, key, 0, 0);
+	pthread_mutex_lock(&a->mu);
+	while (!r && !a->asks[slot].done) {
+		if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
+			r = -ESHUTDOWN;
+		else if (lock_rc_down(lk, home))
+			r = -EHOSTDOWN;
+		else if (ddss_now_ns() >= until)
+			r = -ETIMEDOUT;
+		else
+			timed_wait(a, ddss_now_ns() + 50 * 1000000ll < until ?
+					      ddss_now_ns() + 50 * 1000000ll : until);
+	}
+	if (!r)
+		r = a->asks[slot].status;
+	a->asks[slot].used = false;
+	pthread_mutex_unlock(&a->mu);
+	return r;
+}
+
+static void on_recovered(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
+{
+	struct lock_agents *a = lk->agents;
+
+	(void)from;
+	pthread_mutex_lock(&a->mu);
+	for (unsigned i = 0; i < ASKS; i++) {
+		if (a->asks[i].used && !a->asks[i].done && a->asks[i].id == m->id) {
+			a->asks[i].done = true;
+			a->asks[i].status = m->arg <= 4095 ? -(int)m->arg : -EPROTO;
+			pthread_cond_broadcast(&a->cv);
+		}
+	}
+	pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- the home: agents ---- */
+
+static void answer(struct ddss_lock *lk, uint32_t rank, uint32_t id, int status)
+{
+	int r = lock_rc_send(lk, rank, RC_RECOVERED, id, 0, 0, (uint32_t)-status);
+
+	if (r)
+		DDSS_WARN("lock recovery: cannot answer rank %u: %s", rank, ddss_strerror(r));
+}
+
+/* Answer everyone who asked @job so far (a->mu not held; @job's askers taken out). */
+static void answer_all(struct ddss_lock *lk, struct lock_agent_job *job, int status)
+{
+	struct lock_agents *a = lk->agents;
+	uint32_t n, rank[ASKERS], id[ASKERS];
+
+	pthread_mutex_lock(&a->mu);
+	n = job->nask;
+	for (uint32_t i = 0; i < n; i++) {
+		rank[i] = job->ask[i].rank;
+		id[i] = job->ask[i].id;
+	}
+	job->nask = 0;
+	job->swapped = true;
+	pthread_mutex_unlock(&a->mu);
+	for (uint32_t i = 0; i < n; i++)
+		answer(lk, rank[i], id[i], status);
+}
+
+void lock_agent_swapped(struct ddss_lock *lk, const struct lock_req *rq)
+{
+	answer_all(lk, rq->agent, 0);
+}
+
+static void *agent_main(void *arg)
+{
+	struct lock_agent_job *job = arg;
+	struct ddss_lock *lk = job->lk;
+	struct lock_agents *a = lk->agents;
+	struct lock_req rq = { .home = lk->rank, .hdr = job->hdr, .mode = DDSS_LOCK_EXCLUSIVE,
+			       .agent = job };
+	int r = lock_slot_take(lk, &rq.slot);
+
+	if (!r) {
+		struct lock_slot *sl = &lk->slot[rq.slot];
+
+		__atomic_store_n(&sl->agent, true, __ATOMIC_RELEASE);
+		r = lock_queue_acquire(lk, &rq, false, INT64_MAX);
+		if (!r) {
+			DDSS_WARN("lock recovery: the lock at offset %#llx is this rank's again; "
+				  "releasing it", (unsigned long long)job->hdr);
+			r = lock_queue_release(lk, &rq);
+		}
+		/* FAIL notes from the failed requests ahead may still come: never reuse it. */
+		__atomic_store_n(&sl->retire, true, __ATOMIC_RELEASE);
+		lock_slot_put(lk, rq.slot, r ? SLOT_LOST : SLOT_FREE);
+	}
+	if (r)
+		DDSS_WARN("lock recovery at offset %#llx: %s", (unsigned long long)job->hdr,
+			  ddss_strerror(r));
+	answer_all(lk, job, r); /* if it failed before it swapped in */
+	pthread_mutex_lock(&a->mu);
+	job->used = false;
+	pthread_mutex_unlock(&a->mu);
+	pthread_mutex_lock(&lk->mu);
+	lk->janitors--;
+	pthread_cond_broadcast(&lk->cv);
+	pthread_mutex_unlock(&lk->mu);
+	return NULL;
+}
+
+static bool start_agent(struct ddss_lock *lk, struct lock_agent_job *job)
+{
+	pthread_attr_t attr;
+	pthread_t th;
+	int e;
+
+	pthread_mutex_lock(&lk->mu);
+	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_unlock(&lk->mu);
+		return false;
+	}
+	lk->janitors++; /* ddss_lock_stop waits for it */
+	pthread_mutex_unlock(&lk->mu);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	e = pthread_create(&th, &attr, agent_main, job);
+	pthread_attr_destroy(&attr);
+	if (!e)
+		return true;
+	pthread_mutex_lock(&lk->mu);
+	lk->janitors--;
+	pthread_cond_broadcast(&lk->cv);
+	pthread_mutex_unlock(&lk->mu);
+	return false;
+}
+
+/* Progress thread: @from asks us to take back the lock of segment @m->hdr (a key). */
+static void on_recover(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
+{
+	struct lock_agents *a = lk->agents;
+	struct lock_agent_job *job = NULL, *free_job = NULL;
+	struct ddss_seg_loc loc;
+	int r = ddss_segtab_lookup(lk->ctx->segtab, m->hdr, from, &loc);
+	uint64_t hdr;
+
+	if (r) {
+		answer(lk, from, m->id, r);
+		return;
+	}
+	hdr = loc.data_off - DDSS_SEG_HDR_LEN;
+	if (__atomic_load_n(&lk->fair, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&lk->scheme, __ATOMIC_RELAXED) == DDSS_LOCK_SRSL) {
+		answer(lk, from, m->id, -EOPNOTSUPP);
+		return;
+	}
+	pthread_mutex_lock(&a->mu);
+	for (unsigned i = 0; i < AGENTS; i++) {
+		if (a->job[i].used && a->job[i].hdr == hdr)
+			job = &a->job[i];
+		else if (!a->job[i].used && !free_job)
+			free_job = &a->job[i];
+	}
+	if (job && job->swapped) {
+		r = 1; /* it is in: queue again behind it */
+	} else if (job) {
+		if (job->nask < ASKERS)
+		{
+			job->ask[job->nask].rank = from;
+			job->ask[job->nask++].id = m->id;
+		}
+		else
+			r = -EAGAIN;
+	} else if (free_job) {
+		job = free_job;
+		job->used = true;
+		job->swapped = false;
+		job->lk = lk;
+		job->hdr = hdr;
+		job->nask = 1;
+		job->ask[0].rank = from;
+		job->ask[0].id = m->id;
+		r = 2; /* start it */
+	} else {
+		r = -EAGAIN;
+	}
+	pthread_mutex_unlock(&a->mu);
+	if (r == 1) {
+		answer(lk, from, m->id, 0);
+	} else if (r < 0) {
+		answer(lk, from, m->id, r);
+	} else if (r == 2 && !start_agent(lk, job)) {
+		answer_all(lk, job, -EAGAIN);
+		pthread_mutex_lock(&a->mu);
+		job->used = false;
+		pthread_mutex_unlock(&a->mu);
+	}
+}
+
+/* ---- the members' reports ---- */
+
+/* Progress thread: what of the lock at (@from, @m->hdr) is ours (see the top). */
+static void on_xsurvey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
+{
+	struct {
+		struct rc_msg m;
+		uint32_t ids[DDSS_LOCK_SLOTS];
+	} rep = { .m = { .type = RC_XREPORT, .id = m->id } };
+	uint32_t n = 0;
+	bool busy;
+	int r;
+
+	pthread_mutex_lock(&lk->mu);
+	busy = lock_srel_busy_locked(lk, from, m->hdr) ||
+	       lock_holds_shared_of(lk, from, m->hdr);
+	for (unsigned i = 0; i < DDSS_LOCK_SLOTS; i++) {
+		struct lock_slot *sl = &lk->slot[i];
+		uint32_t qs;
+
+		if (sl->state != SLOT_BUSY && sl->state != SLOT_ABANDONED)
+			continue;
+		qs = __atomic_load_n(&sl->q_state, __ATOMIC_ACQUIRE);
+		if (!qs || sl->q_home != from || sl->q_hdr != m->hdr)
+			continue;
+		if (qs == Q_COUNTING)
+			busy = true;
+		else
+			rep.ids[n++] = LOCK_ID(lk->rank, i);
+	}
+	pthread_mutex_unlock(&lk->mu);
+	rep.m.arg = busy;
+	rep.m.pred = n;
+	r = ddss_net_send(lk->ctx->net, from, DDSS_MSG_LOCK, &rep,
+			  sizeof(rep.m) + n * sizeof(uint32_t));
+	if (r)
+		DDSS_WARN("lock recovery: report to rank %u: %s", from, ddss_strerror(r));
+}
+
+/* One member fewer to hear from (a->mu held); @ids: what it reported. */
+static void survey_count_locked(struct lock_agents *a, struct lock_agent_job *job, bool busy,
+				const uint32_t *ids, uint32_t n)
+{
+	if (n && job->nids + n > job->cap) {
+		uint32_t cap = job->nids + n + 64, *p = realloc(job->ids, cap * sizeof(*p));
+
+		if (p) {
+			job->ids = p;
+			job->cap = cap;
+		} else {
+			busy = true; /* cannot keep them: cannot say "clear" */
+			n = 0;
+		}
+	}
+	if (n)
+		memcpy(job->ids + job->nids, ids, n * sizeof(*ids));
+	job->nids += n;
+	job->busy |= busy;
+	if (--job->waiting == 0)
+		pthread_cond_broadcast(&a->cv);
+}
+
+static void on_xreport(struct ddss_lock *lk, const void *buf, size_t len)
+{
+	struct lock_agents *a = lk->agents;
+	struct rc_msg m;
+
+	memcpy(&m, buf, sizeof(m));
+	if (m.pred > DDSS_LOCK_SLOTS || len != sizeof(m) + m.pred * sizeof(uint32_t)) {
+		DDSS_WARN("lock recovery: a report of %zu bytes for %u ids: ignored", len, m.pred);
+		return;
+	}
+	pthread_mutex_lock(&a->mu);
+	for (unsigned i = 0; i < AGENTS; i++) {
+		struct lock_agent_job *job = &a->job[i];
+
+		if (job->used && job->sid == m.id && job->waiting) {
+			uint32_t ids[DDSS_LOCK_SLOTS];
+
+			memcpy(ids, (const uint8_t *)buf + sizeof(m), m.pred * sizeof(uint32_t));
+			for (uint32_t k = 0; k < m.pred; k++)
+				ids[k] = plain_id(ids[k]);
+			survey_count_locked(a, job, m.arg != 0, ids, m.pred);
+		}
+	}
+	pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- the agent: is anything live ahead of it? ---- */
+
+struct idset {
+	uint32_t *v;
+	uint32_t n, cap;
+};
+
+static int idset_add(struct idset *s, uint32_t id)
+{
+	if (s->n == s->cap) {
+		uint32_t cap = s->cap ? 2 * s->cap : 64, *p = realloc(s->v, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		s->v = p;
+		s->cap = cap;
+	}
+	s->v[s->n++] = plain_id(id);
+	return 0;
+}
+
+static bool idset_has(const struct idset *s, uint32_t id)
+{
+	for (uint32_t i = 0; i < s->n; i++)
+		if (s->v[i] == id)
+			return true;
+	return false;
+}
+
+static bool id_ok(struct ddss_lock *lk, uint32_t id)
+{
+	return ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id)) && LOCK_ID_SLOT(id) < DDSS_LOCK_SLOTS;
+}
+
+static uint64_t word_at(const uint8_t *rec, unsigned off)
+{
+	uint64_t v;
+
+	memcpy(&v, rec + off, 8);
+	return v;
+}
+
+/* Everything queued behind the agent @me, read from the records (see the top). */
+static int read_behind(struct ddss_lock *lk, uint32_t me, struct idset *behind)
+{
+	uint8_t rec[REC_LEN];
+	uint32_t cur = me;
+	int r = idset_add(behind, me);
+
+	for (unsigned steps = 0; !r && steps < CHAIN_MAX; steps++) {
+		uint64_t next, link;
+
+		r = ddss_tp_read(lk->tp, LOCK_ID_RANK(cur),
+				 (uint64_t)LOCK_ID_SLOT(cur) * REC_LEN, rec, REC_LEN);
+		for (unsigned k = 0; !r && k < REC_ENTRIES; k++) {
+			uint32_t id = (uint32_t)word_at(rec, REC_ENTRY + 8 * k);
+
+			if (id && !id_ok(lk, id))
+				return -EPROTO;
+			if (id)
+				r = idset_add(behind, id);
+		}
+		/* Shared requests k >= 64 on the overflow stack, linked through their records. */
+		for (uint32_t id = r ? 0 : (uint32_t)word_at(rec, REC_OVF), n = 0; id && !r;
+		     n++) {
+			if (!id_ok(lk, id) || n >= CHAIN_MAX)
+				return -EPROTO;
+			r = idset_add(behind, id);
+			if (!r)
+				r = ddss_tp_read(lk->tp, LOCK_ID_RANK(id),
+						 (uint64_t)LOCK_ID_SLOT(id) * REC_LEN + REC_LINK,
+						 &link, 8);
+			id = (uint32_t)link;
+		}
+		if (r)
+			return r;
+		next = word_at(rec, REC_NEXT);
+		if (!next)
+			return 0;
+		if (!id_ok(lk, (uint32_t)next))
+			return -EPROTO;
+		cur = (uint32_t)next;
+		r = idset_add(behind, cur);
+	}
+	return r ? r : -ELOOP;
+}
+
+/* 1: no live request is ahead of the agent; 0: some may be (or we cannot tell); -errno. */
+static int nothing_ahead(struct ddss_lock *lk, const struct lock_req *rq)
+{
+	struct lock_agents *a = lk->agents;
+	struct lock_agent_job *job = rq->agent;
+	uint32_t size = lk->tp->cfg.size, sid;
+	int64_t until = ddss_now_ns() + SURVEY_WAIT_NS;
+	struct idset behind = { 0 };
+	bool ok;
+	int r = 0;
+
+	pthread_mutex_lock(&a->mu);
+	sid = job->sid = ++a->sid;
+	job->waiting = size + 1; /* one per member, one for the loop below */
+	job->busy = false;
+	job->nids = 0;
+	pthread_mutex_unlock(&a->mu);
+	for (uint32_t m = 1; m <= size; m++) {
+		bool busy = false;
+
+		if (lock_rc_down(lk, m)) {
+			ddss_net_declare_dead(lk->ctx->net, m); /* never to act on our words */
+		} else if (lock_rc_send(lk, m, RC_XSURVEY, sid, rq->hdr, 0, 0)) {
+			if (lock_rc_down(lk, m))
+				ddss_net_declare_dead(lk->ctx->net, m);
+			else
+				busy = true;
+		} else {
+			continue;
+		}
+		pthread_mutex_lock(&a->mu);
+		survey_count_locked(a, job, busy, NULL, 0);
+		pthread_mutex_unlock(&a->mu);
+	}
+	pthread_mutex_lock(&a->mu);
+	survey_count_locked(a, job, false, NULL, 0);
+	while (job->waiting && ddss_now_ns() < until &&
+	       !__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
+		timed_wait(a, until);
+	ok = !job->waiting && !job->busy;
+	job->sid = 0; /* late reports are dropped */
+	pthread_mutex_unlock(&a->mu);
+	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
+		return -ESHUTDOWN;
+	if (!ok)
+		return 0;
+	r = read_behind(lk, LOCK_ID(lk->rank, rq->slot), &behind);
+	if (r) {
+		DDSS_WARN("lock recovery: reading the queue behind the agent: %s",
+			  ddss_strerror(r));
+	} else {
+		/* job->ids is ours now: only a survey with our sid adds to it. */
+		for (uint32_t i = 0; i < job->nids && ok; i++)
+			ok = idset_has(&behind, job->ids[i]);
+	}
+	free(behind.v);
+	return !r && ok;
+}
+
+int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns)
+{
+	struct lock_slot *sl = &lk->slot[rq->slot];
+	int64_t next = ddss_now_ns(); /* the askers failed: look at once */
+	unsigned spins = 0;
+
+	for (;;) {
+		uint32_t seen = __atomic_load_n(&sl->wake, __ATOMIC_ACQUIRE);
+		int64_t until;
+		int r;
+
+		if (lock_rec_load(lk, rq->slot, REC_GRANT))
+			return 0;
+		if (ddss_now_ns() >= next) {
+			r = nothing_ahead(lk, rq);
+			if (r < 0)
+				return r;
+			if (r) {
+				DDSS_WARN("lock recovery: nothing live is ahead of the agent at "
+					  "offset %#llx: it takes the lock",
+					  (unsigned long long)rq->hdr);
+				return 0;
+			}
+			next = ddss_now_ns() + SURVEY_EVERY_NS;
+		}
+		until = next < deadline_ns ? next : deadline_ns;
+		r = lock_wait_step(lk, rq->slot, seen, 0, until, &spins);
+		if (r == -ETIMEDOUT && until < deadline_ns)
+			r = 0;
+		if (r)
+			return r;
+	}
+}
+
+void lock_agent_on_msg(struct ddss_lock *lk, uint32_t from, const void *buf, size_t len)
+{
+	struct rc_msg m;
+
+	memcpy(&m, buf, sizeof(m));
+	if (m.type != RC_XREPORT && len != sizeof(m)) {
+		DDSS_WARN("rank %u sent a lock recovery message of %zu bytes: ignored", from, len);
+		return;
+	}
+	switch (m.type) {
+	case RC_RECOVER:
+		on_recover(lk, from, &m);
+		break;
+	case RC_RECOVERED:
+		on_recovered(lk, from, &m);
+		break;
+	case RC_XSURVEY:
+		on_xsurvey(lk, from, &m);
+		break;
+	case RC_XREPORT:
+		on_xreport(lk, buf, len);
+		break;
+	default:
+		DDSS_WARN("rank %u sent a lock recovery message of type %u: ignored", from, m.type);
+	}
+}
