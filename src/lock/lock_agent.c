@@ -55,9 +55,6 @@
 #define ASKERS 16u        /* ranks one agent answers once it is in */
 #define ASKS 64u          /* this rank's questions to homes under way */
 #define SURVEY_EVERY_NS (250 * 1000000ll)
-#define SURVEY_WAIT_NS (1000 * 1000000ll) /* a member that has not answered by then: ask
-					   * again next time (a frozen one is declared dead
-					   * by heartbeats) */
 #define CHAIN_MAX 65536u  /* records read behind the agent at most */
 
 struct lock_agent_job {
@@ -68,17 +65,12 @@ struct lock_agent_job {
 	struct {
 		uint32_t rank, id;
 	} ask[ASKERS];
-	/* The survey under way (a->mu). */
-	uint32_t sid, waiting;
-	bool busy;
-	uint32_t *ids, nids, cap;
 };
 
 struct lock_agents {
 	pthread_mutex_t mu;
-	pthread_cond_t cv; /* a survey ended, an answer came */
+	pthread_cond_t cv; /* an answer came */
 	struct lock_agent_job job[AGENTS];
-	uint32_t sid;
 	struct {
 		bool used, done;
 		uint32_t id;
@@ -105,8 +97,6 @@ void lock_agent_fini(struct ddss_lock *lk)
 
 	if (!a)
 		return;
-	for (unsigned i = 0; i < AGENTS; i++)
-		free(a->job[i].ids);
 	pthread_cond_destroy(&a->cv);
 	pthread_mutex_destroy(&a->mu);
 	free(a);
@@ -353,94 +343,6 @@ static void on_recover(struct ddss_lock *lk, uint32_t from, const struct rc_msg 
 	}
 }
 
-/* ---- the members' reports ---- */
-
-/* Progress thread: what of the lock at (@from, @m->hdr) is ours (see the top). */
-static void on_xsurvey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
-{
-	struct {
-		struct rc_msg m;
-		uint32_t ids[DDSS_LOCK_SLOTS];
-	} rep = { .m = { .type = RC_XREPORT, .id = m->id } };
-	uint32_t n = 0;
-	bool busy;
-	int r;
-
-	pthread_mutex_lock(&lk->mu);
-	busy = lock_srel_busy_locked(lk, from, m->hdr) ||
-	       lock_holds_shared_of(lk, from, m->hdr);
-	for (unsigned i = 0; i < DDSS_LOCK_SLOTS; i++) {
-		struct lock_slot *sl = &lk->slot[i];
-		uint32_t qs;
-
-		if (sl->state != SLOT_BUSY && sl->state != SLOT_ABANDONED)
-			continue;
-		qs = __atomic_load_n(&sl->q_state, __ATOMIC_ACQUIRE);
-		if (!qs || sl->q_home != from || sl->q_hdr != m->hdr)
-			continue;
-		if (qs == Q_COUNTING)
-			busy = true;
-		else
-			rep.ids[n++] = LOCK_ID(lk->rank, i);
-	}
-	pthread_mutex_unlock(&lk->mu);
-	rep.m.arg = busy;
-	rep.m.pred = n;
-	r = ddss_net_send(lk->ctx->net, from, DDSS_MSG_LOCK, &rep,
-			  sizeof(rep.m) + n * sizeof(uint32_t));
-	if (r)
-		DDSS_WARN("lock recovery: report to rank %u: %s", from, ddss_strerror(r));
-}
-
-/* One member fewer to hear from (a->mu held); @ids: what it reported. */
-static void survey_count_locked(struct lock_agents *a, struct lock_agent_job *job, bool busy,
-				const uint32_t *ids, uint32_t n)
-{
-	if (n && job->nids + n > job->cap) {
-		uint32_t cap = job->nids + n + 64, *p = realloc(job->ids, cap * sizeof(*p));
-
-		if (p) {
-			job->ids = p;
-			job->cap = cap;
-		} else {
-			busy = true; /* cannot keep them: cannot say "clear" */
-			n = 0;
-		}
-	}
-	if (n)
-		memcpy(job->ids + job->nids, ids, n * sizeof(*ids));
-	job->nids += n;
-	job->busy |= busy;
-	if (--job->waiting == 0)
-		pthread_cond_broadcast(&a->cv);
-}
-
-static void on_xreport(struct ddss_lock *lk, const void *buf, size_t len)
-{
-	struct lock_agents *a = lk->agents;
-	struct rc_msg m;
-
-	memcpy(&m, buf, sizeof(m));
-	if (m.pred > DDSS_LOCK_SLOTS || len != sizeof(m) + m.pred * sizeof(uint32_t)) {
-		DDSS_WARN("lock recovery: a report of %zu bytes for %u ids: ignored", len, m.pred);
-		return;
-	}
-	pthread_mutex_lock(&a->mu);
-	for (unsigned i = 0; i < AGENTS; i++) {
-		struct lock_agent_job *job = &a->job[i];
-
-		if (job->used && job->sid == m.id && job->waiting) {
-			uint32_t ids[DDSS_LOCK_SLOTS];
-
-			memcpy(ids, (const uint8_t *)buf + sizeof(m), m.pred * sizeof(uint32_t));
-			for (uint32_t k = 0; k < m.pred; k++)
-				ids[k] = plain_id(ids[k]);
-			survey_count_locked(a, job, m.arg != 0, ids, m.pred);
-		}
-	}
-	pthread_mutex_unlock(&a->mu);
-}
-
 /* ---- the agent: is anything live ahead of it? ---- */
 
 struct idset {
@@ -531,60 +433,32 @@ static int read_behind(struct ddss_lock *lk, uint32_t me, struct idset *behind)
 /* 1: no live request is ahead of the agent; 0: some may be (or we cannot tell); -errno. */
 static int nothing_ahead(struct ddss_lock *lk, const struct lock_req *rq)
 {
-	struct lock_agents *a = lk->agents;
-	struct lock_agent_job *job = rq->agent;
-	uint32_t size = lk->tp->cfg.size, sid;
-	int64_t until = ddss_now_ns() + SURVEY_WAIT_NS;
 	struct idset behind = { 0 };
+	struct lock_census cs;
 	bool ok;
-	int r = 0;
+	int r = lock_census_take(lk, lk->rank, rq->hdr, &cs);
 
-	pthread_mutex_lock(&a->mu);
-	sid = job->sid = ++a->sid;
-	job->waiting = size + 1; /* one per member, one for the loop below */
-	job->busy = false;
-	job->nids = 0;
-	pthread_mutex_unlock(&a->mu);
-	for (uint32_t m = 1; m <= size; m++) {
-		bool busy = false;
-
-		if (lock_rc_down(lk, m)) {
-			ddss_net_declare_dead(lk->ctx->net, m); /* never to act on our words */
-		} else if (lock_rc_send(lk, m, RC_XSURVEY, sid, rq->hdr, 0, 0)) {
-			if (lock_rc_down(lk, m))
-				ddss_net_declare_dead(lk->ctx->net, m);
-			else
-				busy = true;
-		} else {
-			continue;
-		}
-		pthread_mutex_lock(&a->mu);
-		survey_count_locked(a, job, busy, NULL, 0);
-		pthread_mutex_unlock(&a->mu);
+	if (r)
+		return r == -ESHUTDOWN ? r : 0;
+	ok = !cs.flags;
+	if (ok) {
+		r = read_behind(lk, LOCK_ID(lk->rank, rq->slot), &behind);
+		if (r)
+			DDSS_WARN("lock recovery: reading the queue behind the agent: %s",
+				  ddss_strerror(r));
+		ok = !r;
 	}
-	pthread_mutex_lock(&a->mu);
-	survey_count_locked(a, job, false, NULL, 0);
-	while (job->waiting && ddss_now_ns() < until &&
-	       !__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
-		timed_wait(a, until);
-	ok = !job->waiting && !job->busy;
-	job->sid = 0; /* late reports are dropped */
-	pthread_mutex_unlock(&a->mu);
-	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
-		return -ESHUTDOWN;
-	if (!ok)
-		return 0;
-	r = read_behind(lk, LOCK_ID(lk->rank, rq->slot), &behind);
-	if (r) {
-		DDSS_WARN("lock recovery: reading the queue behind the agent: %s",
-			  ddss_strerror(r));
-	} else {
-		/* job->ids is ours now: only a survey with our sid adds to it. */
-		for (uint32_t i = 0; i < job->nids && ok; i++)
-			ok = idset_has(&behind, job->ids[i]);
+	for (uint32_t i = 0; i < cs.n && ok; i++) {
+		ok = idset_has(&behind, cs.req[i].id);
+		if (!ok)
+			DDSS_INFO("lock recovery: request %#x (behind %#x%s) is ahead of the agent",
+				  cs.req[i].id, cs.req[i].pred, cs.req[i].waiting ? ", waiting" : "");
 	}
+	if (cs.flags)
+		DDSS_INFO("lock recovery: census flags %#x", cs.flags);
 	free(behind.v);
-	return !r && ok;
+	lock_census_free(&cs);
+	return ok;
 }
 
 int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns)
@@ -638,10 +512,10 @@ void lock_agent_on_msg(struct ddss_lock *lk, uint32_t from, const void *buf, siz
 		on_recovered(lk, from, &m);
 		break;
 	case RC_XSURVEY:
-		on_xsurvey(lk, from, &m);
+		lock_census_on_survey(lk, from, &m);
 		break;
 	case RC_XREPORT:
-		on_xreport(lk, buf, len);
+		lock_census_on_report(lk, buf, len);
 		break;
 	default:
 		DDSS_WARN("rank %u sent a lock recovery message of type %u: ignored", from, m.type);

@@ -43,6 +43,8 @@ int ddss_lock_create(struct ddss_ctx *ctx, enum ddss_lock_scheme scheme, bool fa
 	if (!r)
 		r = lock_agent_init(lk);
 	if (!r)
+		r = lock_census_init(lk);
+	if (!r)
 		r = ddss_srsl_create(ctx->net, &lk->srsl);
 	if (r) {
 		ddss_lock_destroy(lk);
@@ -73,6 +75,7 @@ void ddss_lock_destroy(struct ddss_lock *lk)
 		return;
 	ddss_srsl_destroy(lk->srsl);
 	lock_agent_fini(lk);
+	lock_census_fini(lk);
 	lock_holds_fini(lk);
 	pthread_cond_destroy(&lk->fin_cv);
 	pthread_cond_destroy(&lk->cv);

@@ -219,6 +219,7 @@ struct ddss_lock {
 	uint32_t rc_sid, rc_born;
 	uint32_t rc_checks;        /* drain check ids handed out (atomic) */
 	struct lock_agents *agents; /* lock_agent.c */
+	struct lock_censuses *censuses; /* lock_census.c */
 };
 
 /* lock_slot.c */
@@ -279,6 +280,10 @@ void lock_srel_begin_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
 void lock_srel_end_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
 /* Whether a shared release of that lock may be under way here (mu held). */
 bool lock_srel_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
+/* Wait for the successor of @rq (waiter @me), which swapped itself in, to announce itself
+ * (its id in *next_p): -EHOSTDOWN once a census shows it is nowhere alive. */
+int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_t me,
+			int64_t deadline_ns, uint64_t *next_p);
 /* lock_slot.c: bump @slot's wake word and wake its waiter. */
 void lock_slot_wake(struct ddss_lock *lk, unsigned slot);
 
@@ -295,6 +300,30 @@ int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64
 /* Ask @home to take back its lock of @key (a request failed behind a dead or failed one):
  * 0 once a recovery agent is queued there (ask again behind it), or -errno. */
 int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t deadline_ns);
+
+/* lock_census.c: what every live member has on one lock */
+#define CENSUS_SHARED 1u   /* a member holds it shared, or is releasing a shared hold */
+#define CENSUS_UNPLACED 2u /* a member's request has its first atomic on the word out */
+#define CENSUS_MISSING 4u  /* a member did not answer (in time) */
+struct lock_census_req {
+	uint32_t id, pred; /* waiter ids without the "sleeps" bit */
+	bool waiting;      /* not granted yet */
+	bool shared;
+};
+struct lock_census {
+	uint32_t flags;
+	uint32_t n;
+	struct lock_census_req *req;
+};
+int lock_census_init(struct ddss_lock *lk);
+void lock_census_fini(struct ddss_lock *lk);
+/* Ask every member about the lock at (@home, @hdr); waits up to a second. 0 or -errno. */
+int lock_census_take(struct ddss_lock *lk, uint32_t home, uint64_t hdr,
+		     struct lock_census *out);
+void lock_census_free(struct lock_census *cs);
+struct rc_msg;
+void lock_census_on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m);
+void lock_census_on_report(struct ddss_lock *lk, const void *buf, size_t len);
 
 /* lock_posted.c */
 /*

@@ -312,8 +312,9 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq, const uint
 				break;
 			x = LOCK_COUNT(old);
 		}
-		/* Transient state: a successor swapped itself in and is about to announce. */
-		r = lock_wait_rec(lk, rq->slot, REC_NEXT, 0, transient_deadline(lk), &next);
+		/* Transient state: a successor swapped itself in and is about to announce
+		 * (unless it died first: lock_recover.c finds that out). */
+		r = lock_wait_successor(lk, rq, my_id(lk, rq), transient_deadline(lk), &next);
 		if (r) {
 			DDSS_ERR("lock: successor never announced itself: %s", ddss_strerror(r));
 			return r;

@@ -373,3 +373,66 @@ int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t dea
 			return r;
 	}
 }
+
+/* ---- a release whose successor never announced itself ---- */
+
+/* Is a live request waiting behind @me (exclusive, not granted)? -1: cannot tell yet. */
+static int successor_alive(struct ddss_lock *lk, const struct lock_req *rq, uint32_t me)
+{
+	struct lock_census cs;
+	int alive = 0;
+
+	if (lock_census_take(lk, rq->home, rq->hdr, &cs))
+		return -1;
+	if (cs.flags & (CENSUS_UNPLACED | CENSUS_MISSING))
+		alive = -1; /* a request not placed yet may be the one */
+	for (uint32_t i = 0; i < cs.n && !alive; i++)
+		alive = !cs.req[i].shared && cs.req[i].waiting &&
+			cs.req[i].pred == (me & ~(uint32_t)LOCK_ID_SLEEPS);
+	lock_census_free(&cs);
+	return alive;
+}
+
+/*
+ * Our CAS found another tail: a successor swapped itself in after us and announces itself
+ * with one write. If it died before that write, nobody ever will: after a while, a census
+ * asks every live member whether a request of theirs waits behind us. None does (and none
+ * is unplaced): it is dead, and the release ends with -EHOSTDOWN (the caller's slot is
+ * lost, so what queued behind it fails and is recovered, lock_agent.c).
+ */
+int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_t me,
+			int64_t deadline_ns, uint64_t *next_p)
+{
+	struct lock_slot *sl = &lk->slot[rq->slot];
+	int64_t next_census = ddss_now_ns() + CHECK_FIRST_NS;
+	unsigned spins = 0;
+
+	for (;;) {
+		uint32_t seen = __atomic_load_n(&sl->wake, __ATOMIC_ACQUIRE);
+		int64_t until;
+		int r;
+
+		*next_p = lock_rec_load(lk, rq->slot, REC_NEXT);
+		if (*next_p)
+			return 0;
+		if (ddss_now_ns() >= next_census) {
+			int alive = successor_alive(lk, rq, me);
+
+			*next_p = lock_rec_load(lk, rq->slot, REC_NEXT);
+			if (*next_p)
+				return 0;
+			if (!alive) {
+				DDSS_WARN("lock: our successor at rank %u's lock died before it "
+					  "announced itself", rq->home);
+				return -EHOSTDOWN;
+			}
+			next_census = ddss_now_ns() + CHECK_EVERY_NS;
+		}
+		until = next_census < deadline_ns ? next_census : deadline_ns;
+		r = lock_wait_step(lk, rq->slot, seen, 0, until, &spins);
+		if (r == -ETIMEDOUT && until < deadline_ns)
+			r = 0;
+		if (r)
+			return r;
+	}
+}
