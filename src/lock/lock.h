@@ -100,6 +100,21 @@ struct ddss_lock_posted_stats {
 };
 void ddss_lock_posted_stats(ddss_ctx_t *ctx, struct ddss_lock_posted_stats *st);
 
+/*
+ * Lock recovery (lock_recover.c, lock_agent.c, docs/failure.md): what this context did so
+ * far. Counters only grow.
+ */
+struct ddss_lock_recovery_stats {
+	uint64_t agents;     /* recovery agents run here, as the home of a lock */
+	uint64_t agents_took; /* ... that took the lock because nothing live was ahead */
+	uint64_t drains;     /* closers here that entered without dead holders' releases */
+	uint64_t successors_lost; /* releases here whose successor died before announcing */
+	uint64_t requeued;   /* requests here that failed behind a dead one and queued again */
+};
+void ddss_lock_recovery_stats(ddss_ctx_t *ctx, struct ddss_lock_recovery_stats *st);
+/* Test: ask @key's home to run a recovery agent now, as a failed request would. */
+int ddss_lock_test_recover(ddss_ctx_t *ctx, ddss_key_t key);
+
 /* Test hooks (NULL in production): called at these points with no lock module mutex held. */
 enum ddss_lock_test_point {
 	DDSS_LOCK_TP_RELEASE_CAS, /* an exclusive release is about to post its first CAS */

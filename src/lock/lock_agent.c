@@ -46,6 +46,8 @@
 #include "lock/lock_int.h"
 #include "lock/lock_recover.h"
 
+#include <stdint.h>
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,7 @@
 struct lock_agent_job {
 	struct ddss_lock *lk;
 	bool used, swapped;
+	bool took; /* granted by a census, not by its predecessor (the agent's thread) */
 	uint64_t hdr;
 	uint32_t nask;
 	struct {
@@ -227,6 +230,7 @@ static void *agent_main(void *arg)
 			       .agent = job };
 	int r = lock_slot_take(lk, &rq.slot);
 
+	LOCK_RSTAT(lk, agents);
 	if (!r) {
 		struct lock_slot *sl = &lk->slot[rq.slot];
 
@@ -237,8 +241,10 @@ static void *agent_main(void *arg)
 				  "releasing it", (unsigned long long)job->hdr);
 			r = lock_queue_release(lk, &rq);
 		}
-		/* FAIL notes from the failed requests ahead may still come: never reuse it. */
-		__atomic_store_n(&sl->retire, true, __ATOMIC_RELEASE);
+		/* Took it past a failed predecessor: that one's FAIL note may still come, so
+		 * never reuse the slot. (Granted by a live one, it is an ordinary slot.) */
+		if (job->took)
+			__atomic_store_n(&sl->retire, true, __ATOMIC_RELEASE);
 		lock_slot_put(lk, rq.slot, r ? SLOT_LOST : SLOT_FREE);
 	}
 	if (r)
@@ -321,6 +327,7 @@ static void on_recover(struct ddss_lock *lk, uint32_t from, const struct rc_msg 
 		job = free_job;
 		job->used = true;
 		job->swapped = false;
+		job->took = false;
 		job->lk = lk;
 		job->hdr = hdr;
 		job->nask = 1;
@@ -482,6 +489,8 @@ int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64
 				DDSS_WARN("lock recovery: nothing live is ahead of the agent at "
 					  "offset %#llx: it takes the lock",
 					  (unsigned long long)rq->hdr);
+				LOCK_RSTAT(lk, agents_took);
+				rq->agent->took = true;
 				return 0;
 			}
 			next = ddss_now_ns() + SURVEY_EVERY_NS;
@@ -520,4 +529,13 @@ void lock_agent_on_msg(struct ddss_lock *lk, uint32_t from, const void *buf, siz
 	default:
 		DDSS_WARN("rank %u sent a lock recovery message of type %u: ignored", from, m.type);
 	}
+}
+
+int ddss_lock_test_recover(ddss_ctx_t *ctx, ddss_key_t key)
+{
+	uint32_t home;
+	uint64_t hdr;
+	int r = lock_word_of(ctx, key, &home, &hdr, NULL);
+
+	return r ? r : lock_agent_ask(ctx->lock, home, key, INT64_MAX);
 }

@@ -315,6 +315,7 @@ static int requeue(struct ddss_lock *lk, ddss_key_t key, struct lock_req *rq, in
 
 			left_ms = left > 0 ? (int)(left / 1000000ll) : 0;
 		}
+		LOCK_RSTAT(lk, requeued);
 		rq->stage = STAGE_START;
 		rq->pred = rq->count = rq->drain = 0;
 		r = queue_acquire(lk, key, rq, false, left_ms, implicit);

@@ -220,6 +220,7 @@ struct ddss_lock {
 	uint32_t rc_checks;        /* drain check ids handed out (atomic) */
 	struct lock_agents *agents; /* lock_agent.c */
 	struct lock_censuses *censuses; /* lock_census.c */
+	struct ddss_lock_recovery_stats rstats; /* atomic counters */
 };
 
 /* lock_slot.c */
@@ -284,6 +285,8 @@ bool lock_srel_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
  * (its id in *next_p): -EHOSTDOWN once a census shows it is nowhere alive. */
 int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_t me,
 			int64_t deadline_ns, uint64_t *next_p);
+/* Count one event in lk->rstats. */
+#define LOCK_RSTAT(lk, field) __atomic_add_fetch(&(lk)->rstats.field, 1, __ATOMIC_RELAXED)
 /* lock_slot.c: bump @slot's wake word and wake its waiter. */
 void lock_slot_wake(struct ddss_lock *lk, unsigned slot);
 

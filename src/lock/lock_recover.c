@@ -350,6 +350,7 @@ int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t dea
 			return 0;
 		if (check && __atomic_load_n(&sl->rc_clear, __ATOMIC_ACQUIRE) == check) {
 			__atomic_store_n(&sl->retire, true, __ATOMIC_RELEASE);
+			LOCK_RSTAT(lk, drains);
 			DDSS_WARN("lock: %u shared release(s) of rank %u's lock never came (dead "
 				  "holders): entering without them", rq->drain -
 				  __atomic_load_n(&sl->drained, __ATOMIC_ACQUIRE), rq->home);
@@ -424,6 +425,7 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 			if (!alive) {
 				DDSS_WARN("lock: our successor at rank %u's lock died before it "
 					  "announced itself", rq->home);
+				LOCK_RSTAT(lk, successors_lost);
 				return -EHOSTDOWN;
 			}
 			next_census = ddss_now_ns() + CHECK_EVERY_NS;
@@ -435,4 +437,15 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 		if (r)
 			return r;
 	}
+}
+
+void ddss_lock_recovery_stats(ddss_ctx_t *ctx, struct ddss_lock_recovery_stats *st)
+{
+	const struct ddss_lock_recovery_stats *c = &ctx->lock->rstats;
+
+	st->agents = __atomic_load_n(&c->agents, __ATOMIC_RELAXED);
+	st->agents_took = __atomic_load_n(&c->agents_took, __ATOMIC_RELAXED);
+	st->drains = __atomic_load_n(&c->drains, __ATOMIC_RELAXED);
+	st->successors_lost = __atomic_load_n(&c->successors_lost, __ATOMIC_RELAXED);
+	st->requeued = __atomic_load_n(&c->requeued, __ATOMIC_RELAXED);
 }
