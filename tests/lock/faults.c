@@ -378,11 +378,9 @@ int main(int argc, char **argv)
 	}
 	if (!which || (strcmp(which, "x-holder") && strcmp(which, "s-holder") &&
 		       strcmp(which, "queued") && strcmp(which, "mid-put") &&
-		       strcmp(which, "frozen")) ||
-	    (ncosed && !strcmp(which, "frozen"))) {
+		       strcmp(which, "frozen"))) {
 		fprintf(stderr, "usage: %s --case x-holder|s-holder|queued|mid-put|frozen "
-			"[--scheme srsl]\n       %s --case x-holder|s-holder|queued|mid-put --scheme ncosed\n",
-			argv[0], argv[0]);
+			"[--scheme srsl|ncosed]\n", argv[0]);
 		return 2;
 	}
 	if (!getenv("DDSS_SIZE") || atoi(getenv("DDSS_SIZE")) != (int)VICTIM ||
