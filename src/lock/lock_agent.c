@@ -143,7 +143,7 @@ int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t de
 		if (!a->asks[i].used)
 			slot = i;
 	if (slot < ASKS) {
-		id = ++a->ask_id;
+		id = ++a->ask_id ? a->ask_id : ++a->ask_id; /* 0 is a nudge's */
 		a->asks[slot].used = true;
 		a->asks[slot].done = false;
 		a->asks[slot].id = id;
@@ -171,6 +171,15 @@ int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t de
 	return r;
 }
 
+void lock_agent_nudge(struct ddss_lock *lk, const struct lock_req *rq, uint32_t tail)
+{
+	uint32_t rank = LOCK_ID_RANK(tail);
+
+	/* Ask id 0 is nobody's: the answer is dropped. */
+	if (rq->key && rank != rq->home && lock_rc_down(lk, rank))
+		(void)lock_rc_send(lk, rq->home, RC_RECOVER, 0, rq->key, 0, 0);
+}
+
 static void on_recovered(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
 {
 	struct lock_agents *a = lk->agents;
@@ -191,7 +200,7 @@ static void on_recovered(struct ddss_lock *lk, uint32_t from, const struct rc_ms
 
 static void answer(struct ddss_lock *lk, uint32_t rank, uint32_t id, int status)
 {
-	int r = lock_rc_send(lk, rank, RC_RECOVERED, id, 0, 0, (uint32_t)-status);
+	int r = id ? lock_rc_send(lk, rank, RC_RECOVERED, id, 0, 0, (uint32_t)-status) : 0;
 
 	if (r)
 		DDSS_WARN("lock recovery: cannot answer rank %u: %s", rank, ddss_strerror(r));
@@ -316,13 +325,12 @@ static void on_recover(struct ddss_lock *lk, uint32_t from, const struct rc_msg 
 	if (job && job->swapped) {
 		r = 1; /* it is in: queue again behind it */
 	} else if (job) {
-		if (job->nask < ASKERS)
-		{
+		if (m->id && job->nask < ASKERS) { /* (id 0: a try-lock's nudge, no answer) */
 			job->ask[job->nask].rank = from;
 			job->ask[job->nask++].id = m->id;
-		}
-		else
+		} else if (m->id) {
 			r = -EAGAIN;
+		}
 	} else if (free_job) {
 		job = free_job;
 		job->used = true;
@@ -330,7 +338,7 @@ static void on_recover(struct ddss_lock *lk, uint32_t from, const struct rc_msg 
 		job->took = false;
 		job->lk = lk;
 		job->hdr = hdr;
-		job->nask = 1;
+		job->nask = m->id ? 1 : 0;
 		job->ask[0].rank = from;
 		job->ask[0].id = m->id;
 		r = 2; /* start it */
@@ -456,7 +464,10 @@ static int nothing_ahead(struct ddss_lock *lk, const struct lock_req *rq)
 		ok = !r;
 	}
 	for (uint32_t i = 0; i < cs.n && ok; i++) {
-		ok = idset_has(&behind, cs.req[i].id);
+		if (cs.req[i].trying) /* ahead only if its CAS made it our predecessor */
+			ok = cs.req[i].id != (rq->pred & ~(uint32_t)LOCK_ID_SLEEPS);
+		else
+			ok = idset_has(&behind, cs.req[i].id);
 		if (!ok)
 			DDSS_INFO("lock recovery: request %#x (behind %#x%s) is ahead of the agent",
 				  cs.req[i].id, cs.req[i].pred, cs.req[i].waiting ? ", waiting" : "");

@@ -331,7 +331,7 @@ static int requeue(struct ddss_lock *lk, ddss_key_t key, struct lock_req *rq, in
 static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bool try_only,
 		   int timeout_ms, bool implicit, const struct ddss_seg_desc *d)
 {
-	struct lock_req rq = { .mode = mode };
+	struct lock_req rq = { .mode = mode, .key = key };
 	enum ddss_lock_scheme scheme;
 	struct ddss_lock *lk;
 	int r, held;

@@ -7,7 +7,9 @@
  * A member reports each of its requests on the lock that has passed its first atomic on
  * the word (its slot's q_state is Q_COUNTED), except exclusive releases that went on
  * without their caller (lock_posted.c): its waiter id, the id it queued behind, and
- * whether it is still waiting (not granted). It also says whether it holds the lock shared
+ * whether it is still waiting (not granted); a try-lock whose CAS may be out is reported as
+ * trying (it can only have succeeded on a word with no tail: it matters only to the
+ * request that swapped itself in right after it, whose predecessor it then is). It also says whether it holds the lock shared
  * or is releasing a shared hold (CENSUS_SHARED: shared holds take no slot), and whether a
  * request of its has an atomic out (CENSUS_UNPLACED: where that one is, nobody can tell
  * yet). Members this rank sees down are declared dead for good first, so that nothing of
@@ -30,6 +32,7 @@
 /* One reported request on the wire: id, pred, flags. */
 #define WIRE_WAITING 1u
 #define WIRE_SHARED 2u
+#define WIRE_TRYING 4u
 #define WIRE_WORDS 3u
 
 struct census_run {
@@ -107,9 +110,10 @@ void lock_census_on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_
 			continue;
 		}
 		w[0] = LOCK_ID(lk->rank, i);
-		w[1] = sl->q_pred;
-		w[2] = (sl->q_shared ? WIRE_SHARED : 0) |
-		       (sl->q_pred && !lock_rec_load(lk, i, REC_GRANT) ? WIRE_WAITING : 0);
+		w[1] = qs == Q_TRYING ? 0 : sl->q_pred;
+		w[2] = (sl->q_shared ? WIRE_SHARED : 0) | (qs == Q_TRYING ? WIRE_TRYING : 0) |
+		       (qs == Q_COUNTED && sl->q_pred && !lock_rec_load(lk, i, REC_GRANT) ?
+				WIRE_WAITING : 0);
 		n++;
 	}
 	pthread_mutex_unlock(&lk->mu);
@@ -138,6 +142,7 @@ static void count_locked(struct lock_censuses *c, struct census_run *run, uint32
 					.pred = w[1] & ~(uint32_t)LOCK_ID_SLEEPS,
 					.waiting = w[2] & WIRE_WAITING,
 					.shared = w[2] & WIRE_SHARED,
+					.trying = w[2] & WIRE_TRYING,
 				};
 		} else {
 			flags |= CENSUS_MISSING; /* cannot keep them: the census is not whole */

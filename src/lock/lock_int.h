@@ -86,6 +86,8 @@ enum lock_q_state {
 	Q_NONE = 0,
 	Q_COUNTING, /* its fetch&add on W may be out: which epoch it is in is not known */
 	Q_COUNTED,  /* counted in the epoch of q_pred (0: admitted at once) */
+	Q_TRYING,   /* a try-lock's CAS may be out: it can only have succeeded on a word
+		     * with no tail, so it matters only to whoever swapped in right after */
 };
 
 /* A posted release (lock_posted.c): who finishes the slot's release CAS. The slot's
@@ -143,6 +145,7 @@ struct lock_req {
 	uint64_t epoch;    /* descriptor cache epoch when the key was found valid */
 	bool may_post;     /* release: may return before its CAS completes (lock_posted.c) */
 	struct lock_agent_job *agent; /* a recovery agent's request (lock_agent.c), or NULL */
+	uint64_t key;      /* the segment's key (0: not known, e.g. an agent's own request) */
 };
 
 struct lock_slot {
@@ -300,6 +303,9 @@ void lock_agent_on_msg(struct ddss_lock *lk, uint32_t from, const void *buf, siz
 void lock_agent_swapped(struct ddss_lock *lk, const struct lock_req *rq);
 /* The agent waits for its grant, or for no live request ahead of it. */
 int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns);
+/* A try-lock found the tail held by a rank that is down: ask @rq's home to take the lock
+ * back, without waiting (the try still says -EBUSY). */
+void lock_agent_nudge(struct ddss_lock *lk, const struct lock_req *rq, uint32_t tail);
 /* Ask @home to take back its lock of @key (a request failed behind a dead or failed one):
  * 0 once a recovery agent is queued there (ask again behind it), or -errno. */
 int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t deadline_ns);
@@ -312,6 +318,7 @@ struct lock_census_req {
 	uint32_t id, pred; /* waiter ids without the "sleeps" bit */
 	bool waiting;      /* not granted yet */
 	bool shared;
+	bool trying;       /* a try-lock whose CAS may be out (Q_TRYING) */
 };
 struct lock_census {
 	uint32_t flags;

@@ -123,8 +123,10 @@ static int x_try(struct ddss_lock *lk, struct lock_req *rq)
 		rq->stage = STAGE_DONE;
 		return 0;
 	}
-	if (LOCK_TAIL(old))
+	if (LOCK_TAIL(old)) {
+		lock_agent_nudge(lk, rq, LOCK_TAIL(old)); /* a dead tail never leaves */
 		return -EBUSY;
+	}
 	r = ddss_tp_read(lk->tp, rq->home, rq->hdr + LOCK_D, &d, 8);
 	if (r)
 		return r;
@@ -351,8 +353,10 @@ static int s_try(struct ddss_lock *lk, struct lock_req *rq)
 			return r;
 		if (old == LOCK_WORD(0, x))
 			break;
-		if (LOCK_TAIL(old))
+		if (LOCK_TAIL(old)) {
+			lock_agent_nudge(lk, rq, LOCK_TAIL(old));
 			return -EBUSY;
+		}
 		x = LOCK_COUNT(old);
 	}
 	counted(lk, rq);
@@ -469,7 +473,7 @@ int lock_queue_acquire(struct ddss_lock *lk, struct lock_req *rq, bool try_only,
 		sl->q_home = rq->home;
 		sl->q_hdr = rq->hdr;
 		sl->q_shared = rq->mode == DDSS_LOCK_SHARED;
-		__atomic_store_n(&sl->q_state, Q_COUNTING, __ATOMIC_RELEASE);
+		__atomic_store_n(&sl->q_state, try_only ? Q_TRYING : Q_COUNTING, __ATOMIC_RELEASE);
 		if (try_only)
 			return rq->mode == DDSS_LOCK_EXCLUSIVE ? x_try(lk, rq) : s_try(lk, rq);
 	}

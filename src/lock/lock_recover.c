@@ -104,6 +104,11 @@ static bool epoch_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr,
 
 		if (!qs || !sl->q_shared || sl->q_home != home || sl->q_hdr != hdr)
 			continue;
+		if (qs == Q_TRYING) {
+			if (!pred) /* a try can only have made it into an idle epoch */
+				return true;
+			continue;
+		}
 		if (qs == Q_COUNTING || !sl->q_pred)
 			return true;
 		if (sl->q_pred == pred && lock_rec_load(lk, i, REC_GRANT))
