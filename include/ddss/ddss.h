@@ -292,8 +292,11 @@ enum ddss_lock_mode {
  * ddss_acquire_lock_ss() - wait until @key's lock is held in @mode.
  *
  * Returns 0, -EINVAL (bad key or mode), -ESTALE (released segment), -ENOLCK (this context
- * already holds or waits for DDSS_LOCK_SLOTS locks), -EHOSTDOWN / -ECONNRESET (the home or
- * the rank this request waits behind is gone). Waits without limit otherwise.
+ * already holds or waits for DDSS_LOCK_SLOTS locks), -EHOSTDOWN / -ECONNRESET (the home is
+ * gone, or the lock could not be taken back from a dead rank). Waits without limit
+ * otherwise. A request that finds a dead rank ahead of it (holding the lock or queued)
+ * asks the home to take the lock back and queues again (docs/failure.md): it gets the
+ * lock once the home has seen that rank down and no live request is ahead of it.
  */
 DDSS_API int ddss_acquire_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode);
 
@@ -307,8 +310,9 @@ DDSS_API int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key,
 
 /**
  * ddss_try_lock_ss() - take @key's lock in @mode only if that needs no waiting.
- * -EBUSY if it is held in a conflicting mode or has waiters (nothing is queued);
- * otherwise as ddss_acquire_lock_ss().
+ * -EBUSY if it is held in a conflicting mode or has waiters (nothing is queued; if the
+ * tail of the queue is a rank this one sees down, the home is asked to take the lock back,
+ * so a later try can succeed); otherwise as ddss_acquire_lock_ss().
  */
 DDSS_API int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode);
 

@@ -51,7 +51,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define AGENTS 8u         /* agents one home runs at once */
 #define ASKERS 16u        /* ranks one agent answers once it is in */
@@ -111,21 +110,6 @@ static uint32_t plain_id(uint32_t id)
 	return id & ~(uint32_t)LOCK_ID_SLEEPS;
 }
 
-static void timed_wait(struct lock_agents *a, int64_t until_ns)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	int64_t rel = until_ns - ddss_now_ns(), ns;
-
-	if (rel <= 0)
-		return;
-	ns = (int64_t)ts.tv_nsec + rel;
-	ts.tv_sec += (time_t)(ns / 1000000000ll);
-	ts.tv_nsec = (long)(ns % 1000000000ll);
-	pthread_cond_timedwait(&a->cv, &a->mu, &ts);
-}
-
 /* ---- the asking rank ---- */
 
 int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t deadline_ns)
@@ -161,8 +145,9 @@ int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t de
 		else if (ddss_now_ns() >= until)
 			r = -ETIMEDOUT;
 		else
-			timed_wait(a, ddss_now_ns() + 50 * 1000000ll < until ?
-					      ddss_now_ns() + 50 * 1000000ll : until);
+			lock_cond_wait_until(&a->cv, &a->mu,
+					     ddss_now_ns() + 50 * 1000000ll < until ?
+						     ddss_now_ns() + 50 * 1000000ll : until);
 	}
 	if (!r)
 		r = a->asks[slot].status;

@@ -182,7 +182,7 @@ void lock_census_on_report(struct ddss_lock *lk, const void *buf, size_t len)
 
 /* ---- the one who asks ---- */
 
-static void timed_wait(struct lock_censuses *c, int64_t until_ns)
+void lock_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_ns)
 {
 	int64_t rel = until_ns - ddss_now_ns(), ns;
 	struct timespec ts;
@@ -193,7 +193,7 @@ static void timed_wait(struct lock_censuses *c, int64_t until_ns)
 	ns = (int64_t)ts.tv_nsec + rel;
 	ts.tv_sec += (time_t)(ns / 1000000000ll);
 	ts.tv_nsec = (long)(ns % 1000000000ll);
-	pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+	pthread_cond_timedwait(cv, mu, &ts);
 }
 
 int lock_census_take(struct ddss_lock *lk, uint32_t home, uint64_t hdr, struct lock_census *out)
@@ -238,7 +238,7 @@ int lock_census_take(struct ddss_lock *lk, uint32_t home, uint64_t hdr, struct l
 	count_locked(c, run, 0, NULL, 0);
 	while (run->waiting && ddss_now_ns() < until &&
 	       !__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
-		timed_wait(c, until);
+		lock_cond_wait_until(&c->cv, &c->mu, until);
 	if (run->waiting)
 		out->flags |= CENSUS_MISSING;
 	run->used = false; /* late reports find no census: dropped */

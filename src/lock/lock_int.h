@@ -331,6 +331,8 @@ void lock_census_fini(struct ddss_lock *lk);
 int lock_census_take(struct ddss_lock *lk, uint32_t home, uint64_t hdr,
 		     struct lock_census *out);
 void lock_census_free(struct lock_census *cs);
+/* pthread_cond_timedwait until ddss_now_ns() reaches @until_ns (@mu held). */
+void lock_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_ns);
 struct rc_msg;
 void lock_census_on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m);
 void lock_census_on_report(struct ddss_lock *lk, const void *buf, size_t len);
