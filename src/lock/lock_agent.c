@@ -4,39 +4,31 @@
  * The lock word and the waiters' records hold the queue; when a holder or a queued waiter
  * dies, the requests behind it fail (lock_posted.c sends them FAIL) and the tail names a
  * request that will never hand over. A request that failed that way asks the lock's home
- * to take the lock back (RECOVER) and then queues again.
+ * to take the lock back (RECOVER) and then queues again (lock_api.c, requeue).
  *
- * The home runs a recovery **agent**: an ordinary exclusive request of the home's own,
- * in its own thread, that swaps itself in as tail like any other. Once it has swapped in,
- * the askers are answered and queue again, behind it, in FIFO order as usual. The agent
- * differs from other requests in one thing only: it is granted either by its predecessor,
- * or by finding that no live request is ahead of it. It then drains its epoch
- * (lock_recover.c takes care of dead shared holders), holds the lock, and releases it as
- * usual, to its successor or to nobody.
+ * The home runs a recovery **agent**: an ordinary exclusive request of the home's own, in
+ * a thread, that swaps itself in as tail like any other. Once it has swapped in, the askers
+ * are answered and queue again, behind it, in FIFO order as usual. The agent differs from
+ * other requests in one thing only: it is granted either by its predecessor, or by finding
+ * that no live request is ahead of it. It then drains its epoch (lock_recover.c takes care
+ * of dead shared holders), holds the lock, and releases it as usual.
  *
- * "No live request ahead of it": the home surveys every rank it still counts as a member
- * (XSURVEY; ranks it sees down are declared dead for good first, so nothing of theirs can
- * act on its words again). Each reports the requests it has on the lock that have passed
- * their first atomic on the word (XREPORT: waiter ids), and whether it holds the lock shared,
- * is releasing a shared hold, or has a request whose first atomic is still out (then it
- * is busy: nobody can tell yet where that request is). The agent then reads the queue
- * *behind* itself, from the records: its record's successor and registered shared requests,
- * their successor's, and so on. Every reported request must be in that part; any other is
- * ahead of the agent (a holder, or a waiter that may still be granted) and the agent waits,
- * surveying again every SURVEY_EVERY_NS.
+ * "No live request ahead of it": a census (lock_census.c) of every rank the home does not
+ * see down lists their requests on the lock, and the agent reads the queue *behind* itself
+ * from the records: its record's successor and registered shared requests, their
+ * successor's, and so on. Every listed request must be in that part; any other is ahead (a
+ * holder, or a waiter that may still be granted) and the agent waits, taking a new census
+ * every SURVEY_EVERY_NS. Reading the records is exact where comparing ids would not be: a
+ * record names what announced itself in it during its owner's present use (records are
+ * cleared before their id is published, and a predecessor never finishes before its
+ * successor's announcement has landed), while a waiter ahead of the agent may wait for a
+ * grant on its way from a predecessor whose slot has since been reused behind the agent.
+ * A request that swapped in but has not announced itself yet looks ahead until it has.
  *
- * Why reading the records is exact: a record names the request that announced itself in it
- * during its owner's present use (records are cleared before their id is published, and a
- * predecessor never finishes before its successor's announcement has landed). An id
- * compared with a stale copy would not do: a waiter ahead of the agent may be waiting for a
- * grant that is on its way from a predecessor whose slot has since been reused behind the
- * agent. Requests that swapped in but have not announced themselves yet look ahead: the
- * next survey finds them announced.
- *
- * What survives in the queue ahead of the agent: live requests that complete normally, and
- * failed (lost) ones, which hand over to nobody. Dead ranks can neither hold (every live rank
- * that could grant them... is ahead and done) nor touch the words. So when nothing live is
- * ahead, nobody holds the lock and nobody can grant the agent: it takes the lock.
+ * What can be ahead of the agent and not in the census: requests of dead ranks (declared
+ * dead first: they can no longer touch the words or grant anyone) and failed (lost)
+ * requests, which never hand over. So when the census finds nothing live ahead, nobody
+ * holds the lock and nobody can grant the agent: it takes the lock.
  *
  * Fair mode (tickets) is not recovered: a dead rank can hold the turn word's next ticket.
  */
@@ -45,8 +37,6 @@
 #include "core/log.h"
 #include "lock/lock_int.h"
 #include "lock/lock_recover.h"
-
-#include <stdint.h>
 
 #include <errno.h>
 #include <stdlib.h>

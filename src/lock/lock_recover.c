@@ -16,7 +16,8 @@
  *   - any shared hold of the lock (no later epoch can have holders while the closer
  *     waits, and every earlier epoch was drained by its own closer);
  *   - any shared release of the lock still under way (its fetch&add may be out);
- *   - a shared request whose fetch&add may be out (its epoch is not known yet);
+ *   - a shared request whose fetch&add may be out (its epoch is not known yet), and, for
+ *     the idle epoch (p == 0), a shared try-lock whose CAS may be out;
  *   - a shared request queued behind p (or admitted at once, p == 0) that has been
  *     granted. One queued behind p that has not been granted is in a later epoch, behind
  *     a request that reused p's slot: p granted every request of its own epoch before it
@@ -28,7 +29,11 @@
  * said clear (it was sent to the closer, the report to the home). The closer's slot is
  * therefore never reused (SLOT_RETIRED): the stale note can only bump a dead counter.
  *
- * Everything here runs on the progress thread (handlers) except lock_drain_wait.
+ * Also here: a release whose successor swapped itself in and died before announcing
+ * itself finds out by a census (lock_wait_successor), and the tag's message dispatcher.
+ *
+ * Everything here runs on the progress thread (handlers) except lock_drain_wait and
+ * lock_wait_successor.
  */
 #include "core/ctx.h"
 #include "core/log.h"
