@@ -126,5 +126,7 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 			r = (int32_t)(net->barrier_released - epoch) < 0 ? -ETIMEDOUT : 0;
 	}
 	pthread_mutex_unlock(&net->mu);
+	if (!r)
+		ddss_tp_set_formed(net->tp); /* every rank has been up */
 	return r;
 }

@@ -220,6 +220,7 @@ struct ddss_tp {
 	uint8_t *refused;           /* [rank] (atomic): declared dead, never served again */
 	struct ddss_auth_key auth;  /* owned copy of *cfg.auth (cfg.auth points here) */
 	unsigned long handshakes_failed; /* atomic: incoming connections turned away */
+	bool formed;                /* atomic: every rank has been up (a group barrier passed) */
 };
 
 /** How many incoming connections this transport turned away in their handshake (wrong
@@ -276,6 +277,20 @@ static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)
 {
 	return rank >= 1 && rank <= tp->cfg.size &&
 	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Every rank of the group has been up: a group barrier passed (net/barrier.c). From then
+ * on a peer this rank never connected to that cannot be reached is gone, not late: the
+ * providers try it once instead of until the connect timeout.
+ */
+static inline void ddss_tp_set_formed(struct ddss_tp *tp)
+{
+	__atomic_store_n(&tp->formed, true, __ATOMIC_RELEASE);
+}
+static inline bool ddss_tp_formed(const struct ddss_tp *tp)
+{
+	return __atomic_load_n(&tp->formed, __ATOMIC_ACQUIRE);
 }
 
 /** Monotonic clock in nanoseconds. */

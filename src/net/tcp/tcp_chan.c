@@ -173,6 +173,9 @@ static void chan_teardown(struct tcp_chan *ch)
 	rx_release(ch);
 }
 
+/* How long a peer known to have been up gets to answer a new connection's handshake. */
+#define DEAD_HANDSHAKE_NS 5000000000LL
+
 static int connect_once(const struct ddss_tp_node *node, int *fd_p)
 {
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
@@ -204,8 +207,8 @@ static int connect_once(const struct ddss_tp_node *node, int *fd_p)
 
 /*
  * connect_mu held. A peer never seen up is retried until the connect timeout (it may not
- * have started yet); one that was up and went down gets a single attempt, so operations
- * on a dead rank fail fast.
+ * have started yet); one that was up and went down, or any peer once the group has
+ * formed (ddss_tp_formed), gets a single attempt, so operations on a dead rank fail fast.
  */
 static int chan_connect(struct tcp_chan *ch)
 {
@@ -213,6 +216,8 @@ static int chan_connect(struct tcp_chan *ch)
 	int64_t deadline = ddss_now_ns() + (int64_t)cfg->connect_timeout_ms * 1000000;
 	long backoff_ms = 5;
 	int fd = -1, r;
+	/* It was up, or every rank has been: if it does not answer now, it is gone. */
+	bool known = ch->ever_up || ddss_tp_formed(&ch->tp->base);
 
 	if (ddss_tp_peer_refused(&ch->tp->base, ch->peer))
 		return -EHOSTDOWN;
@@ -220,7 +225,7 @@ static int chan_connect(struct tcp_chan *ch)
 		r = connect_once(&ch->tp->base.nodes[ch->peer - 1], &fd);
 		if (r == 0)
 			break;
-		if (ch->ever_up)
+		if (known)
 			return -EHOSTDOWN;
 		if (ddss_now_ns() >= deadline)
 			return r == -ECONNREFUSED ? -ETIMEDOUT : r;
@@ -231,12 +236,14 @@ static int chan_connect(struct tcp_chan *ch)
 			backoff_ms *= 2;
 	}
 	tcp_set_sock_opts(fd);
-	r = tcp_handshake_connect(ch->tp, ch->peer, fd,
-				  ch->ever_up ? ddss_now_ns() + 5000000000LL : deadline,
+	/* A peer that should be there answers its handshake at once; a dead rank's listening
+	 * socket may outlive it (ddssrun keeps it), accepting connections nobody serves. */
+	r = tcp_handshake_connect(ch->tp, ch->peer, fd, known ? ddss_now_ns() + DEAD_HANDSHAKE_NS :
+								deadline,
 				  &ch->peer_pool_len);
 	if (r) {
 		close(fd);
-		return r;
+		return known && r == -ETIMEDOUT ? -EHOSTDOWN : r;
 	}
 	tcp_set_rcvtimeo(fd, TCP_RX_SLICE_MS);
 

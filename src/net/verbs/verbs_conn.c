@@ -502,9 +502,11 @@ int verbs_out_connect(struct verbs_out *o)
 		if (o->phase == VERBS_FAILED && attempted) {
 			/*
 			 * A peer that was never up may just not have started: retry until the connect
-			 * timeout. One that was up gets one attempt per call, so a dead peer fails fast.
+			 * timeout. One that was up, or any once the group has formed, gets one
+			 * attempt per call, so a dead peer fails fast.
 			 */
-			if (o->ever_up || !o->retriable || ddss_now_ns() >= deadline) {
+			if (o->ever_up || ddss_tp_formed(&vt->base) || !o->retriable ||
+			    ddss_now_ns() >= deadline) {
 				r = o->conn_err;
 				break;
 			}
