@@ -32,6 +32,7 @@ declare -A srcs=(
   [seg_reply]="src/core/errors.c src/core/key.c"
   [chan]="src/daemon/chan.c src/core/config.c"
   [sock]="src/daemon/sock.c"
+  [lock_wire]="src/lock/recover_wire.c"
 )
 all_targets=$(printf '%s\n' "${!srcs[@]}" | sort | tr '\n' ' ')
 targets=${FUZZ_TARGETS:-$all_targets}

@@ -494,11 +494,7 @@ void lock_agent_on_msg(struct ddss_lock *lk, uint32_t from, const void *buf, siz
 {
 	struct rc_msg m;
 
-	memcpy(&m, buf, sizeof(m));
-	if (m.type != RC_XREPORT && len != sizeof(m)) {
-		DDSS_WARN("rank %u sent a lock recovery message of %zu bytes: ignored", from, len);
-		return;
-	}
+	memcpy(&m, buf, sizeof(m)); /* checked by lock_rc_decode (recover_wire.c) */
 	switch (m.type) {
 	case RC_RECOVER:
 		on_recover(lk, from, &m);

@@ -29,11 +29,6 @@
 #define CENSUS_WAIT_NS (1000 * 1000000ll)
 #define CENSUSES 16u /* taken at once by this rank */
 
-/* One reported request on the wire: id, pred, flags. */
-#define WIRE_WAITING 1u
-#define WIRE_SHARED 2u
-#define WIRE_TRYING 4u
-#define WIRE_WORDS 3u
 
 struct census_run {
 	bool used;
@@ -85,7 +80,7 @@ void lock_census_on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_
 {
 	struct {
 		struct rc_msg m;
-		uint32_t w[WIRE_WORDS * DDSS_LOCK_SLOTS];
+		uint32_t w[RC_REQ_WORDS * DDSS_LOCK_SLOTS];
 	} rep = { .m = { .type = RC_XREPORT, .id = m->id } };
 	uint32_t n = 0, flags = 0, home = m->pred;
 	int r;
@@ -95,7 +90,7 @@ void lock_census_on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_
 		flags |= CENSUS_SHARED;
 	for (unsigned i = 0; i < DDSS_LOCK_SLOTS; i++) {
 		struct lock_slot *sl = &lk->slot[i];
-		uint32_t qs, *w = rep.w + WIRE_WORDS * n;
+		uint32_t qs, *w = rep.w + RC_REQ_WORDS * n;
 
 		/* A posted release (lock_posted.c) holds nothing any more: all it may still do
 		 * is hand over to a successor, which reports itself. */
@@ -111,16 +106,16 @@ void lock_census_on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_
 		}
 		w[0] = LOCK_ID(lk->rank, i);
 		w[1] = qs == Q_TRYING ? 0 : sl->q_pred;
-		w[2] = (sl->q_shared ? WIRE_SHARED : 0) | (qs == Q_TRYING ? WIRE_TRYING : 0) |
+		w[2] = (sl->q_shared ? RC_REQ_SHARED : 0) | (qs == Q_TRYING ? RC_REQ_TRYING : 0) |
 		       (qs == Q_COUNTED && sl->q_pred && !lock_rec_load(lk, i, REC_GRANT) ?
-				WIRE_WAITING : 0);
+				RC_REQ_WAITING : 0);
 		n++;
 	}
 	pthread_mutex_unlock(&lk->mu);
 	rep.m.arg = flags;
 	rep.m.pred = n;
 	r = ddss_net_send(lk->ctx->net, from, DDSS_MSG_LOCK, &rep,
-			  sizeof(rep.m) + n * WIRE_WORDS * sizeof(uint32_t));
+			  sizeof(rep.m) + n * RC_REQ_WORDS * sizeof(uint32_t));
 	if (r)
 		DDSS_WARN("lock census: report to rank %u: %s", from, ddss_strerror(r));
 }
@@ -136,13 +131,13 @@ static void count_locked(struct lock_censuses *c, struct census_run *run, uint32
 
 		if (p) {
 			out->req = p;
-			for (uint32_t i = 0; i < n; i++, w += WIRE_WORDS)
+			for (uint32_t i = 0; i < n; i++, w += RC_REQ_WORDS)
 				out->req[out->n++] = (struct lock_census_req){
 					.id = w[0] & ~(uint32_t)LOCK_ID_SLEEPS,
 					.pred = w[1] & ~(uint32_t)LOCK_ID_SLEEPS,
-					.waiting = w[2] & WIRE_WAITING,
-					.shared = w[2] & WIRE_SHARED,
-					.trying = w[2] & WIRE_TRYING,
+					.waiting = w[2] & RC_REQ_WAITING,
+					.shared = w[2] & RC_REQ_SHARED,
+					.trying = w[2] & RC_REQ_TRYING,
 				};
 		} else {
 			flags |= CENSUS_MISSING; /* cannot keep them: the census is not whole */
@@ -158,22 +153,17 @@ void lock_census_on_report(struct ddss_lock *lk, const void *buf, size_t len)
 	struct lock_censuses *c = lk->censuses;
 	struct rc_msg m;
 
-	memcpy(&m, buf, sizeof(m));
-	if (m.pred > DDSS_LOCK_SLOTS ||
-	    len != sizeof(m) + (size_t)m.pred * WIRE_WORDS * sizeof(uint32_t)) {
-		DDSS_WARN("lock census: a report of %zu bytes for %u requests: ignored", len,
-			  m.pred);
-		return;
-	}
+	memcpy(&m, buf, sizeof(m)); /* checked by lock_rc_decode (recover_wire.c) */
+	(void)len;
 	pthread_mutex_lock(&c->mu);
 	for (unsigned i = 0; i < CENSUSES; i++) {
 		struct census_run *run = &c->run[i];
 
 		if (run->used && run->sid == m.id && run->waiting) {
-			uint32_t w[WIRE_WORDS * DDSS_LOCK_SLOTS];
+			uint32_t w[RC_REQ_WORDS * DDSS_LOCK_SLOTS];
 
 			memcpy(w, (const uint8_t *)buf + sizeof(m),
-			       m.pred * WIRE_WORDS * sizeof(uint32_t));
+			       m.pred * RC_REQ_WORDS * sizeof(uint32_t));
 			count_locked(c, run, m.arg & (CENSUS_SHARED | CENSUS_UNPLACED), w, m.pred);
 		}
 	}

@@ -15,6 +15,7 @@
 #define DDSS_LOCK_LOCK_INT_H
 
 #include "lock/lock.h"
+#include "lock/recover_wire.h"
 #include "net/transport.h"
 
 #include <pthread.h>
@@ -311,9 +312,9 @@ void lock_agent_nudge(struct ddss_lock *lk, const struct lock_req *rq, uint32_t 
 int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t deadline_ns);
 
 /* lock_census.c: what every live member has on one lock */
-#define CENSUS_SHARED 1u   /* a member holds it shared, or is releasing a shared hold */
-#define CENSUS_UNPLACED 2u /* a member's request has its first atomic on the word out */
-#define CENSUS_MISSING 4u  /* a member did not answer (in time) */
+#define CENSUS_SHARED RC_CENSUS_SHARED     /* a member holds it shared, or releases */
+#define CENSUS_UNPLACED RC_CENSUS_UNPLACED /* a member's request has its first atomic out */
+#define CENSUS_MISSING 4u                  /* a member did not answer (in time) */
 struct lock_census_req {
 	uint32_t id, pred; /* waiter ids without the "sleeps" bit */
 	bool waiting;      /* not granted yet */

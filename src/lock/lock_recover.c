@@ -299,13 +299,9 @@ static void on_msg(void *arg, uint32_t from, const void *buf, size_t len)
 	struct ddss_lock *lk = arg;
 	struct rc_msg m;
 
-	if (len < sizeof(m)) {
-		DDSS_WARN("rank %u sent a lock recovery message of %zu bytes: ignored", from, len);
-		return;
-	}
-	memcpy(&m, buf, sizeof(m));
-	if (m.type < RC_AGENT_FIRST && len != sizeof(m)) {
-		DDSS_WARN("rank %u sent a lock recovery message of %zu bytes: ignored", from, len);
+	if (lock_rc_decode(buf, len, lk->tp->cfg.size, &m)) {
+		DDSS_WARN("rank %u sent a malformed lock recovery message (%zu bytes): ignored",
+			  from, len);
 		return;
 	}
 	switch (m.type) {

@@ -111,3 +111,16 @@ write("chan", "pending", bytes([5, 3]) + hdr2 + ops)
 write("sock", "hello", bytes([16, 0, 0]) + struct.pack("<IIIi", 1, 0x64647373, 1, 42))
 write("sock", "chan_fd", bytes([12, 1, 0]) + struct.pack("<IiI", 3, 0, 1))
 write("sock", "short", bytes([16, 0, 0x80]) + b"abc")
+
+# Lock recovery messages: [group size] then [type id hdr pred arg] (+ triples for a report).
+def rc(t, i=1, hdr=0x25000, pred=0, arg=0, tail=b""):
+    return bytes([4]) + struct.pack("<IIQII", t, i, hdr, pred, arg) + tail
+
+wid = lambda rank, slot, sleeps=0: (rank << 16) | (0x8000 if sleeps else 0) | slot
+write("lock_wire", "check", rc(1, pred=wid(2, 3, 1)))
+write("lock_wire", "flush", rc(3, arg=2))
+write("lock_wire", "answer", rc(5, arg=1))
+write("lock_wire", "recover", rc(16, hdr=key(1, 2, 1)))
+write("lock_wire", "xsurvey", rc(18, pred=1))
+write("lock_wire", "xreport", rc(19, pred=2, arg=1, tail=struct.pack(
+    "<6I", wid(2, 0), 0, 0, wid(3, 1, 1), wid(2, 0), 1)))
