@@ -110,6 +110,7 @@ struct ddss_lock_recovery_stats {
 	uint64_t drains;     /* closers here that entered without dead holders' releases */
 	uint64_t successors_lost; /* releases here whose successor died before announcing */
 	uint64_t requeued;   /* requests here that failed behind a dead one and queued again */
+	uint64_t turns_passed; /* fair mode: dead ranks' tickets whose turn was passed on here */
 };
 void ddss_lock_recovery_stats(ddss_ctx_t *ctx, struct ddss_lock_recovery_stats *st);
 /* Test: ask @key's home to run a recovery agent now, as a failed request would. */
@@ -120,6 +121,7 @@ enum ddss_lock_test_point {
 	DDSS_LOCK_TP_RELEASE_CAS, /* an exclusive release is about to post its first CAS */
 	DDSS_LOCK_TP_SWAPPED,     /* an exclusive request swapped in, before announcing */
 	DDSS_LOCK_TP_NOTED,       /* (progress thread) a lock notification was handled */
+	DDSS_LOCK_TP_TICKET,      /* fair mode: an exclusive request took its ticket */
 };
 extern void (*ddss_lock_test_hook)(ddss_ctx_t *ctx, enum ddss_lock_test_point point);
 /* Test knob: post even a CAS that completed at once (Soft-RoCE completes inside the post),

@@ -30,7 +30,8 @@
  * requests, which never hand over. So when the census finds nothing live ahead, nobody
  * holds the lock and nobody can grant the agent: it takes the lock.
  *
- * Fair mode (tickets) is not recovered: a dead rank can hold the turn word's next ticket.
+ * In fair mode the agent takes a ticket like any request; a turn that a dead rank's ticket
+ * holds is passed on by the waiters behind it (lock_recover.c, lock_turn_check).
  */
 #include "alloc/segtab.h"
 #include "core/ctx.h"
@@ -285,8 +286,7 @@ static void on_recover(struct ddss_lock *lk, uint32_t from, const struct rc_msg 
 		return;
 	}
 	hdr = loc.data_off - DDSS_SEG_HDR_LEN;
-	if (__atomic_load_n(&lk->fair, __ATOMIC_RELAXED) ||
-	    __atomic_load_n(&lk->scheme, __ATOMIC_RELAXED) == DDSS_LOCK_SRSL) {
+	if (__atomic_load_n(&lk->scheme, __ATOMIC_RELAXED) == DDSS_LOCK_SRSL) {
 		answer(lk, from, m->id, -EOPNOTSUPP);
 		return;
 	}

@@ -305,8 +305,7 @@ static int requeue(struct ddss_lock *lk, ddss_key_t key, struct lock_req *rq, in
 	     round++) {
 		int held, left_ms = -1;
 
-		int asked = __atomic_load_n(&lk->fair, __ATOMIC_RELAXED) ?
-				    -EOPNOTSUPP : lock_agent_ask(lk, rq->home, key, deadline);
+		int asked = lock_agent_ask(lk, rq->home, key, deadline);
 
 		DDSS_INFO("lock: a request failed behind a dead or failed one (%s); the home "
 			  "says %s", ddss_strerror(r), ddss_strerror(asked));

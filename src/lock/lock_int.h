@@ -82,6 +82,14 @@ enum lock_slot_state {
 			 * still come, never reused */
 };
 
+/* Where a fair-mode request is with its ticket (lock_slot.q_ticket_state). */
+enum lock_ticket_state {
+	TICKET_NONE = 0,
+	TICKET_TAKING, /* its fetch&add on K may be out: which ticket it has is not known */
+	TICKET_HELD,   /* it has q_ticket and has not passed the turn on yet */
+	TICKET_PASSED,
+};
+
 /* What a survey (lock_recover.c) may ask of a slot's shared request: lock_slot.q_state. */
 enum lock_q_state {
 	Q_NONE = 0,
@@ -167,11 +175,16 @@ struct lock_slot {
 	uint64_t q_hdr;
 	uint32_t q_pred;
 	bool q_shared;
+	/* Fair mode: the request's ticket, for turn checks (lock_recover.c). q_ticket_state
+	 * (atomic) is a enum lock_ticket_state, written after q_ticket. */
+	uint32_t q_ticket_state;
+	uint64_t q_ticket;
 	bool agent;       /* a recovery agent's (lock_agent.c): FAIL notifications do not
 			   * stop its waits (atomic) */
 	/* The closer's drain check (lock_recover.c): its id, the home asked, the id the home
 	 * answered "clear" for; retire: never reuse the slot (atomic). */
 	uint32_t rc_check, rc_home, rc_clear;
+	uint64_t rc_turn; /* the turn a turn check asks about (its waiter's thread) */
 	bool retire;
 	uint64_t posted_cmp;          /* what the posted CAS compares with: [me | 0] */
 	struct lock_req posted_rq;    /* the release, for whoever finishes it */
@@ -278,6 +291,11 @@ int lock_fail(struct ddss_lock *lk, uint32_t id);
 
 /* lock_recover.c */
 int lock_recover_init(struct ddss_lock *lk); /* before the net starts */
+/* Fair mode: the turn word has shown @turn (not @rq's ticket) for a while. Asks the home
+ * whether a live request holds that ticket; if none does (its holder died before passing
+ * the turn on), passes it on. 0, or -errno of the turn word's CAS. */
+int lock_turn_check(struct ddss_lock *lk, const struct lock_req *rq, uint64_t turn,
+		    int64_t *next_check_ns);
 /* Wait until @rq's epoch is drained, or only dead ranks still owe (then retire the slot). */
 int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns);
 /* A shared release of the lock at (@home, @hdr) began / ended (mu held). */

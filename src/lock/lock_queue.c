@@ -62,6 +62,8 @@ static int64_t transient_deadline(const struct ddss_lock *lk)
 static int wait_turn(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns)
 {
 	unsigned spins = 0;
+	uint64_t last = ~0ull;
+	int64_t next_check = 0;
 
 	for (;;) {
 		uint64_t turn;
@@ -71,6 +73,14 @@ static int wait_turn(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 			return r;
 		if (turn == rq->ticket)
 			return 0;
+		/* A turn that does not move may belong to a dead rank's ticket. */
+		if (turn != last) {
+			last = turn;
+			next_check = 0;
+		}
+		r = lock_turn_check(lk, rq, turn, &next_check);
+		if (r)
+			return r;
 		/* Tickets between ours and the turn each need one CAS loop: poll less often the
 		 * further back we are, so waiters do not flood the home with reads. */
 		if (rq->ticket - turn > 1 && rq->ticket - turn < (1ull << 20)) {
@@ -176,9 +186,17 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 	switch (rq->stage) {
 	case STAGE_START:
 		if (__atomic_load_n(&lk->fair, __ATOMIC_RELAXED)) {
+			struct lock_slot *sl = &lk->slot[rq->slot];
+
+			/* Turn checks (lock_recover.c) count us from before the fetch&add. */
+			__atomic_store_n(&sl->q_ticket_state, TICKET_TAKING, __ATOMIC_RELEASE);
 			r = fadd(lk, rq, LOCK_K, 1, &rq->ticket);
 			if (r)
 				return r;
+			sl->q_ticket = rq->ticket;
+			__atomic_store_n(&sl->q_ticket_state, TICKET_HELD, __ATOMIC_RELEASE);
+			if (ddss_lock_test_hook)
+				ddss_lock_test_hook(lk->ctx, DDSS_LOCK_TP_TICKET);
 		}
 		rq->stage = STAGE_TICKET;
 		/* fall through */
@@ -192,8 +210,12 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 		/* fall through */
 	case STAGE_TURN:
 		r = x_swap(lk, rq);
-		if (!r && __atomic_load_n(&lk->fair, __ATOMIC_RELAXED))
+		if (!r && __atomic_load_n(&lk->fair, __ATOMIC_RELAXED)) {
 			r = fadd(lk, rq, LOCK_N, 1, &v); /* pass the turn */
+			if (!r)
+				__atomic_store_n(&lk->slot[rq->slot].q_ticket_state, TICKET_PASSED,
+						 __ATOMIC_RELEASE);
+		}
 		if (r)
 			return r;
 		rq->stage = STAGE_SWAPPED;

@@ -122,13 +122,32 @@ static bool epoch_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr,
 	return false;
 }
 
-static void report(struct ddss_lock *lk, uint32_t home, uint32_t sid, uint64_t hdr, uint32_t pred)
+/* Fair mode: has this rank a request that holds ticket @turn (its low 32 bits), or one
+ * whose ticket is not known yet, without having passed the turn on? */
+static bool turn_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr, uint32_t turn)
+{
+	for (unsigned i = 0; i < DDSS_LOCK_SLOTS; i++) {
+		struct lock_slot *sl = &lk->slot[i];
+		uint32_t ts = __atomic_load_n(&sl->q_ticket_state, __ATOMIC_ACQUIRE);
+
+		if (ts == TICKET_NONE || ts == TICKET_PASSED || sl->q_home != home ||
+		    sl->q_hdr != hdr)
+			continue;
+		if (ts == TICKET_TAKING || (uint32_t)sl->q_ticket == turn)
+			return true;
+	}
+	return false;
+}
+
+static void report(struct ddss_lock *lk, uint32_t home, uint32_t sid, uint64_t hdr, uint32_t pred,
+		   uint32_t kind)
 {
 	bool busy;
 	int r;
 
 	pthread_mutex_lock(&lk->mu);
-	busy = epoch_busy_locked(lk, home, hdr, pred);
+	busy = kind == RC_KIND_TURN ? turn_busy_locked(lk, home, hdr, pred) :
+				      epoch_busy_locked(lk, home, hdr, pred);
 	pthread_mutex_unlock(&lk->mu);
 	r = lock_rc_send(lk, home, RC_REPORT, sid, hdr, pred, busy);
 	if (r)
@@ -159,11 +178,12 @@ static struct lock_rc_in *in_entry_locked(struct ddss_lock *lk, uint32_t home, u
 
 static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
 {
+	bool drain = m->arg == RC_KIND_DRAIN;
 	uint32_t prank = LOCK_ID_RANK(m->pred);
-	bool need_flush = m->pred && !lock_rc_down(lk, prank), ready;
+	bool need_flush = drain && m->pred && !lock_rc_down(lk, prank), ready;
 	struct lock_rc_in *e;
 
-	if (m->pred && prank == lk->rank) {
+	if (drain && m->pred && prank == lk->rank) {
 		/* Behind our grants to every member: they have them before they answer. */
 		for (uint32_t r = 1; r <= lk->tp->cfg.size; r++)
 			if (!lock_rc_down(lk, r))
@@ -179,7 +199,7 @@ static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *
 		e->used = false;
 	pthread_mutex_unlock(&lk->rc_mu);
 	if (ready)
-		report(lk, from, m->id, m->hdr, m->pred);
+		report(lk, from, m->id, m->hdr, m->pred, m->arg);
 }
 
 static void on_flush(struct ddss_lock *lk, const struct rc_msg *m)
@@ -200,8 +220,8 @@ static void on_flush(struct ddss_lock *lk, const struct rc_msg *m)
 	if (ready)
 		e->used = false;
 	pthread_mutex_unlock(&lk->rc_mu);
-	if (ready)
-		report(lk, m->arg, m->id, hdr, pred);
+	if (ready) /* only drain checks are flushed */
+		report(lk, m->arg, m->id, hdr, pred, RC_KIND_DRAIN);
 }
 
 /* ---- the home's survey ---- */
@@ -265,7 +285,7 @@ static void on_check(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m
 		if (lock_rc_down(lk, r)) {
 			/* It may have held a share of the epoch: it must never act again. */
 			ddss_net_declare_dead(lk->ctx->net, r);
-		} else if (lock_rc_send(lk, r, RC_SURVEY, sid, m->hdr, m->pred, 0)) {
+		} else if (lock_rc_send(lk, r, RC_SURVEY, sid, m->hdr, m->pred, m->arg)) {
 			if (lock_rc_down(lk, r))
 				ddss_net_declare_dead(lk->ctx->net, r);
 			else
@@ -366,7 +386,8 @@ int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t dea
 		if (now >= next_check) {
 			check = __atomic_add_fetch(&lk->rc_checks, 1, __ATOMIC_RELAXED);
 			__atomic_store_n(&sl->rc_check, check, __ATOMIC_RELEASE);
-			r = lock_rc_send(lk, rq->home, RC_CHECK, check, rq->hdr, rq->pred, 0);
+			r = lock_rc_send(lk, rq->home, RC_CHECK, check, rq->hdr, rq->pred,
+					 RC_KIND_DRAIN);
 			if (r)
 				DDSS_WARN("lock: drain check at rank %u: %s", rq->home,
 					  ddss_strerror(r));
@@ -454,4 +475,48 @@ void ddss_lock_recovery_stats(ddss_ctx_t *ctx, struct ddss_lock_recovery_stats *
 	st->drains = __atomic_load_n(&c->drains, __ATOMIC_RELAXED);
 	st->successors_lost = __atomic_load_n(&c->successors_lost, __ATOMIC_RELAXED);
 	st->requeued = __atomic_load_n(&c->requeued, __ATOMIC_RELAXED);
+	st->turns_passed = __atomic_load_n(&c->turns_passed, __ATOMIC_RELAXED);
+}
+
+/* ---- fair mode: a turn that a dead rank's ticket holds ---- */
+
+int lock_turn_check(struct ddss_lock *lk, const struct lock_req *rq, uint64_t turn,
+		    int64_t *next_check_ns)
+{
+	struct lock_slot *sl = &lk->slot[rq->slot];
+	uint32_t check = __atomic_load_n(&sl->rc_check, __ATOMIC_RELAXED);
+	int64_t now = ddss_now_ns();
+	uint64_t old;
+	int r = 0;
+
+	if (!*next_check_ns) { /* the turn just moved: look again later */
+		__atomic_store_n(&sl->rc_check, 0, __ATOMIC_RELEASE);
+		*next_check_ns = now + CHECK_FIRST_NS;
+		return 0;
+	}
+	if (check && __atomic_load_n(&sl->rc_clear, __ATOMIC_ACQUIRE) == check &&
+	    sl->rc_turn == turn) {
+		/* Nobody live holds that ticket: its holder died before passing the turn on. A
+		 * CAS, so that of several waiters who heard the same only one passes it. */
+		r = ddss_tp_cas(lk->tp, rq->home, rq->hdr + LOCK_N, turn, turn + 1, &old);
+		if (!r && old == turn) {
+			DDSS_WARN("lock: ticket %llu of rank %u's lock was a dead rank's: turn "
+				  "passed on", (unsigned long long)turn, rq->home);
+			LOCK_RSTAT(lk, turns_passed);
+		}
+		__atomic_store_n(&sl->rc_check, 0, __ATOMIC_RELEASE);
+		*next_check_ns = now + CHECK_FIRST_NS;
+		return r;
+	}
+	if (now < *next_check_ns)
+		return 0;
+	check = __atomic_add_fetch(&lk->rc_checks, 1, __ATOMIC_RELAXED);
+	sl->rc_turn = turn;
+	__atomic_store_n(&sl->rc_home, rq->home, __ATOMIC_RELAXED);
+	__atomic_store_n(&sl->rc_check, check, __ATOMIC_RELEASE);
+	r = lock_rc_send(lk, rq->home, RC_CHECK, check, rq->hdr, (uint32_t)turn, RC_KIND_TURN);
+	if (r)
+		DDSS_WARN("lock: turn check at rank %u: %s", rq->home, ddss_strerror(r));
+	*next_check_ns = now + CHECK_EVERY_NS;
+	return 0;
 }

@@ -66,6 +66,7 @@ int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p)
 void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why)
 {
 	__atomic_store_n(&lk->slot[slot].q_state, Q_NONE, __ATOMIC_RELEASE);
+	__atomic_store_n(&lk->slot[slot].q_ticket_state, TICKET_NONE, __ATOMIC_RELEASE);
 	if (why == SLOT_FREE && __atomic_load_n(&lk->slot[slot].retire, __ATOMIC_ACQUIRE)) {
 		DDSS_WARN("lock waiter slot %u retired (late notifications may still come)", slot);
 		lk->slot[slot].state = SLOT_RETIRED;

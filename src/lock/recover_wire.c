@@ -48,7 +48,9 @@ int lock_rc_decode(const void *buf, size_t len, uint32_t size, struct rc_msg *m)
 	switch (m->type) {
 	case RC_CHECK:
 	case RC_SURVEY:
-		return id_ok(m->pred, size, true) && !m->arg ? 0 : -EPROTO;
+		if (m->arg == RC_KIND_TURN)
+			return 0; /* pred: a ticket's low bits, any value */
+		return id_ok(m->pred, size, true) && m->arg == RC_KIND_DRAIN ? 0 : -EPROTO;
 	case RC_FLUSH:
 		return rank_ok(m->arg, size) ? 0 : -EPROTO;
 	case RC_REPORT:

@@ -14,8 +14,10 @@
 
 enum rc_type {
 	/* lock_recover.c */
-	RC_CHECK = 1, /* closer -> home: id = check id; hdr, pred = the epoch */
-	RC_SURVEY,    /* home -> every member: id = survey id; hdr, pred */
+	RC_CHECK = 1, /* waiter -> home: id = check id; hdr; arg = kind: RC_KIND_DRAIN (a
+		       * closer; pred = the epoch's tail) or RC_KIND_TURN (pred = the turn's
+		       * ticket, low 32 bits) */
+	RC_SURVEY,    /* home -> every member: id = survey id; hdr, pred, arg as the check */
 	RC_FLUSH,     /* p's rank -> every member: id = survey id, arg = the home */
 	RC_REPORT,    /* member -> home: id = survey id, arg = busy (0 or 1) */
 	RC_ANSWER,    /* home -> closer: id = check id, arg = clear (0 or 1) */
@@ -26,6 +28,9 @@ enum rc_type {
 	RC_XSURVEY,   /* census taker -> every member: id = census id, hdr, pred = the home */
 	RC_XREPORT,   /* member -> taker: id, arg = RC_CENSUS_* flags, pred = n; n triples */
 };
+
+#define RC_KIND_DRAIN 0u /* whose shared releases does this epoch still wait for? */
+#define RC_KIND_TURN 1u  /* who holds this fair-mode ticket? */
 
 struct rc_msg {
 	uint32_t type;

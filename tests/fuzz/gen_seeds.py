@@ -119,6 +119,7 @@ def rc(t, i=1, hdr=0x25000, pred=0, arg=0, tail=b""):
 wid = lambda rank, slot, sleeps=0: (rank << 16) | (0x8000 if sleeps else 0) | slot
 write("lock_wire", "check", rc(1, pred=wid(2, 3, 1)))
 write("lock_wire", "flush", rc(3, arg=2))
+write("lock_wire", "turn_check", rc(1, pred=0xfffffff0, arg=1))
 write("lock_wire", "answer", rc(5, arg=1))
 write("lock_wire", "recover", rc(16, hdr=key(1, 2, 1)))
 write("lock_wire", "xsurvey", rc(18, pred=1))

@@ -7,6 +7,8 @@
  *   --case mid-put    while holding it and writing a 4 MiB segment
  *   --case frozen     not killed but stopped (SIGSTOP) holding it exclusively, so only
  *                     heartbeats can tell; woken up at the end, everything it tries fails
+ *   --case ticket     (--scheme ncosed --fair) right after taking its ticket, so the turn
+ *                     word waits for a ticket nobody will pass on
  * Ranks 1-3 then take the lock (each must get it within the bound: peer timeout + probe
  * interval, with slack) and increment a counter under it ITERS times each; rank 1 checks
  * the counter is exactly the increments that completed (the victim's one, in x-holder,
@@ -26,6 +28,7 @@
  */
 #include "common/test_util.h"
 #include "ddss/ddss.h"
+#include "lock/lock.h"
 
 #include <CUnit/CUnit.h>
 #include <errno.h>
@@ -70,6 +73,8 @@ static const char *which;
 static bool ncosed;
 /* --try: the survivors' first lock is a try-lock loop (no request of theirs ever fails). */
 static bool try_only;
+/* --fair: starvation-free exclusive queueing (tickets). */
+static bool fair;
 static ddss_key_t counter, flags, bulk, witness;
 static uint64_t victim_own_fence; /* the victim's number, as it knows it */
 
@@ -173,10 +178,27 @@ static void after_thaw(void)
 			      (r_fence < 0 || f == victim_own_fence) ? 0 : 1);
 }
 
+/* Ticket case: killed right after taking its fair-mode ticket, before passing the turn. */
+static void die_with_ticket(ddss_ctx_t *c, enum ddss_lock_test_point point)
+{
+	(void)c;
+	if (point != DDSS_LOCK_TP_TICKET)
+		return;
+	flag_put(F_VICTIM_READY, 1);
+	raise(SIGKILL);
+}
+
 static void victim(void)
 {
 	pthread_t th;
 	void *buf;
+
+	if (!strcmp(which, "ticket")) {
+		ddss_lock_test_hook = die_with_ticket;
+		ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE);
+		CU_FAIL("the victim outlived its ticket");
+		return;
+	}
 
 	if (!strcmp(which, "queued")) {
 		CU_ASSERT_FATAL(flag_wait(F_HOLDER_READY, 1));
@@ -388,12 +410,16 @@ int main(int argc, char **argv)
 			ncosed = !strcmp(argv[++i], "ncosed");
 		else if (!strcmp(argv[i], "--try"))
 			try_only = true;
+		else if (!strcmp(argv[i], "--fair"))
+			fair = true;
 	}
 	if (!which || (strcmp(which, "x-holder") && strcmp(which, "s-holder") &&
 		       strcmp(which, "queued") && strcmp(which, "mid-put") &&
-		       strcmp(which, "frozen"))) {
+		       strcmp(which, "frozen") && strcmp(which, "ticket")) ||
+	    (!strcmp(which, "ticket") && (!ncosed || !fair))) {
 		fprintf(stderr, "usage: %s --case x-holder|s-holder|queued|mid-put|frozen "
-			"[--scheme srsl|ncosed] [--try]\n", argv[0]);
+			"[--scheme srsl|ncosed] [--try] [--fair]\n"
+			"       %s --case ticket --scheme ncosed --fair\n", argv[0], argv[0]);
 		return 2;
 	}
 	if (!getenv("DDSS_SIZE") || atoi(getenv("DDSS_SIZE")) != (int)VICTIM ||
@@ -414,6 +440,7 @@ int main(int argc, char **argv)
 	}
 	ddss_attr_init(&attr);
 	attr.lock_scheme = ncosed ? DDSS_LOCK_NCOSED : DDSS_LOCK_SRSL;
+	attr.lock_fair = fair;
 	attr.peer_timeout_ms = PEER_TIMEOUT_MS;
 	r = ddss_init(&attr, &ctx);
 	if (r) {
