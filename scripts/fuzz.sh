@@ -33,6 +33,7 @@ declare -A srcs=(
   [chan]="src/daemon/chan.c src/core/config.c"
   [sock]="src/daemon/sock.c"
   [lock_wire]="src/lock/recover_wire.c"
+  [srsl]="src/core/errors.c"
 )
 all_targets=$(printf '%s\n' "${!srcs[@]}" | sort | tr '\n' ' ')
 targets=${FUZZ_TARGETS:-$all_targets}
