@@ -34,6 +34,7 @@ declare -A srcs=(
   [sock]="src/daemon/sock.c"
   [lock_wire]="src/lock/recover_wire.c"
   [srsl]="src/core/errors.c"
+  [barrier]=""
 )
 all_targets=$(printf '%s\n' "${!srcs[@]}" | sort | tr '\n' ' ')
 targets=${FUZZ_TARGETS:-$all_targets}

@@ -129,3 +129,8 @@ write("lock_wire", "xreport", rc(19, pred=2, arg=1, tail=struct.pack(
 # SRSL at a home: [size][down bits] then messages [from len op arg lock req] (len 24 whole).
 write("srsl", "seed1", bytes([3, 0]) + bytes([1, 24, 1, 2, 1, 0, 0, 24, 1, 2, 1, 1,
                                                 2, 24, 1, 1, 2, 2, 0, 24, 2, 2, 1, 0]))
+
+# Barrier messages: [size][rank] then [from len kind(4) epoch(4)].
+write("barrier", "round", bytes([3, 0]) + b"".join(
+    bytes([f, 8]) + struct.pack("<II", 1, 1) for f in (1, 2, 3)) +
+    bytes([0, 8]) + struct.pack("<II", 2, 1))
