@@ -120,7 +120,7 @@ struct lock_srel {
 };
 struct lock_rc_out {
 	bool used, busy;
-	uint32_t sid, asker, check, waiting;
+	uint32_t sid, asker, check, kind, waiting;
 };
 struct lock_rc_in {
 	bool used, surveyed, flushed;

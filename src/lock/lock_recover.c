@@ -227,11 +227,13 @@ static void on_flush(struct ddss_lock *lk, const struct rc_msg *m)
 /* ---- the home's survey ---- */
 
 static void survey_end_locked(struct ddss_lock *lk, struct lock_rc_out *s, uint32_t *to,
-			      uint32_t *check, bool *clear)
+			      uint32_t *check, bool *clear, uint32_t *kind)
 {
+	(void)lk;
 	*to = s->asker;
 	*check = s->check;
 	*clear = !s->busy;
+	*kind = s->kind;
 	s->used = false;
 }
 
@@ -239,7 +241,7 @@ static void survey_end_locked(struct ddss_lock *lk, struct lock_rc_out *s, uint3
 static void survey_count(struct ddss_lock *lk, uint32_t sid, bool busy)
 {
 	struct lock_rc_out *s = NULL;
-	uint32_t to = 0, check = 0;
+	uint32_t to = 0, check = 0, kind = 0;
 	bool clear = false, done = false;
 
 	pthread_mutex_lock(&lk->rc_mu);
@@ -249,15 +251,17 @@ static void survey_count(struct ddss_lock *lk, uint32_t sid, bool busy)
 	if (s) {
 		s->busy |= busy;
 		if (--s->waiting == 0) {
-			survey_end_locked(lk, s, &to, &check, &clear);
+			survey_end_locked(lk, s, &to, &check, &clear, &kind);
 			done = true;
 		}
 	}
 	pthread_mutex_unlock(&lk->rc_mu);
 	if (!done)
 		return;
-	if (clear)
+	if (clear && kind == RC_KIND_DRAIN)
 		DDSS_WARN("lock: rank %u's drain waits only for dead ranks: it may enter", to);
+	else if (clear)
+		DDSS_WARN("lock: the turn rank %u waits for is a dead rank's ticket", to);
 	if (lock_rc_send(lk, to, RC_ANSWER, check, 0, 0, clear))
 		DDSS_WARN("lock: cannot answer rank %u's drain check", to);
 }
@@ -277,7 +281,7 @@ static void on_check(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m
 	sid = ++lk->rc_sid;
 	/* One count per member plus one for this loop, so no answer can end it early. */
 	*s = (struct lock_rc_out){ .used = true, .sid = sid, .asker = from, .check = m->id,
-				   .waiting = size + 1 };
+				   .kind = m->arg, .waiting = size + 1 };
 	pthread_mutex_unlock(&lk->rc_mu);
 	for (uint32_t r = 1; r <= size; r++) {
 		bool busy = false;
