@@ -510,6 +510,14 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 		reset_word(lk, &rq);
 	if (rq.mode == DDSS_LOCK_EXCLUSIVE)
 		lock_slot_put(lk, rq.slot, r ? SLOT_LOST : SLOT_FREE);
+	if (r == -EHOSTDOWN || r == -ECONNRESET) {
+		/* A peer died under the hand-over (the successor, or the home): the hold is
+		 * given up all the same, and what it owed is recovered (docs/failure.md), as
+		 * for a posted release. The caller could do nothing with the error. */
+		DDSS_WARN("lock: release of %#llx: %s (the hold is given up)",
+			  (unsigned long long)key, ddss_strerror(r));
+		r = 0;
+	}
 	return r ? r : stale;
 }
 
