@@ -131,7 +131,7 @@ int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t de
 	while (!r && !a->asks[slot].done) {
 		if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
 			r = -ESHUTDOWN;
-		else if (lock_rc_down(lk, home))
+		else if (lock_peer_down(lk, home))
 			r = -EHOSTDOWN;
 		else if (ddss_now_ns() >= until)
 			r = -ETIMEDOUT;
@@ -152,7 +152,7 @@ void lock_agent_nudge(struct ddss_lock *lk, const struct lock_req *rq, uint32_t 
 	uint32_t rank = LOCK_ID_RANK(tail);
 
 	/* Ask id 0 is nobody's: the answer is dropped. */
-	if (rq->key && rank != rq->home && lock_rc_down(lk, rank))
+	if (rq->key && rank != rq->home && lock_peer_down(lk, rank))
 		(void)lock_rc_send(lk, rq->home, RC_RECOVER, 0, rq->key, 0, 0);
 }
 
@@ -462,7 +462,6 @@ int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64
 
 	for (;;) {
 		uint32_t seen = __atomic_load_n(&sl->wake, __ATOMIC_ACQUIRE);
-		int64_t until;
 		int r;
 
 		if (lock_rec_load(lk, rq->slot, REC_GRANT))
@@ -481,10 +480,7 @@ int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64
 			}
 			next = ddss_now_ns() + SURVEY_EVERY_NS;
 		}
-		until = next < deadline_ns ? next : deadline_ns;
-		r = lock_wait_step(lk, rq->slot, seen, 0, until, &spins);
-		if (r == -ETIMEDOUT && until < deadline_ns)
-			r = 0;
+		r = lock_wait_step_until(lk, rq->slot, seen, next, deadline_ns, &spins);
 		if (r)
 			return r;
 	}

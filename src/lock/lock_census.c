@@ -208,20 +208,12 @@ int lock_census_take(struct ddss_lock *lk, uint32_t home, uint64_t hdr, struct l
 	if (!run)
 		return -EAGAIN;
 	for (uint32_t m = 1; m <= size; m++) {
-		uint32_t flags = 0;
+		int asked = lock_rc_ask(lk, m, RC_XSURVEY, sid, hdr, home, 0);
 
-		if (lock_rc_down(lk, m)) {
-			ddss_net_declare_dead(lk->ctx->net, m);
-		} else if (lock_rc_send(lk, m, RC_XSURVEY, sid, hdr, home, 0)) {
-			if (lock_rc_down(lk, m))
-				ddss_net_declare_dead(lk->ctx->net, m);
-			else
-				flags = CENSUS_MISSING;
-		} else {
+		if (asked > 0)
 			continue; /* its report counts it */
-		}
 		pthread_mutex_lock(&c->mu);
-		count_locked(c, run, flags, NULL, 0);
+		count_locked(c, run, asked < 0 ? CENSUS_MISSING : 0, NULL, 0);
 		pthread_mutex_unlock(&c->mu);
 	}
 	pthread_mutex_lock(&c->mu);

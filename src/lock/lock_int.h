@@ -309,6 +309,13 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 			int64_t deadline_ns, uint64_t *next_p);
 /* Count one event in lk->rstats. */
 #define LOCK_RSTAT(lk, field) __atomic_add_fetch(&(lk)->rstats.field, 1, __ATOMIC_RELAXED)
+/* lock_slot.c: whether this rank sees @rank down (its connection closed, or declared
+ * dead); never this rank itself or rank 0. */
+bool lock_peer_down(struct ddss_lock *lk, uint32_t rank);
+/* lock_slot.c: lock_wait_step until @check_ns: 0 also when it is time to check again
+ * (-ETIMEDOUT only at @deadline_ns). */
+int lock_wait_step_until(struct ddss_lock *lk, unsigned slot, uint32_t seen, int64_t check_ns,
+			 int64_t deadline_ns, unsigned *spins);
 /* lock_slot.c: bump @slot's wake word and wake its waiter. */
 void lock_slot_wake(struct ddss_lock *lk, unsigned slot);
 

@@ -55,14 +55,15 @@ int lock_rc_send(struct ddss_lock *lk, uint32_t to, uint32_t type, uint32_t id, 
 	return ddss_net_send(lk->ctx->net, to, DDSS_MSG_LOCK, &m, sizeof(m));
 }
 
-bool lock_rc_down(struct ddss_lock *lk, uint32_t rank)
+int lock_rc_ask(struct ddss_lock *lk, uint32_t rank, uint32_t type, uint32_t id, uint64_t hdr,
+		uint32_t pred, uint32_t arg)
 {
-	struct ddss_tp_peer_info info;
-
-	if (rank == lk->rank)
-		return false;
-	return ddss_tp_peer_refused(lk->tp, rank) ||
-	       (ddss_tp_peer_info(lk->tp, rank, &info) == 0 && info.state == DDSS_TP_PEER_DOWN);
+	if (!lock_peer_down(lk, rank) && !lock_rc_send(lk, rank, type, id, hdr, pred, arg))
+		return 1;
+	if (!lock_peer_down(lk, rank))
+		return -1;
+	ddss_net_declare_dead(lk->ctx->net, rank);
+	return 0;
 }
 
 /* ---- shared releases under way (mu held) ---- */
@@ -180,13 +181,13 @@ static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *
 {
 	bool drain = m->arg == RC_KIND_DRAIN;
 	uint32_t prank = LOCK_ID_RANK(m->pred);
-	bool need_flush = drain && m->pred && !lock_rc_down(lk, prank), ready;
+	bool need_flush = drain && m->pred && !lock_peer_down(lk, prank), ready;
 	struct lock_rc_in *e;
 
 	if (drain && m->pred && prank == lk->rank) {
 		/* Behind our grants to every member: they have them before they answer. */
 		for (uint32_t r = 1; r <= lk->tp->cfg.size; r++)
-			if (!lock_rc_down(lk, r))
+			if (!lock_peer_down(lk, r))
 				(void)lock_rc_send(lk, r, RC_FLUSH, m->id, 0, 0, from);
 	}
 	pthread_mutex_lock(&lk->rc_mu);
@@ -284,20 +285,10 @@ static void on_check(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m
 				   .kind = m->arg, .waiting = size + 1 };
 	pthread_mutex_unlock(&lk->rc_mu);
 	for (uint32_t r = 1; r <= size; r++) {
-		bool busy = false;
+		int asked = lock_rc_ask(lk, r, RC_SURVEY, sid, m->hdr, m->pred, m->arg);
 
-		if (lock_rc_down(lk, r)) {
-			/* It may have held a share of the epoch: it must never act again. */
-			ddss_net_declare_dead(lk->ctx->net, r);
-		} else if (lock_rc_send(lk, r, RC_SURVEY, sid, m->hdr, m->pred, m->arg)) {
-			if (lock_rc_down(lk, r))
-				ddss_net_declare_dead(lk->ctx->net, r);
-			else
-				busy = true; /* unreachable but not down: cannot tell */
-		} else {
-			continue; /* its report counts it */
-		}
-		survey_count(lk, sid, busy);
+		if (asked <= 0) /* its report will not come: gone, or cannot tell (busy) */
+			survey_count(lk, sid, asked < 0);
 	}
 	survey_count(lk, sid, false);
 }
@@ -373,7 +364,7 @@ int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t dea
 	for (;;) {
 		uint32_t seen = __atomic_load_n(&sl->wake, __ATOMIC_ACQUIRE);
 		uint32_t check = __atomic_load_n(&sl->rc_check, __ATOMIC_RELAXED);
-		int64_t now, until;
+		int64_t now;
 		int r;
 
 		if (__atomic_load_n(&sl->drained, __ATOMIC_ACQUIRE) >= rq->drain)
@@ -397,10 +388,7 @@ int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t dea
 					  ddss_strerror(r));
 			next_check = now + CHECK_EVERY_NS;
 		}
-		until = next_check < deadline_ns ? next_check : deadline_ns;
-		r = lock_wait_step(lk, rq->slot, seen, 0, until, &spins);
-		if (r == -ETIMEDOUT && until < deadline_ns)
-			r = 0; /* time to check again, not to give up */
+		r = lock_wait_step_until(lk, rq->slot, seen, next_check, deadline_ns, &spins);
 		if (r)
 			return r;
 	}
@@ -441,7 +429,6 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 
 	for (;;) {
 		uint32_t seen = __atomic_load_n(&sl->wake, __ATOMIC_ACQUIRE);
-		int64_t until;
 		int r;
 
 		*next_p = lock_rec_load(lk, rq->slot, REC_NEXT);
@@ -461,10 +448,7 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 			}
 			next_census = ddss_now_ns() + CHECK_EVERY_NS;
 		}
-		until = next_census < deadline_ns ? next_census : deadline_ns;
-		r = lock_wait_step(lk, rq->slot, seen, 0, until, &spins);
-		if (r == -ETIMEDOUT && until < deadline_ns)
-			r = 0;
+		r = lock_wait_step_until(lk, rq->slot, seen, next_census, deadline_ns, &spins);
 		if (r)
 			return r;
 	}

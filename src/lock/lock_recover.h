@@ -1,6 +1,6 @@
 /*
- * Sending lock recovery messages (recover_wire.h has their format) and telling whether a
- * peer is down: shared by lock_recover.c, lock_agent.c and lock_census.c.
+ * Sending lock recovery messages (recover_wire.h has their format) and asking every member
+ * something: shared by lock_recover.c, lock_agent.c and lock_census.c.
  */
 #ifndef DDSS_LOCK_LOCK_RECOVER_H
 #define DDSS_LOCK_LOCK_RECOVER_H
@@ -10,7 +10,12 @@
 
 int lock_rc_send(struct ddss_lock *lk, uint32_t to, uint32_t type, uint32_t id, uint64_t hdr,
 		 uint32_t pred, uint32_t arg);
-/* Whether this rank sees @rank down (its connection closed, or declared dead). */
-bool lock_rc_down(struct ddss_lock *lk, uint32_t rank);
+/*
+ * Ask member @rank something it answers (a survey): 1 asked (its answer counts it), 0 it is
+ * down (declared dead for good first: nothing of its can act on the lock again), -1 it
+ * could not be reached but is not down (its answer will not come: cannot tell).
+ */
+int lock_rc_ask(struct ddss_lock *lk, uint32_t rank, uint32_t type, uint32_t id, uint64_t hdr,
+		uint32_t pred, uint32_t arg);
 
 #endif /* DDSS_LOCK_LOCK_RECOVER_H */

@@ -153,13 +153,14 @@ void lock_on_notify(void *arg, uint32_t from, uint32_t value)
 		ddss_lock_test_hook(lk->ctx, DDSS_LOCK_TP_NOTED);
 }
 
-static bool peer_down(struct ddss_lock *lk, uint32_t rank)
+bool lock_peer_down(struct ddss_lock *lk, uint32_t rank)
 {
 	struct ddss_tp_peer_info info;
 
 	if (!rank || rank == lk->rank)
 		return false;
-	return ddss_tp_peer_info(lk->tp, rank, &info) == 0 && info.state == DDSS_TP_PEER_DOWN;
+	return ddss_tp_peer_refused(lk->tp, rank) ||
+	       (ddss_tp_peer_info(lk->tp, rank, &info) == 0 && info.state == DDSS_TP_PEER_DOWN);
 }
 
 /*
@@ -179,7 +180,7 @@ int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t 
 	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
 		return -ESHUTDOWN;
 	/* failed: a request ahead of ours failed for good (a recovery agent waits on). */
-	if (peer_down(lk, watch) || (__atomic_load_n(&sl->failed, __ATOMIC_ACQUIRE) &&
+	if (lock_peer_down(lk, watch) || (__atomic_load_n(&sl->failed, __ATOMIC_ACQUIRE) &&
 				     !__atomic_load_n(&sl->agent, __ATOMIC_ACQUIRE)))
 		return -EHOSTDOWN;
 	now = ddss_now_ns();
@@ -194,6 +195,15 @@ int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t 
 
 	syscall(SYS_futex, &sl->wake, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
 	return 0;
+}
+
+int lock_wait_step_until(struct ddss_lock *lk, unsigned slot, uint32_t seen, int64_t check_ns,
+			 int64_t deadline_ns, unsigned *spins)
+{
+	int64_t until = check_ns < deadline_ns ? check_ns : deadline_ns;
+	int r = lock_wait_step(lk, slot, seen, 0, until, spins);
+
+	return r == -ETIMEDOUT && until < deadline_ns ? 0 : r;
 }
 
 uint32_t lock_wake_seen(struct ddss_lock *lk, unsigned slot)
