@@ -214,7 +214,7 @@ int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, co
 
 	if (p->n == COH_PENDING_MAX)
 		return -EOVERFLOW; /* a bug: every caller posts at most two */
-	r = ddss_tp_post_write(p->tp, c->d->home, at, buf, len, &p->req[p->n]);
+	r = ddss_tp_post_write_more(p->tp, c->d->home, at, buf, len, &p->req[p->n]);
 	if (!r)
 		p->n++;
 	return r;
@@ -229,7 +229,7 @@ int coh_post_copy(struct coh_call *c, struct coh_pending *p, uint32_t copy, bool
 		return coh_post_write_at(c, p, at, c->buf, c->len);
 	if (p->n == COH_PENDING_MAX)
 		return -EOVERFLOW;
-	r = ddss_tp_post_read(p->tp, c->d->home, at, c->buf, c->len, &p->req[p->n]);
+	r = ddss_tp_post_read_more(p->tp, c->d->home, at, c->buf, c->len, &p->req[p->n]);
 	if (!r)
 		p->n++;
 	return r;

@@ -73,7 +73,12 @@ struct coh_pending {
 };
 
 void coh_pending_init(struct coh_call *c, struct coh_pending *p);
-/* Post a read / write of the call's range of copy @copy, or of @len bytes at pool offset @at. */
+/*
+ * Post a read / write of the call's range of copy @copy, or of @len bytes at pool offset @at.
+ * Its doorbell waits for the caller's next operation to the home (ddss_tp_post_*_more): every
+ * caller follows it with one (the release, the version word, coh_pending_wait), and both then
+ * go out in one system call or one chain of work requests.
+ */
 int coh_post_copy(struct coh_call *c, struct coh_pending *p, uint32_t copy, bool write);
 int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, const void *buf,
 		      size_t len);

@@ -167,6 +167,15 @@ struct ddss_tp_ops {
 	/** Post a write of @len bytes from @local to @remote_off of @peer's pool. */
 	int (*post_write)(struct ddss_tp *tp, uint32_t peer, uint64_t remote_off,
 			  const void *local, size_t len, struct ddss_tp_req *req);
+	/**
+	 * Post a read or write (@op) as above, but let its doorbell wait for this thread's
+	 * next operation to @peer, so both go out in one system call (tcp) or one chain of
+	 * work requests (verbs). The calling thread must follow it with another post to @peer
+	 * or a wait or test on a request to @peer; anyone else's send to @peer takes it along
+	 * too. The stub (a provider without it) posts at once.
+	 */
+	int (*post_rw_more)(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer,
+			    uint64_t remote_off, void *local, size_t len, struct ddss_tp_req *req);
 
 	/* -- atomics (64-bit, 8-byte-aligned offsets; old value in req->result) -- */
 	/** Post: if *word == @compare then *word = @swap. */
@@ -330,6 +339,17 @@ static inline int ddss_tp_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t
 				     const void *local, size_t len, struct ddss_tp_req *req)
 {
 	return tp->ops->post_write(tp, peer, off, local, len, req);
+}
+/* Reads and writes whose doorbell waits for the thread's next operation to @peer. */
+static inline int ddss_tp_post_read_more(struct ddss_tp *tp, uint32_t peer, uint64_t off,
+					 void *local, size_t len, struct ddss_tp_req *req)
+{
+	return tp->ops->post_rw_more(tp, DDSS_TP_OP_READ, peer, off, local, len, req);
+}
+static inline int ddss_tp_post_write_more(struct ddss_tp *tp, uint32_t peer, uint64_t off,
+					  const void *local, size_t len, struct ddss_tp_req *req)
+{
+	return tp->ops->post_rw_more(tp, DDSS_TP_OP_WRITE, peer, off, (void *)local, len, req);
 }
 static inline int ddss_tp_post_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
 				   uint64_t swap, struct ddss_tp_req *req)

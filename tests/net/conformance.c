@@ -377,6 +377,142 @@ static void test_threads_share_channels(void)
 	barrier();
 }
 
+/*
+ * Posts "more" (ddss_tp_post_*_more): the doorbell waits for the thread's next operation
+ * to the peer, which then goes out behind it; a wait or test rings it; order and results
+ * are those of ordinary posts.
+ */
+#define HELD_LEN 3000u
+#define HELD_ROUNDS 200u
+
+static void held_write_then(uint32_t peer, uint64_t off, unsigned seed)
+{
+	unsigned char buf[HELD_LEN], back[HELD_LEN];
+	struct ddss_tp_req w, rd;
+	uint64_t word = W_CAS64 + 8 * (me - 1), old = 1;
+
+	test_fill(buf, sizeof(buf), seed);
+	memset(back, 0, sizeof(back));
+	/* Write held, then a read of the same bytes: executed after the write. */
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_write_more(tp, peer, off, buf, sizeof(buf), &w), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_read(tp, peer, off, back, sizeof(back), &rd), 0);
+	CU_ASSERT_EQUAL(ddss_tp_wait(tp, &rd, WAIT_MS), 0);
+	CU_ASSERT_EQUAL(rd.status, 0);
+	CU_ASSERT_EQUAL(ddss_tp_wait(tp, &w, WAIT_MS), 0);
+	CU_ASSERT_EQUAL(w.status, 0);
+	CU_ASSERT_EQUAL(test_check(back, sizeof(back), seed), SIZE_MAX);
+	/* Write held, then an atomic behind it; its result is the word's. */
+	CU_ASSERT_EQUAL(ddss_tp_write(tp, peer, word, &(uint64_t){ seed }, 8), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_write_more(tp, peer, off, buf, 8, &w), 0);
+	CU_ASSERT_EQUAL(ddss_tp_cas(tp, peer, word, seed, seed + 1, &old), 0);
+	CU_ASSERT_EQUAL(old, seed);
+	CU_ASSERT_EQUAL(ddss_tp_wait(tp, &w, WAIT_MS), 0);
+	CU_ASSERT_EQUAL(w.status, 0);
+}
+
+static void test_held_posts(void)
+{
+	uint32_t peer = rank_after(me, 1), other = rank_after(me, 2);
+	uint64_t off = slot_off(me) + 64 * 1024;
+	unsigned char a[64], b[64], back[64];
+	struct ddss_tp_req r1, r2, r3;
+
+	barrier();
+	for (unsigned i = 0; i < HELD_ROUNDS; i++)
+		held_write_then(i % 2 ? peer : me, off, me * 1000 + i);
+
+	/* A held read alone: the wait rings it. */
+	test_fill(a, sizeof(a), 77);
+	CU_ASSERT_EQUAL(ddss_tp_write(tp, peer, off, a, sizeof(a)), 0);
+	memset(back, 0, sizeof(back));
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_read_more(tp, peer, off, back, sizeof(back), &r1), 0);
+	CU_ASSERT_EQUAL(ddss_tp_wait(tp, &r1, WAIT_MS), 0);
+	CU_ASSERT_EQUAL(r1.status, 0);
+	CU_ASSERT_EQUAL(test_check(back, sizeof(back), 77), SIZE_MAX);
+
+	/* Two held in a row, then a test loop: both land, in order. */
+	test_fill(a, sizeof(a), 78);
+	test_fill(b, sizeof(b), 79);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_write_more(tp, peer, off, a, sizeof(a), &r1), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_write_more(tp, peer, off, b, sizeof(b), &r2), 0);
+	while (ddss_tp_test(tp, &r2) == -EAGAIN)
+		;
+	CU_ASSERT_EQUAL(ddss_tp_wait(tp, &r1, WAIT_MS), 0);
+	CU_ASSERT_EQUAL(r1.status | r2.status, 0);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, off, back, sizeof(back)), 0);
+	CU_ASSERT_EQUAL(test_check(back, sizeof(back), 79), SIZE_MAX);
+
+	/* Held for one peer, then a post to another: both complete. */
+	test_fill(a, sizeof(a), 80);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_write_more(tp, peer, off, a, sizeof(a), &r1), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_read(tp, other, off, back, sizeof(back), &r3), 0);
+	CU_ASSERT_EQUAL(ddss_tp_wait(tp, &r3, WAIT_MS), 0);
+	CU_ASSERT_EQUAL(ddss_tp_wait(tp, &r1, WAIT_MS), 0);
+	CU_ASSERT_EQUAL(r1.status | r3.status, 0);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, off, back, sizeof(back)), 0);
+	CU_ASSERT_EQUAL(test_check(back, sizeof(back), 80), SIZE_MAX);
+
+	/* Bad input: the same errors as post_write, and nothing is left held. */
+	CU_ASSERT_EQUAL(ddss_tp_post_write_more(tp, peer, pool_len, a, 8, &r1), -ERANGE);
+	CU_ASSERT_EQUAL(ddss_tp_post_read_more(tp, peer, off, NULL, 8, &r1), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_tp_post_write_more(tp, nranks + 1, off, a, 8, &r1), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, peer, off, back, sizeof(back)), 0);
+	CU_ASSERT_EQUAL(test_check(back, sizeof(back), 80), SIZE_MAX);
+	barrier();
+}
+
+struct held_arg {
+	unsigned id;
+	unsigned errors;
+};
+
+/* Threads of one rank hold posts on one channel at once: none waits for another's. */
+static void *held_thread(void *p)
+{
+	struct held_arg *a = p;
+	uint32_t peer = rank_after(me, 1);
+	uint64_t off = slot_off(me) + 128 * 1024 + a->id * 4096;
+	unsigned char buf[512], back[512];
+
+	for (unsigned i = 0; i < THREAD_OPS / 4; i++) {
+		struct ddss_tp_req w, f;
+		unsigned seed = a->id * 1000000 + i;
+
+		test_fill(buf, sizeof(buf), seed);
+		a->errors += ddss_tp_post_write_more(tp, peer, off, buf, sizeof(buf), &w) != 0;
+		a->errors += ddss_tp_post_fadd(tp, 1, W_THREADS, 1, &f) != 0; /* another peer */
+		a->errors += ddss_tp_wait(tp, &f, WAIT_MS) != 0 || f.status != 0;
+		a->errors += ddss_tp_wait(tp, &w, WAIT_MS) != 0 || w.status != 0;
+		a->errors += ddss_tp_post_read_more(tp, peer, off, back, sizeof(back), &w) != 0;
+		a->errors += ddss_tp_wait(tp, &w, WAIT_MS) != 0 || w.status != 0;
+		a->errors += test_check(back, sizeof(back), seed) != SIZE_MAX;
+	}
+	return NULL;
+}
+
+static void test_held_posts_threads(void)
+{
+	pthread_t th[THREADS];
+	struct held_arg args[THREADS];
+	uint64_t before = 0, after = 0;
+
+	barrier();
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_THREADS, &before, 8), 0);
+	barrier();
+	for (unsigned i = 0; i < THREADS; i++) {
+		args[i] = (struct held_arg){ .id = i };
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, held_thread, &args[i]), 0);
+	}
+	for (unsigned i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		CU_ASSERT_EQUAL(args[i].errors, 0);
+	}
+	barrier();
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_THREADS, &after, 8), 0);
+	CU_ASSERT_EQUAL(after - before, (uint64_t)nranks * THREADS * (THREAD_OPS / 4));
+	barrier();
+}
+
 /* Every rank's values 0..@end-1 arrived from every rank, each in order, none twice. */
 static void expect_notified(uint32_t end)
 {
@@ -570,6 +706,8 @@ int main(int argc, char **argv)
 	CU_add_test(suite, "fetch&add from all ranks, exact sum", test_fadd_concurrent_exact_sum);
 	CU_add_test(suite, "compare&swap increment loop", test_cas_loop_increments);
 	CU_add_test(suite, "threads share channels", test_threads_share_channels);
+	CU_add_test(suite, "held posts (post_*_more)", test_held_posts);
+	CU_add_test(suite, "held posts from several threads", test_held_posts_threads);
 	CU_add_test(suite, "notifications in order", test_notifications_in_order);
 	CU_add_test(suite, "notifications batched (notify_many)", test_notifications_batched);
 	CU_add_test(suite, "notify after write sees the data", test_notify_after_write_sees_data);

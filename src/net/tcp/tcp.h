@@ -35,9 +35,12 @@ enum tcp_ev_type { TCP_EV_STOP = 1, TCP_EV_CHAN, TCP_EV_SERVED };
 struct tcp_tp;
 
 /* Bytes waiting to go out on a channel because the socket was full. */
+/* A frame is at most two vectors (header, payload); a send may carry a held one before it. */
+#define TCP_OUT_IOV 4
+
 struct tcp_out {
 	struct tcp_out *next;
-	struct iovec iov[2];
+	struct iovec iov[TCP_OUT_IOV];
 	int iovcnt;
 	unsigned char *owned; /* private copy (messages), freed with the item */
 };
@@ -62,6 +65,10 @@ struct tcp_chan {
 	uint64_t next_seq;
 	struct tcp_out *out_head, *out_tail;
 	bool out_armed;
+	/* A request frame posted with "more" (ddss_tp_post_*_more): not sent yet, it goes out
+	 * with the channel's next send, whoever makes it, or when its poster waits. */
+	struct iovec held[2];
+	int nheld;
 
 	pthread_mutex_t q_mu; /* FIFO of requests awaiting a reply, in seq order */
 	struct ddss_tp_req *q_head, *q_tail;
@@ -143,9 +150,13 @@ void tcp_chan_init(struct tcp_chan *ch, struct tcp_tp *t, uint32_t peer);
 void tcp_chan_destroy(struct tcp_chan *ch);
 /** Connect and handshake if needed (reconnects after a failure). Blocks. */
 int tcp_chan_ensure(struct tcp_chan *ch);
-/** Post a request that expects a reply; fills req's wire header. */
+/**
+ * Post a request that expects a reply; fills req's wire header. With @hold the frame waits
+ * for the channel's next send (one system call for both), or for a wait or test on the
+ * channel, whichever comes first.
+ */
 int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp_wire_hdr *h,
-		  const void *payload, size_t payload_len);
+		  const void *payload, size_t payload_len, bool hold);
 /** Send encoded one-way frames back to back, as one write (copied if it cannot go now). */
 int tcp_chan_send_frames(struct tcp_chan *ch, const void *frames, size_t len);
 /** Send a one-way frame (notify, msg); the payload is copied if it cannot go out now. */

@@ -153,6 +153,7 @@ static void out_drop(struct tcp_chan *ch)
 		free(o);
 	}
 	ch->out_tail = NULL;
+	ch->nheld = 0;
 	out_disarm(ch);
 }
 
@@ -321,10 +322,21 @@ static int iov_advance(struct iovec *iov, int iovcnt, size_t n)
  */
 static int chan_send(struct tcp_chan *ch, struct iovec *iov, int iovcnt, bool copy)
 {
+	struct iovec all[TCP_OUT_IOV];
 	struct msghdr mh = { 0 };
 	struct tcp_out *o;
 	int first = 0, r;
 
+	if (ch->nheld) {
+		/* A held frame goes first, in the same system call (it is older). */
+		memcpy(all, ch->held, sizeof(ch->held[0]) * (size_t)ch->nheld);
+		memcpy(all + ch->nheld, iov, sizeof(iov[0]) * (size_t)iovcnt);
+		iov = all;
+		iovcnt += ch->nheld;
+		ch->nheld = 0;
+	}
+	if (!iovcnt)
+		return 0;
 	if (!ch->out_head) {
 		ssize_t n;
 
@@ -420,7 +432,7 @@ void tcp_chan_flush(struct tcp_chan *ch)
 }
 
 int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp_wire_hdr *h,
-		  const void *payload, size_t payload_len)
+		  const void *payload, size_t payload_len, bool hold)
 {
 	struct tcp_wire_hdr hdr = *h;
 	struct iovec iov[2];
@@ -449,10 +461,25 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
 	pthread_mutex_unlock(&ch->q_mu);
 	iov[0] = (struct iovec){ req->hdr, TCP_WIRE_HDR_LEN };
 	iov[1] = (struct iovec){ (void *)payload, payload_len };
-	/* A send failure fails the channel; the queued request completes with that error. */
-	chan_send(ch, iov, payload_len ? 2 : 1, false);
+	if (hold && !ch->nheld) {
+		/* The request's header and payload live until it completes: refer to them. */
+		memcpy(ch->held, iov, sizeof(iov));
+		ch->nheld = payload_len ? 2 : 1;
+	} else {
+		/* A send failure fails the channel; the queued request completes with it. */
+		chan_send(ch, iov, payload_len ? 2 : 1, false);
+	}
 	pthread_mutex_unlock(&ch->send_mu);
 	return 0;
+}
+
+/* Send a held frame now: its poster is about to wait for a reply on this channel. */
+static void push_held(struct tcp_chan *ch)
+{
+	pthread_mutex_lock(&ch->send_mu);
+	if (ch->nheld && ch->fd >= 0 && !chan_error(ch))
+		chan_send(ch, NULL, 0, false);
+	pthread_mutex_unlock(&ch->send_mu);
 }
 
 /* One-way bytes (no reply expected), copied if they cannot all go out now. */
@@ -674,6 +701,7 @@ int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms)
 
 	if (req->deadline_ns < deadline)
 		deadline = req->deadline_ns;
+	push_held(ch);
 	pthread_mutex_lock(&ch->cv_mu);
 	while (!req_done(req)) {
 		if (!ch->rx_busy) {
@@ -725,6 +753,7 @@ timed_out:
 
 int tcp_chan_test(struct tcp_chan *ch, struct ddss_tp_req *req)
 {
+	push_held(ch);
 	pthread_mutex_lock(&ch->cv_mu);
 	if (req_done(req)) {
 		pthread_mutex_unlock(&ch->cv_mu);

@@ -238,7 +238,7 @@ static int local_op(struct tcp_tp *t, struct ddss_tp_req *req)
  * length the peer announced), then run locally or send on the peer's channel.
  */
 static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t off, void *local,
-		size_t len, uint64_t a, uint64_t b, struct ddss_tp_req *req)
+		size_t len, uint64_t a, uint64_t b, struct ddss_tp_req *req, bool hold)
 {
 	struct tcp_tp *t = tcp_tp_of(tp);
 	struct tcp_chan *ch;
@@ -273,20 +273,20 @@ static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t 
 	case DDSS_TP_OP_READ:
 		h.kind = TCP_K_READ;
 		h.a = len;
-		return tcp_chan_post(ch, req, &h, NULL, 0);
+		return tcp_chan_post(ch, req, &h, NULL, 0, hold);
 	case DDSS_TP_OP_WRITE:
 		h.kind = TCP_K_WRITE;
 		h.len = (uint32_t)len;
-		return tcp_chan_post(ch, req, &h, local, len);
+		return tcp_chan_post(ch, req, &h, local, len, hold);
 	case DDSS_TP_OP_CAS:
 		h.kind = TCP_K_CAS;
 		h.a = a;
 		h.b = b;
-		return tcp_chan_post(ch, req, &h, NULL, 0);
+		return tcp_chan_post(ch, req, &h, NULL, 0, hold);
 	case DDSS_TP_OP_FADD:
 		h.kind = TCP_K_FADD;
 		h.a = a;
-		return tcp_chan_post(ch, req, &h, NULL, 0);
+		return tcp_chan_post(ch, req, &h, NULL, 0, hold);
 	}
 	return -EINVAL;
 }
@@ -294,25 +294,34 @@ static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t 
 static int tcp_post_read(struct ddss_tp *tp, uint32_t peer, uint64_t off, void *local, size_t len,
 			 struct ddss_tp_req *req)
 {
-	return post(tp, peer, DDSS_TP_OP_READ, off, local, len, 0, 0, req);
+	return post(tp, peer, DDSS_TP_OP_READ, off, local, len, 0, 0, req, false);
 }
 
 static int tcp_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const void *local,
 			  size_t len, struct ddss_tp_req *req)
 {
-	return post(tp, peer, DDSS_TP_OP_WRITE, off, (void *)local, len, 0, 0, req);
+	return post(tp, peer, DDSS_TP_OP_WRITE, off, (void *)local, len, 0, 0, req, false);
+}
+
+/* The frame goes out with this channel's next send (or at the poster's wait). */
+static int tcp_post_rw_more(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, uint64_t off,
+			    void *local, size_t len, struct ddss_tp_req *req)
+{
+	if (op != DDSS_TP_OP_READ && op != DDSS_TP_OP_WRITE)
+		return -EINVAL;
+	return post(tp, peer, op, off, local, len, 0, 0, req, true);
 }
 
 static int tcp_post_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
 			uint64_t swap, struct ddss_tp_req *req)
 {
-	return post(tp, peer, DDSS_TP_OP_CAS, off, &req->result, 8, compare, swap, req);
+	return post(tp, peer, DDSS_TP_OP_CAS, off, &req->result, 8, compare, swap, req, false);
 }
 
 static int tcp_post_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add,
 			 struct ddss_tp_req *req)
 {
-	return post(tp, peer, DDSS_TP_OP_FADD, off, &req->result, 8, add, 0, req);
+	return post(tp, peer, DDSS_TP_OP_FADD, off, &req->result, 8, add, 0, req, false);
 }
 
 static int send_oneway(struct ddss_tp *tp, uint32_t peer, const struct tcp_wire_hdr *h,
@@ -386,6 +395,7 @@ const struct ddss_tp_ops ddss_tcp_ops = {
 	.peer_info = tcp_peer_info,
 	.post_read = tcp_post_read,
 	.post_write = tcp_post_write,
+	.post_rw_more = tcp_post_rw_more,
 	.post_cas = tcp_post_cas,
 	.post_fadd = tcp_post_fadd,
 	.notify_many = tcp_notify_many,

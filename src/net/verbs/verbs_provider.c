@@ -353,12 +353,59 @@ static inline __attribute__((always_inline)) int begin(struct verbs_tp *vt, uint
 }
 
 /*
+ * A read or write posted "more" (ddss_tp_post_*_more): this thread's one held WR, posted
+ * in one chain with the thread's next WR to the same peer, or alone when the thread posts
+ * elsewhere, waits or tests. Per thread, so another thread's posts never reorder ours.
+ */
+static __thread struct {
+	struct verbs_out *o;
+	struct ddss_tp_req *req;
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+} held;
+
+/* Post the held WR, alone or with @wr (same peer) behind it; @wr NULL: alone. */
+static int post_held(struct verbs_tp *vt, struct ibv_send_wr *wr)
+{
+	struct verbs_out *o = held.o;
+	struct ddss_tp_req *req = held.req;
+	int r;
+
+	held.o = NULL;
+	held.wr.sg_list = &held.sge;
+	held.wr.next = wr;
+	r = verbs_post(o, &held.wr);
+	if (r) /* its poster already has 0: it learns the error when it waits */
+		verbs_req_finish(vt, req, r);
+	return r;
+}
+
+/* Before any other post, wait or test of this thread: ring the held doorbell. */
+static inline void push_held(struct verbs_tp *vt)
+{
+	if (__builtin_expect(held.o != NULL, 0))
+		post_held(vt, NULL);
+}
+
+/* Every post of this provider: behind the thread's held WR, in one chain if to its peer. */
+static inline __attribute__((always_inline)) int post_wr(struct verbs_tp *vt, struct verbs_out *o,
+							 struct ibv_send_wr *wr)
+{
+	if (__builtin_expect(held.o != NULL, 0)) {
+		if (held.o == o)
+			return post_held(vt, wr);
+		post_held(vt, NULL);
+	}
+	return verbs_post(o, wr);
+}
+
+/*
  * Reads and writes. A transfer longer than the port's largest message goes as several
  * WRs; only the last carries the request (an RC QP completes them in order). Inlined into
  * each operation, like post_atomic: one call less on the fast path (verbs_fast.h says why).
  */
 static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, uint32_t peer, enum ddss_tp_op op, uint64_t off,
-		   void *local, size_t len, struct ddss_tp_req *req)
+		   void *local, size_t len, struct ddss_tp_req *req, bool hold)
 {
 	struct verbs_out *o;
 	struct ibv_sge sge;
@@ -397,7 +444,16 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 		wr.sg_list = &part;
 		wr.wr_id = last ? (uintptr_t)req : verbs_wrid_credit(peer);
 		wr.wr.rdma.remote_addr = o->raddr + off + done;
-		r = verbs_post(o, &wr);
+		if (hold && last && !done) {
+			/* One WR, held for this thread's next (post_held; its sge copied). */
+			push_held(vt);
+			held.o = o;
+			held.req = req;
+			held.wr = wr;
+			held.sge = part;
+			return 0;
+		}
+		r = post_wr(vt, o, &wr);
 		if (r) {
 			/* Earlier chunks (if any) are in flight on a QP that now fails as a whole. */
 			if (done)
@@ -411,16 +467,26 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 	}
 }
 
+static int verbs_post_rw_more(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer,
+			      uint64_t off, void *local, size_t len, struct ddss_tp_req *req)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+
+	if (op != DDSS_TP_OP_READ && op != DDSS_TP_OP_WRITE)
+		return -EINVAL;
+	return post_rw(vt, peer, op, off, local, len, req, true);
+}
+
 static int verbs_post_read(struct ddss_tp *tp, uint32_t peer, uint64_t off, void *local,
 			   size_t len, struct ddss_tp_req *req)
 {
-	return post_rw(verbs_tp_of(tp), peer, DDSS_TP_OP_READ, off, local, len, req);
+	return post_rw(verbs_tp_of(tp), peer, DDSS_TP_OP_READ, off, local, len, req, false);
 }
 
 static int verbs_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const void *local,
 			    size_t len, struct ddss_tp_req *req)
 {
-	return post_rw(verbs_tp_of(tp), peer, DDSS_TP_OP_WRITE, off, (void *)local, len, req);
+	return post_rw(verbs_tp_of(tp), peer, DDSS_TP_OP_WRITE, off, (void *)local, len, req, false);
 }
 
 static inline __attribute__((always_inline)) int post_atomic(struct verbs_tp *vt, uint32_t peer, enum ddss_tp_op op, uint64_t off,
@@ -454,7 +520,7 @@ static inline __attribute__((always_inline)) int post_atomic(struct verbs_tp *vt
 	wr.wr.atomic.rkey = o->rkey;
 	wr.wr.atomic.compare_add = a;
 	wr.wr.atomic.swap = b;
-	r = verbs_post(o, &wr);
+	r = post_wr(vt, o, &wr);
 	if (r)
 		verbs_mem_finish(vt, req, false);
 	return r;
@@ -492,7 +558,7 @@ static int verbs_notify_many(struct ddss_tp *tp, uint32_t peer, const uint32_t *
 					      .opcode = IBV_WR_SEND_WITH_IMM,
 					      .imm_data = htobe32(values[i]),
 					      .next = i + 1 < n ? &wr[i + 1] : NULL };
-	return verbs_post(o, wr);
+	return post_wr(vt, o, wr);
 }
 
 /*
@@ -526,7 +592,7 @@ static int verbs_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const
 		wr.num_sge = len ? 2 : 1;
 		wr.send_flags = IBV_SEND_INLINE;
 		wr.wr_id = verbs_wrid_credit(peer);
-		return verbs_post(o, &wr);
+		return post_wr(vt, o, &wr);
 	}
 	req = calloc(1, sizeof(*req));
 	copy = malloc(VERBS_MSG_HDR_LEN + len);
@@ -549,7 +615,7 @@ static int verbs_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const
 	verbs_priv(req)->internal = 1;
 	wr.num_sge = 1;
 	wr.wr_id = (uintptr_t)req;
-	r = verbs_post(o, &wr);
+	r = post_wr(vt, o, &wr);
 	if (r) {
 		verbs_mem_finish(vt, req, false);
 		free(copy);
@@ -562,6 +628,7 @@ static int verbs_test_op(struct ddss_tp *tp, struct ddss_tp_req *req)
 {
 	if (!req || !ddss_tp_valid_rank(tp, req->peer))
 		return -EINVAL;
+	push_held(verbs_tp_of(tp));
 	return verbs_test(verbs_tp_of(tp), req);
 }
 
@@ -569,6 +636,7 @@ static int verbs_wait_op(struct ddss_tp *tp, struct ddss_tp_req *req, int timeou
 {
 	if (!req || !ddss_tp_valid_rank(tp, req->peer))
 		return -EINVAL;
+	push_held(verbs_tp_of(tp));
 	return verbs_wait(verbs_tp_of(tp), req, timeout_ms);
 }
 
@@ -584,6 +652,7 @@ const struct ddss_tp_ops ddss_verbs_ops = {
 	.peer_info = verbs_peer_info,
 	.post_read = verbs_post_read,
 	.post_write = verbs_post_write,
+	.post_rw_more = verbs_post_rw_more,
 	.post_cas = verbs_post_cas,
 	.post_fadd = verbs_post_fadd,
 	.notify_many = verbs_notify_many,
