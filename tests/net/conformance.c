@@ -356,21 +356,28 @@ static void *thread_main(void *p)
 	return NULL;
 }
 
-static void test_threads_share_channels(void)
+/* THREADS threads of this rank run @fn at once; none may count an error. */
+static void run_threads(void *(*fn)(void *))
 {
 	pthread_t th[THREADS];
 	struct thread_arg args[THREADS];
-	uint64_t total = 0;
 
-	barrier();
 	for (unsigned i = 0; i < THREADS; i++) {
 		args[i] = (struct thread_arg){ .id = i };
-		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, thread_main, &args[i]), 0);
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, fn, &args[i]), 0);
 	}
 	for (unsigned i = 0; i < THREADS; i++) {
 		pthread_join(th[i], NULL);
 		CU_ASSERT_EQUAL(args[i].errors, 0);
 	}
+}
+
+static void test_threads_share_channels(void)
+{
+	uint64_t total = 0;
+
+	barrier();
+	run_threads(thread_main);
 	barrier();
 	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_THREADS, &total, 8), 0);
 	CU_ASSERT_EQUAL(total, (uint64_t)nranks * THREADS * THREAD_OPS);
@@ -461,15 +468,10 @@ static void test_held_posts(void)
 	barrier();
 }
 
-struct held_arg {
-	unsigned id;
-	unsigned errors;
-};
-
 /* Threads of one rank hold posts on one channel at once: none waits for another's. */
 static void *held_thread(void *p)
 {
-	struct held_arg *a = p;
+	struct thread_arg *a = p;
 	uint32_t peer = rank_after(me, 1);
 	uint64_t off = slot_off(me) + 128 * 1024 + a->id * 4096;
 	unsigned char buf[512], back[512];
@@ -492,21 +494,12 @@ static void *held_thread(void *p)
 
 static void test_held_posts_threads(void)
 {
-	pthread_t th[THREADS];
-	struct held_arg args[THREADS];
 	uint64_t before = 0, after = 0;
 
 	barrier();
 	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_THREADS, &before, 8), 0);
 	barrier();
-	for (unsigned i = 0; i < THREADS; i++) {
-		args[i] = (struct held_arg){ .id = i };
-		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, held_thread, &args[i]), 0);
-	}
-	for (unsigned i = 0; i < THREADS; i++) {
-		pthread_join(th[i], NULL);
-		CU_ASSERT_EQUAL(args[i].errors, 0);
-	}
+	run_threads(held_thread);
 	barrier();
 	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_THREADS, &after, 8), 0);
 	CU_ASSERT_EQUAL(after - before, (uint64_t)nranks * THREADS * (THREAD_OPS / 4));
