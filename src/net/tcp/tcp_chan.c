@@ -330,7 +330,8 @@ static int chan_send(struct tcp_chan *ch, struct iovec *iov, int iovcnt, bool co
 	if (ch->nheld) {
 		/* A held frame goes first, in the same system call (it is older). */
 		memcpy(all, ch->held, sizeof(ch->held[0]) * (size_t)ch->nheld);
-		memcpy(all + ch->nheld, iov, sizeof(iov[0]) * (size_t)iovcnt);
+		if (iovcnt) /* push_held passes none */
+			memcpy(all + ch->nheld, iov, sizeof(iov[0]) * (size_t)iovcnt);
 		iov = all;
 		iovcnt += ch->nheld;
 		ch->nheld = 0;
