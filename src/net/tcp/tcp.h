@@ -66,7 +66,8 @@ struct tcp_chan {
 	struct tcp_out *out_head, *out_tail;
 	bool out_armed;
 	/* A request frame posted with "more" (ddss_tp_post_*_more): not sent yet, it goes out
-	 * with the channel's next send, whoever makes it, or when its poster waits. */
+	 * with the channel's next send, whoever makes it, or when its poster waits. nheld is
+	 * written under send_mu, atomically so that a waiter may peek at it without. */
 	struct iovec held[2];
 	int nheld;
 

@@ -153,7 +153,7 @@ static void out_drop(struct tcp_chan *ch)
 		free(o);
 	}
 	ch->out_tail = NULL;
-	ch->nheld = 0;
+	__atomic_store_n(&ch->nheld, 0, __ATOMIC_RELAXED);
 	out_disarm(ch);
 }
 
@@ -334,7 +334,7 @@ static int chan_send(struct tcp_chan *ch, struct iovec *iov, int iovcnt, bool co
 			memcpy(all + ch->nheld, iov, sizeof(iov[0]) * (size_t)iovcnt);
 		iov = all;
 		iovcnt += ch->nheld;
-		ch->nheld = 0;
+		__atomic_store_n(&ch->nheld, 0, __ATOMIC_RELAXED);
 	}
 	if (!iovcnt)
 		return 0;
@@ -465,7 +465,7 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
 	if (hold && !ch->nheld) {
 		/* The request's header and payload live until it completes: refer to them. */
 		memcpy(ch->held, iov, sizeof(iov));
-		ch->nheld = payload_len ? 2 : 1;
+		__atomic_store_n(&ch->nheld, payload_len ? 2 : 1, __ATOMIC_RELAXED);
 	} else {
 		/* A send failure fails the channel; the queued request completes with it. */
 		chan_send(ch, iov, payload_len ? 2 : 1, false);
@@ -474,9 +474,16 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
 	return 0;
 }
 
-/* Send a held frame now: its poster is about to wait for a reply on this channel. */
+/*
+ * Send a held frame now: its poster is about to wait for a reply on this channel. Every
+ * wait and test comes here, so the common case (nothing held) takes no lock: a frame this
+ * thread held is seen by its own load; one of another thread's, seen or not, is that
+ * thread's to push.
+ */
 static void push_held(struct tcp_chan *ch)
 {
+	if (!__atomic_load_n(&ch->nheld, __ATOMIC_RELAXED))
+		return;
 	pthread_mutex_lock(&ch->send_mu);
 	if (ch->nheld && ch->fd >= 0 && !chan_error(ch))
 		chan_send(ch, NULL, 0, false);
