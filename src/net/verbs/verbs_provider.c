@@ -444,8 +444,9 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 		wr.sg_list = &part;
 		wr.wr_id = last ? (uintptr_t)req : verbs_wrid_credit(peer);
 		wr.wr.rdma.remote_addr = o->raddr + off + done;
-		if (hold && last && !done) {
-			/* One WR, held for this thread's next (post_held; its sge copied). */
+		if (hold && last && !done && held.o != o) {
+			/* One WR, held for this thread's next (post_held; its sge copied). A
+			 * second held one to the same peer goes below, chained behind the first. */
 			push_held(vt);
 			held.o = o;
 			held.req = req;
