@@ -153,7 +153,7 @@ static void out_drop(struct tcp_chan *ch)
 		free(o);
 	}
 	ch->out_tail = NULL;
-	__atomic_store_n(&ch->nheld, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&ch->nheld, 0, __ATOMIC_RELEASE);
 	out_disarm(ch);
 }
 
@@ -320,22 +320,12 @@ static int iov_advance(struct iovec *iov, int iovcnt, size_t n)
  * a request's buffers are referenced (they live until it completes), a one-way frame is
  * copied. On failure the channel is failed and -ECONNRESET returned.
  */
-static int chan_send(struct tcp_chan *ch, struct iovec *iov, int iovcnt, bool copy)
+static int chan_send_iov(struct tcp_chan *ch, struct iovec *iov, int iovcnt, bool copy)
 {
-	struct iovec all[TCP_OUT_IOV];
 	struct msghdr mh = { 0 };
 	struct tcp_out *o;
 	int first = 0, r;
 
-	if (ch->nheld) {
-		/* A held frame goes first, in the same system call (it is older). */
-		memcpy(all, ch->held, sizeof(ch->held[0]) * (size_t)ch->nheld);
-		if (iovcnt) /* push_held passes none */
-			memcpy(all + ch->nheld, iov, sizeof(iov[0]) * (size_t)iovcnt);
-		iov = all;
-		iovcnt += ch->nheld;
-		__atomic_store_n(&ch->nheld, 0, __ATOMIC_RELAXED);
-	}
 	if (!iovcnt)
 		return 0;
 	if (!ch->out_head) {
@@ -392,6 +382,26 @@ fail:
 	/* Part of a frame may be on the wire already: the stream is unusable. */
 	chan_fail(ch, -ENOMEM);
 	return -ENOMEM;
+}
+
+/* send_mu held. Send iov, with a held frame ahead of it in the same system call (it is older). */
+static int chan_send(struct tcp_chan *ch, struct iovec *iov, int iovcnt, bool copy)
+{
+	struct iovec all[TCP_OUT_IOV];
+	int r;
+
+	if (!ch->nheld)
+		return chan_send_iov(ch, iov, iovcnt, copy);
+	memcpy(all, ch->held, sizeof(ch->held[0]) * (size_t)ch->nheld);
+	if (iovcnt) /* push_held passes none */
+		memcpy(all + ch->nheld, iov, sizeof(iov[0]) * (size_t)iovcnt);
+	r = chan_send_iov(ch, all, iovcnt + ch->nheld, copy);
+	/*
+	 * Cleared after the send, with release: a poster whose wait sees 0 without taking
+	 * send_mu (push_held) then also sees that the send read its buffers.
+	 */
+	__atomic_store_n(&ch->nheld, 0, __ATOMIC_RELEASE);
+	return r;
 }
 
 void tcp_chan_flush(struct tcp_chan *ch)
@@ -478,11 +488,12 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
  * Send a held frame now: its poster is about to wait for a reply on this channel. Every
  * wait and test comes here, so the common case (nothing held) takes no lock: a frame this
  * thread held is seen by its own load; one of another thread's, seen or not, is that
- * thread's to push.
+ * thread's to push. Seeing 0 (acquire) after another thread sent this thread's frame
+ * orders that send's read of the buffers before the poster reuses them.
  */
 static void push_held(struct tcp_chan *ch)
 {
-	if (!__atomic_load_n(&ch->nheld, __ATOMIC_RELAXED))
+	if (!__atomic_load_n(&ch->nheld, __ATOMIC_ACQUIRE))
 		return;
 	pthread_mutex_lock(&ch->send_mu);
 	if (ch->nheld && ch->fd >= 0 && !chan_error(ch))
