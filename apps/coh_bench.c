@@ -31,6 +31,9 @@
  *                         temporal: no transfer while the copy is younger than t);
  *   version get, unchanged  a version segment nobody writes: one 8-byte read, then the copy;
  *   version get, changed    a put (not timed) before every get: version read + data read.
+ *   raw 8-byte read again   the raw 8-byte read, measured a second time right after the
+ *                         unchanged version gets: the quotient of its two medians (A/A)
+ *                         shows how far one operation's numbers move within the run.
  * The coherence counters (ddss_coh_stats_get: data fetches, cache hits, retries) are read
  * around every block of gets, so the table shows which gets moved data.
  *
@@ -89,6 +92,7 @@ enum bench_op {
 	B_GET = B_PUT + NMODELS,     /* + model */
 	B_VGET_SAME = B_GET + NMODELS,
 	B_VGET_CHANGED,
+	B_RAW_READ8_AGAIN,           /* the same raw 8-byte read, for the A/A noise floor */
 	B_COUNT
 };
 
@@ -120,6 +124,8 @@ static const char *op_name(enum bench_op op, char *s, size_t n)
 		snprintf(s, n, "%s_put", model_names[op - B_PUT]);
 	else if (op < B_VGET_SAME)
 		snprintf(s, n, "%s_get", model_names[op - B_GET]);
+	else if (op == B_RAW_READ8_AGAIN)
+		snprintf(s, n, "raw_read8_again");
 	else
 		snprintf(s, n, "%s", op == B_VGET_SAME ? "version_get_unchanged" :
 							 "version_get_changed");
@@ -162,6 +168,7 @@ static int timed_op(struct bench *b, enum bench_op op, size_t size, double *tick
 		r = ddss_tp_fadd(tp, HOME, b->fadd_off, 1, &old);
 		break;
 	case B_RAW_READ8:
+	case B_RAW_READ8_AGAIN:
 		r = ddss_tp_read(tp, HOME, b->word_off, &old, sizeof(old));
 		break;
 	case B_VGET_SAME:
@@ -405,6 +412,7 @@ struct ratios {
 	double strict_bound;       /* STRICT_ATOMICS raw cas + raw write */
 	double strict;             /* strict put / strict_bound */
 	double vsame;              /* unchanged version get / raw 8-byte read */
+	double read8_aa;           /* the raw 8-byte read's second measurement / its first */
 };
 
 static struct ratios ratios_of(const struct op_stat *x)
@@ -416,6 +424,7 @@ static struct ratios ratios_of(const struct op_stat *x)
 	q.strict_bound = STRICT_ATOMICS * x[B_RAW_CAS].med + x[B_RAW_WRITE].med;
 	q.strict = x[B_PUT + M_STRICT].med / q.strict_bound;
 	q.vsame = x[B_VGET_SAME].med / x[B_RAW_READ8].med;
+	q.read8_aa = x[B_RAW_READ8_AGAIN].med / x[B_RAW_READ8].med;
 	return q;
 }
 
@@ -438,6 +447,9 @@ static void print_targets(FILE *f, const struct op_stat *x)
 		x[B_VGET_SAME].med - x[B_RAW_READ8].med,
 		(unsigned long long)x[B_VGET_SAME].fetches, (unsigned long long)x[B_VGET_SAME].hits,
 		q.vsame <= 1.0 ? "met" : "NOT met");
+	fprintf(f, "  A/A: the same raw 8-byte read measured again right after the version gets: "
+		"%.3f us, %.3f of the first (how far two measurements of one operation differ in "
+		"this run)\n", x[B_RAW_READ8_AGAIN].med, q.read8_aa);
 }
 
 static void report_csv(struct ddss_ctx *ctx, const size_t *sizes, unsigned nsizes,
@@ -552,13 +564,13 @@ static void report(struct ddss_ctx *ctx, const struct bench_opts *o, const size_
 	printf("target ratios at every size (medians): null put / raw write, null get / raw read "
 	       "(<= %.2f); strict put / (%.1f raw atomic + raw write) (<= 1); version get "
 	       "unchanged / raw 8-byte read (<= 1)\n", NULL_TARGET, STRICT_ATOMICS);
-	printf("%8s %10s %10s %12s %10s %10s\n", "size", "null_put", "null_get", "strict_bound",
-	       "strict", "vget_same");
+	printf("%8s %10s %10s %12s %10s %10s %10s\n", "size", "null_put", "null_get",
+	       "strict_bound", "strict", "vget_same", "read8_aa");
 	for (unsigned s = 0; s < nsizes; s++) {
 		struct ratios q = ratios_of(st[s]);
 
-		printf("%8zu %10.3f %10.3f %12.3f %10.3f %10.3f\n", sizes[s], q.null_put,
-		       q.null_get, q.strict_bound, q.strict, q.vsame);
+		printf("%8zu %10.3f %10.3f %12.3f %10.3f %10.3f %10.3f\n", sizes[s], q.null_put,
+		       q.null_get, q.strict_bound, q.strict, q.vsame, q.read8_aa);
 	}
 	/* sizes[0] is always 1 B. */
 	print_targets(stdout, st[0]);
@@ -590,14 +602,20 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 	int64_t ns0;
 	int r, rc = 0;
 
-	/* Raw ones first, then each model's puts and gets, then the two version gets. */
+	/*
+	 * Raw ones first, the raw 8-byte read last of them, then the unchanged version get
+	 * and the raw 8-byte read once more, so the version check sits between two
+	 * measurements of its floor (their quotient is the run's A/A noise); then each
+	 * model's puts and gets, and the changed version get.
+	 */
 	for (int op = B_RAW_READ; op < B_PUT; op++)
 		b.order[k++] = (enum bench_op)op;
+	b.order[k++] = B_VGET_SAME;
+	b.order[k++] = B_RAW_READ8_AGAIN;
 	for (int m = 0; m < NMODELS; m++) {
 		b.order[k++] = (enum bench_op)(B_PUT + m);
 		b.order[k++] = (enum bench_op)(B_GET + m);
 	}
-	b.order[k++] = B_VGET_SAME;
 	b.order[k++] = B_VGET_CHANGED;
 	st = calloc(nsizes, sizeof(*st));
 	b.buf = aligned_alloc(64, (o->size + 63) & ~(size_t)63);

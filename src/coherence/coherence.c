@@ -296,16 +296,23 @@ int coh_version_read_with_copy(struct coh_call *c, uint64_t *word_p, bool *have_
 			       uint64_t *cached_p)
 {
 	static const struct coh_want any = { .fetched_after = INT64_MIN };
+	struct ddss_tp *tp = c->ctx->tp;
+	bool by_fadd = tp->fetch_by_fadd && model_of(c->d->coherence)->word_atomic;
+	uint64_t off = c->hdr + COH_VERSION_OFF;
 	struct ddss_tp_req req;
-	int r = ddss_tp_post_read(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, word_p, 8,
-				  &req);
+	int r = by_fadd ? ddss_tp_post_fadd(tp, c->d->home, off, 0, &req) :
+			  ddss_tp_post_read(tp, c->d->home, off, word_p, 8, &req);
 
 	if (r)
 		return r;
 	*have_p = coh_cache_get(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf, &any,
 				cached_p);
-	r = ddss_tp_wait(c->ctx->tp, &req, DDSS_TP_TIMEOUT_DEFAULT);
-	return r ? r : req.status;
+	r = ddss_tp_wait(tp, &req, DDSS_TP_TIMEOUT_DEFAULT);
+	if (!r)
+		r = req.status;
+	if (!r && by_fadd)
+		*word_p = req.result;
+	return r;
 }
 
 int64_t coh_deadline(struct coh_call *c)

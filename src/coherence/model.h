@@ -29,6 +29,7 @@ struct coh_model {
 	bool (*param_ok)(uint32_t param);
 	uint32_t copies;   /* copies of the data the home keeps; 0: the parameter + 1 */
 	bool plain;        /* get/put are single RDMA operations */
+	bool word_atomic;  /* the version word changes only by fetch&add (ddss_tp.fetch_by_fadd) */
 	int (*get)(struct coh_call *c);
 	int (*put)(struct coh_call *c);
 };
@@ -102,7 +103,8 @@ int coh_read_version(struct coh_call *c, uint64_t *word_p);
 /*
  * Read the version word into *word_p and, while that read is in flight, copy the cached
  * copy of the call's range (of whatever version) into the call's buffer: *have_p says
- * whether there was one, *cached_p its version.
+ * whether there was one, *cached_p its version. The read is a fetch&add of 0 when the
+ * model's word changes only by atomics and the transport fetches faster that way.
  */
 int coh_version_read_with_copy(struct coh_call *c, uint64_t *word_p, bool *have_p,
 			       uint64_t *cached_p);

@@ -230,6 +230,14 @@ struct ddss_tp {
 	struct ddss_auth_key auth;  /* owned copy of *cfg.auth (cfg.auth points here) */
 	unsigned long handshakes_failed; /* atomic: incoming connections turned away */
 	bool formed;                /* atomic: every rank has been up (a group barrier passed) */
+	/*
+	 * Set by the provider at open: a fetch&add of 0 returns an 8-byte word sooner than a
+	 * read of it does (tcp: its reply carries no payload; rxe: a read's completion takes
+	 * a slower path, about 2x an atomic's). Callers may then fetch a word that only ever
+	 * changes by cas/fadd with one (never a word anyone writes: a fetch&add is atomic
+	 * only against other atomics, so its write-back could undo a write landing meanwhile).
+	 */
+	bool fetch_by_fadd;
 };
 
 /** How many incoming connections this transport turned away in their handshake (wrong

@@ -414,6 +414,7 @@ static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 	r = ddss_tp_init_common(&t->base, &ddss_tcp_ops, cfg);
 	if (r)
 		goto err_free;
+	t->base.fetch_by_fadd = true; /* the home's CPU atomic; a reply without payload */
 	t->listen_fd = -1;
 	t->stop_fd = -1;
 	t->peers = calloc(cfg->size + 1, sizeof(*t->peers));
