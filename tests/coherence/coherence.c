@@ -925,6 +925,29 @@ static void test_version_never_stale(void)
 	drop(run.done);
 }
 
+/*
+ * The version tests again with the word read rather than fetched by a fetch&add of 0, as
+ * on a NIC (tcp and rxe set fetch_by_fadd): both ways of reading it stay tested.
+ */
+static void with_word_read(void (*fn)(void))
+{
+	bool was = ctx->tp->fetch_by_fadd;
+
+	ctx->tp->fetch_by_fadd = false;
+	fn();
+	ctx->tp->fetch_by_fadd = was;
+}
+
+static void test_version_transfers_read(void)
+{
+	with_word_read(test_version_transfers);
+}
+
+static void test_version_never_stale_read(void)
+{
+	with_word_read(test_version_never_stale);
+}
+
 /* ---- temporal ---- */
 
 static int64_t fake_now;
@@ -1241,6 +1264,10 @@ int main(int argc, char **argv)
 			{ "version: unchanged segment served from the cache (transfers counted)",
 			  test_version_transfers },
 			{ "version: never stale after a completed put", test_version_never_stale },
+			{ "version, word read (not fetch&add): transfers counted",
+			  test_version_transfers_read },
+			{ "version, word read (not fetch&add): never stale",
+			  test_version_never_stale_read },
 			{ "temporal: test clock, served until t old and no longer",
 			  test_temporal_clock },
 			{ "temporal: real clock, writer running, no copy older than t",
@@ -1250,8 +1277,11 @@ int main(int argc, char **argv)
 		};
 
 		for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-			/* The test clock is the rank's process's: the daemon's in daemon mode. */
-			if (!direct_mode && tests[i].fn == test_temporal_clock)
+			/* The test clock and the transport are the rank's process's: the
+			 * daemon's in daemon mode. */
+			if (!direct_mode && (tests[i].fn == test_temporal_clock ||
+					     tests[i].fn == test_version_transfers_read ||
+					     tests[i].fn == test_version_never_stale_read))
 				continue;
 			if (!only || strstr(tests[i].name, only))
 				CU_add_test(s, tests[i].name, tests[i].fn);
