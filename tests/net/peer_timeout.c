@@ -6,6 +6,8 @@
  *     for scheduling), and print the time it took; it was the heartbeat (counted), not a
  *     closed connection, that said so;
  *  3. operations on it fail fast with an error; the survivors carry on between themselves;
+ *     threads that were waiting on it when it froze (one reading replies, the others
+ *     asleep behind it) all return with an error too;
  *  4. rank 1 wakes rank 3 up: everything it tries now fails (it was refused for good, so a
  *     rank that was only frozen cannot come back to memory or locks the group moved on
  *     from), and it exits with its checks' result; rank 1 waits for that exit.
@@ -111,13 +113,52 @@ static void victim(void)
 	}
 }
 
+/*
+ * Reads the victim until one fails (those before it froze succeed): several such threads
+ * share the channel, so when it freezes one is reading replies and the others sleep
+ * waiting for theirs; the failure must reach every one of them.
+ */
+#define STUCK_THREADS 4
+
+static void *stuck_reader(void *p)
+{
+	int *r_p = p;
+	int64_t end = ddss_now_ns() + (int64_t)WAIT_MS * 1000000;
+	uint64_t v;
+
+	do
+		*r_p = ddss_tp_read(tp, VICTIM, W_ALL, &v, 8);
+	while (*r_p == 0 && ddss_now_ns() < end);
+	return NULL;
+}
+
+static void join_stuck_readers(pthread_t th[STUCK_THREADS], int r[STUCK_THREADS])
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += WAIT_MS / 1000;
+	for (unsigned i = 0; i < STUCK_THREADS; i++) {
+		int jr = pthread_timedjoin_np(th[i], NULL, &ts);
+
+		CU_ASSERT_EQUAL_FATAL(jr, 0); /* a thread still asleep: the failure missed it */
+		if (!is_error(r[i]))
+			printf("[%u] reader %u waiting on the frozen rank got %d\n", me, i, r[i]);
+		CU_ASSERT(is_error(r[i]));
+	}
+}
+
 static void survivor(void)
 {
 	int64_t detect_ns, interval_ns = (int64_t)timeout_ms * 1000000 / 4, t0;
+	pthread_t th[STUCK_THREADS];
+	int stuck_r[STUCK_THREADS];
 	uint64_t v;
 	int r;
 
 	CU_ASSERT_FATAL(freeze_wait());
+	for (unsigned i = 0; i < STUCK_THREADS; i++)
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, stuck_reader, &stuck_r[i]), 0);
 	CU_ASSERT_EQUAL(ddss_net_wait_peer(net, VICTIM, DDSS_TP_PEER_DOWN, WAIT_MS), 0);
 	detect_ns = ddss_now_ns() - freeze_ns;
 	printf("[%u] frozen rank declared dead after %.0f ms (peer timeout %d ms, bound %d ms)\n",
@@ -126,6 +167,7 @@ static void survivor(void)
 	CU_ASSERT(detect_ns >= (int64_t)timeout_ms * 1000000 - interval_ns);
 	/* 1 s of slack for a loaded 2-core machine (sanitizer builds, the guest). */
 	CU_ASSERT(detect_ns <= (int64_t)timeout_ms * 1000000 + interval_ns + 1000000000);
+	join_stuck_readers(th, stuck_r);
 
 	t0 = ddss_now_ns();
 	r = ddss_tp_read(tp, VICTIM, W_ALL, &v, 8);

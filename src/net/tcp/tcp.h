@@ -75,9 +75,12 @@ struct tcp_chan {
 	struct ddss_tp_req *q_head, *q_tail;
 
 	pthread_mutex_t cv_mu; /* rx ownership hand-off */
-	pthread_cond_t cv;
+	pthread_cond_t cv;     /* rx_acquire's waiters (teardown, expiry) */
 	bool rx_busy;
-	int rx_waiters;
+	int rx_waiters;        /* sleeping on cv */
+	/* Threads waiting for a request while another thread owns rx, each on its own
+	 * condition variable (tcp_chan.c), so a reply wakes only its requester. */
+	struct tcp_sleeper *sleepers;
 
 	/* Reply parsing state: touched only by the rx owner. */
 	unsigned char rxbuf[TCP_RXBUF_LEN];

@@ -12,6 +12,7 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,6 +81,54 @@ static void chan_fail(struct tcp_chan *ch, int err)
 	tcp_peer_set_state(ch->tp, ch->peer, DDSS_TP_PEER_DOWN);
 }
 
+/*
+ * A thread waiting for its request while another owns rx. Each sleeps on its own futex
+ * word: the rx owner wakes the one whose reply it completed, and, when it gives rx up, one
+ * whose request is still pending to take over. With one condition variable for all, every
+ * reply woke every waiting thread (8 client threads: 7 wake-ups a reply), and each woken
+ * thread then queued for cv_mu behind the owner.
+ *
+ * The waker unlinks the sleeper and marks it woken under cv_mu, then calls FUTEX_WAKE
+ * after unlocking. The sleeper may have left by then (a woken mark is all it needs): the
+ * wake only names an address, and a sleeper it reaches by chance sees no mark and sleeps
+ * on.
+ */
+struct tcp_sleeper {
+	const struct ddss_tp_req *req;
+	uint32_t woken; /* futex word: 0 asleep and linked; 1 unlinked by a waker */
+	struct tcp_sleeper *next;
+};
+
+static void futex_wake_one(uint32_t *word)
+{
+	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* cv_mu held: take @s off the list and mark it woken (the caller then wakes it). */
+static void claim_locked(struct tcp_chan *ch, struct tcp_sleeper *s)
+{
+	for (struct tcp_sleeper **pp = &ch->sleepers; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	__atomic_store_n(&s->woken, 1, __ATOMIC_RELEASE);
+}
+
+/* cv_mu held, rx just given up: rx_acquire's waiters retry, and one sleeper whose request
+ * is still pending is claimed to take rx over (NULL: none). */
+static struct tcp_sleeper *hand_off_locked(struct tcp_chan *ch)
+{
+	if (ch->rx_waiters)
+		pthread_cond_broadcast(&ch->cv);
+	for (struct tcp_sleeper *s = ch->sleepers; s; s = s->next)
+		if (!req_done(s->req)) {
+			claim_locked(ch, s);
+			return s;
+		}
+	return NULL;
+}
+
 static void rx_acquire(struct tcp_chan *ch)
 {
 	pthread_mutex_lock(&ch->cv_mu);
@@ -93,19 +143,44 @@ static void rx_acquire(struct tcp_chan *ch)
 
 static void rx_release(struct tcp_chan *ch)
 {
+	struct tcp_sleeper *next;
+
 	pthread_mutex_lock(&ch->cv_mu);
 	ch->rx_busy = false;
-	if (ch->rx_waiters)
-		pthread_cond_broadcast(&ch->cv);
+	next = hand_off_locked(ch);
 	pthread_mutex_unlock(&ch->cv_mu);
+	if (next)
+		futex_wake_one(&next->woken);
 }
 
-/* Rx owner: a waiter other than us may be sleeping on the request we just completed. */
-static void wake_waiters(struct tcp_chan *ch)
+/* Rx owner: the requester of @req (completed; compared, never dereferenced) may sleep. */
+static void wake_req(struct tcp_chan *ch, const struct ddss_tp_req *req)
+{
+	struct tcp_sleeper *s;
+
+	pthread_mutex_lock(&ch->cv_mu);
+	for (s = ch->sleepers; s && s->req != req; s = s->next)
+		;
+	if (s)
+		claim_locked(ch, s);
+	pthread_mutex_unlock(&ch->cv_mu);
+	if (s)
+		futex_wake_one(&s->woken);
+}
+
+/* Rx owner, after completing everything with an error: every sleeper checks its request. */
+static void wake_all(struct tcp_chan *ch)
 {
 	pthread_mutex_lock(&ch->cv_mu);
 	if (ch->rx_waiters)
 		pthread_cond_broadcast(&ch->cv);
+	while (ch->sleepers) {
+		struct tcp_sleeper *s = ch->sleepers;
+
+		claim_locked(ch, s);
+		/* Under cv_mu: the sleeper cannot see its mark and leave before this wake. */
+		futex_wake_one(&s->woken);
+	}
 	pthread_mutex_unlock(&ch->cv_mu);
 }
 
@@ -131,7 +206,7 @@ static void reap_as_owner(struct tcp_chan *ch)
 		req_complete(req, err, 0);
 	}
 	ch->rx_start = ch->rx_end = 0;
-	wake_waiters(ch);
+	wake_all(ch);
 }
 
 static void out_disarm(struct tcp_chan *ch)
@@ -555,7 +630,7 @@ static int rx_parse(struct tcp_chan *ch, struct ddss_tp_req *until)
 			ch->rx_cur = NULL;
 			req_complete(req, 0, 0);
 			if (req != until)
-				wake_waiters(ch);
+				wake_req(ch, req);
 		}
 		return 0;
 	}
@@ -591,7 +666,7 @@ static int rx_parse(struct tcp_chan *ch, struct ddss_tp_req *until)
 	}
 	req_complete(req, h.status, h.a);
 	if (req != until)
-		wake_waiters(ch);
+		wake_req(ch, req);
 	return 0;
 }
 
@@ -666,7 +741,7 @@ static int rx_fill(struct tcp_chan *ch, int64_t deadline, bool block)
 
 			ch->rx_cur = NULL;
 			req_complete(req, 0, 0);
-			wake_waiters(ch);
+			wake_req(ch, req);
 		}
 	}
 	return 0;
@@ -712,10 +787,39 @@ static void expire(struct tcp_chan *ch, struct ddss_tp_req *req)
 	rx_release(ch);
 }
 
+/*
+ * cv_mu held: sleep on @me until a waker claims it or @deadline (INT64_MAX: none) passes,
+ * with cv_mu released meanwhile. Returns with cv_mu held and @me off the list.
+ */
+static void sleep_locked(struct tcp_chan *ch, struct tcp_sleeper *me, int64_t deadline)
+{
+	me->woken = 0;
+	me->next = ch->sleepers;
+	ch->sleepers = me;
+	pthread_mutex_unlock(&ch->cv_mu);
+	while (!__atomic_load_n(&me->woken, __ATOMIC_ACQUIRE)) {
+		struct timespec ts, *tsp = NULL;
+
+		if (deadline != INT64_MAX) {
+			int64_t left = deadline - ddss_now_ns();
+
+			if (left <= 0)
+				break;
+			ts = (struct timespec){ left / 1000000000, left % 1000000000 };
+			tsp = &ts;
+		}
+		syscall(SYS_futex, &me->woken, FUTEX_WAIT_PRIVATE, 0, tsp, NULL, 0);
+	}
+	pthread_mutex_lock(&ch->cv_mu);
+	if (!__atomic_load_n(&me->woken, __ATOMIC_ACQUIRE))
+		claim_locked(ch, me); /* timed out: nobody took it off the list */
+}
+
 int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms)
 {
 	int64_t now = ddss_now_ns();
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : now + (int64_t)timeout_ms * 1000000;
+	struct tcp_sleeper me = { .req = req };
 	int r = 0;
 
 	if (req->deadline_ns < deadline)
@@ -735,26 +839,8 @@ int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms)
 			pthread_mutex_lock(&ch->cv_mu);
 			continue;
 		}
-		ch->rx_waiters++;
-		if (deadline == INT64_MAX) {
-			pthread_cond_wait(&ch->cv, &ch->cv_mu);
-		} else {
-			struct timespec ts;
-			int64_t left = deadline - ddss_now_ns();
-
-			clock_gettime(CLOCK_REALTIME, &ts);
-			if (left < 0)
-				left = 0;
-			ts.tv_sec += left / 1000000000;
-			ts.tv_nsec += left % 1000000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			r = pthread_cond_timedwait(&ch->cv, &ch->cv_mu, &ts);
-		}
-		ch->rx_waiters--;
-		if (r == ETIMEDOUT && !req_done(req)) {
+		sleep_locked(ch, &me, deadline);
+		if (!req_done(req) && ddss_now_ns() >= deadline) {
 			pthread_mutex_unlock(&ch->cv_mu);
 			goto timed_out;
 		}
