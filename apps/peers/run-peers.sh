@@ -254,10 +254,14 @@ END {
 			pc = index(rcall[i], "EVALSHA") ? "SET NX PX+EVALSHA" : "SET NX PX+DEL"
 			d = med[rrun[i], t, 0, "lock(X)+unlock"]; p = med[rrun[i], t, 0, pc]
 			what = "lock+unlock (" pc ")"
+		} else if (index(rcall[i], "raw TCP")) {
+			d = ops[rrun[i], "raw TCP"]; p = ops[rrun[i], "Redis"]
+			what = "raw TCP ceiling, 8 clients, ops/s"
 		} else { d = ops[rrun[i], "DDSS"]; p = ops[rrun[i], "Redis"]; what = "throughput, 8 clients, ops/s" }
+		info = index(rcall[i], "raw TCP") ? "(information: the most loopback TCP allows)" : "(information: the safe unlock)"
 		if (!csv)
 			printf "    %-42s %10s %10s %8.3f  %s\n", what, d, p, rval[i],
-				rtgt[i] == "" ? "(information: the safe unlock)" : rtgt[i] "  " rmet[i]
+				rtgt[i] == "" ? info : rtgt[i] "  " rmet[i]
 	}
 	if (!csv) {
 		print ""
