@@ -788,10 +788,12 @@ static void expire(struct tcp_chan *ch, struct ddss_tp_req *req)
 }
 
 /*
- * cv_mu held: sleep on @me until a waker claims it or @deadline (INT64_MAX: none) passes,
- * with cv_mu released meanwhile. Returns with cv_mu held and @me off the list.
+ * cv_mu held: sleep on @me until a waker claims it or @deadline (INT64_MAX: none) passes.
+ * Returns true, without cv_mu, when woken for @me's request done (the common case: the
+ * thread leaves without touching the mutex the rx owner keeps taking); else with cv_mu
+ * held and @me off the list.
  */
-static void sleep_locked(struct tcp_chan *ch, struct tcp_sleeper *me, int64_t deadline)
+static bool sleep_locked(struct tcp_chan *ch, struct tcp_sleeper *me, int64_t deadline)
 {
 	me->woken = 0;
 	me->next = ch->sleepers;
@@ -810,9 +812,13 @@ static void sleep_locked(struct tcp_chan *ch, struct tcp_sleeper *me, int64_t de
 		}
 		syscall(SYS_futex, &me->woken, FUTEX_WAIT_PRIVATE, 0, tsp, NULL, 0);
 	}
+	/* Claimed means unlinked: nothing on the list points at @me any more. */
+	if (__atomic_load_n(&me->woken, __ATOMIC_ACQUIRE) && req_done(me->req))
+		return true;
 	pthread_mutex_lock(&ch->cv_mu);
 	if (!__atomic_load_n(&me->woken, __ATOMIC_ACQUIRE))
 		claim_locked(ch, me); /* timed out: nobody took it off the list */
+	return false;
 }
 
 int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms)
@@ -839,7 +845,8 @@ int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms)
 			pthread_mutex_lock(&ch->cv_mu);
 			continue;
 		}
-		sleep_locked(ch, &me, deadline);
+		if (sleep_locked(ch, &me, deadline))
+			return 0;
 		if (!req_done(req) && ddss_now_ns() >= deadline) {
 			pthread_mutex_unlock(&ch->cv_mu);
 			goto timed_out;
