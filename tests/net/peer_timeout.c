@@ -7,7 +7,7 @@
  *     closed connection, that said so;
  *  3. operations on it fail fast with an error; the survivors carry on between themselves;
  *     threads that were waiting on it when it froze (one reading replies, the others
- *     asleep behind it) all return with an error too;
+ *     asleep behind it) see short waits time out, then all return with an error;
  *  4. rank 1 wakes rank 3 up: everything it tries now fails (it was refused for good, so a
  *     rank that was only frozen cannot come back to memory or locks the group moved on
  *     from), and it exits with its checks' result; rank 1 waits for that exit.
@@ -114,51 +114,81 @@ static void victim(void)
 }
 
 /*
- * Reads the victim until one fails (those before it froze succeed): several such threads
- * share the channel, so when it freezes one is reading replies and the others sleep
- * waiting for theirs; the failure must reach every one of them.
+ * Threads waiting on the frozen rank. Each reads it with a short wait until one wait times
+ * out, then waits for that read again with no short bound. Over tcp the frozen rank's CPU
+ * would have to answer, so once it froze short waits time out; several threads share the
+ * channel, so one reads replies and the others sleep behind it, and short waits must time
+ * out for both kinds. Over verbs its NIC answers reads of a frozen process (one-sided), so
+ * they succeed until the rank is declared dead. Either way the failure must then reach
+ * every thread.
  */
 #define STUCK_THREADS 4
+#define SHORT_WAIT_MS 100
+
+struct stuck {
+	pthread_t th;
+	bool timed_out; /* a short wait returned -ETIMEDOUT */
+	int r;          /* the read's final result */
+};
 
 static void *stuck_reader(void *p)
 {
-	int *r_p = p;
+	struct stuck *s = p;
 	int64_t end = ddss_now_ns() + (int64_t)WAIT_MS * 1000000;
+	struct ddss_tp_req req;
 	uint64_t v;
+	int r;
 
-	do
-		*r_p = ddss_tp_read(tp, VICTIM, W_ALL, &v, 8);
-	while (*r_p == 0 && ddss_now_ns() < end);
+	for (;;) {
+		r = ddss_tp_post_read(tp, VICTIM, W_ALL, &v, 8, &req);
+		if (r) {
+			s->r = r;
+			return NULL;
+		}
+		r = ddss_tp_wait(tp, &req, SHORT_WAIT_MS);
+		if (r == -ETIMEDOUT)
+			break;
+		if (r || req.status || ddss_now_ns() >= end) {
+			s->r = r ? r : req.status ? req.status : -ETIME;
+			return NULL;
+		}
+	}
+	s->timed_out = true;
+	r = ddss_tp_wait(tp, &req, WAIT_MS);
+	s->r = r ? r : req.status;
 	return NULL;
 }
 
-static void join_stuck_readers(pthread_t th[STUCK_THREADS], int r[STUCK_THREADS])
+static void join_stuck_readers(struct stuck st[STUCK_THREADS])
 {
+	bool cpu_serves = !strcmp(tp->ops->name, "tcp");
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += WAIT_MS / 1000;
 	for (unsigned i = 0; i < STUCK_THREADS; i++) {
-		int jr = pthread_timedjoin_np(th[i], NULL, &ts);
+		int jr = pthread_timedjoin_np(st[i].th, NULL, &ts);
 
 		CU_ASSERT_EQUAL_FATAL(jr, 0); /* a thread still asleep: the failure missed it */
-		if (!is_error(r[i]))
-			printf("[%u] reader %u waiting on the frozen rank got %d\n", me, i, r[i]);
-		CU_ASSERT(is_error(r[i]));
+		if ((cpu_serves && !st[i].timed_out) || !is_error(st[i].r))
+			printf("[%u] reader %u waiting on the frozen rank: %s, then %d\n", me, i,
+			       st[i].timed_out ? "timed out" : "never timed out", st[i].r);
+		if (cpu_serves)
+			CU_ASSERT(st[i].timed_out);
+		CU_ASSERT(is_error(st[i].r));
 	}
 }
 
 static void survivor(void)
 {
 	int64_t detect_ns, interval_ns = (int64_t)timeout_ms * 1000000 / 4, t0;
-	pthread_t th[STUCK_THREADS];
-	int stuck_r[STUCK_THREADS];
+	struct stuck st[STUCK_THREADS] = { 0 };
 	uint64_t v;
 	int r;
 
 	CU_ASSERT_FATAL(freeze_wait());
 	for (unsigned i = 0; i < STUCK_THREADS; i++)
-		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, stuck_reader, &stuck_r[i]), 0);
+		CU_ASSERT_EQUAL_FATAL(pthread_create(&st[i].th, NULL, stuck_reader, &st[i]), 0);
 	CU_ASSERT_EQUAL(ddss_net_wait_peer(net, VICTIM, DDSS_TP_PEER_DOWN, WAIT_MS), 0);
 	detect_ns = ddss_now_ns() - freeze_ns;
 	printf("[%u] frozen rank declared dead after %.0f ms (peer timeout %d ms, bound %d ms)\n",
@@ -167,7 +197,7 @@ static void survivor(void)
 	CU_ASSERT(detect_ns >= (int64_t)timeout_ms * 1000000 - interval_ns);
 	/* 1 s of slack for a loaded 2-core machine (sanitizer builds, the guest). */
 	CU_ASSERT(detect_ns <= (int64_t)timeout_ms * 1000000 + interval_ns + 1000000000);
-	join_stuck_readers(th, stuck_r);
+	join_stuck_readers(st);
 
 	t0 = ddss_now_ns();
 	r = ddss_tp_read(tp, VICTIM, W_ALL, &v, 8);
