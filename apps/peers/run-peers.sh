@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run-peers.sh BUILD_DIR [--csv] [--quick]
+# run-peers.sh BUILD_DIR [--csv] [--quick] [--transport tcp|verbs]
 #
 # DDSS against what users would pick instead, the same workload in the same run, all on
 # loopback (the driver behind `ddss-bench peers`):
@@ -17,7 +17,9 @@
 # --quick passes --quick to the programs (the smoke test: about a second each). --csv
 # prints one CSV instead (the programs' rows with a leading "run" column, then the DDSS /
 # MPI ratios as run "summary"); the programs' own output then goes to stderr only if one
-# fails.
+# fails. --transport verbs runs DDSS over an RDMA device (on a machine without one, inside
+# the Soft-RoCE guest: scripts/rdma-exec apps/peers/run-peers.sh build --transport verbs);
+# Redis and the raw TCP ceiling stay on loopback TCP, and so does MPI.
 #
 # Environment: DDSSRUN, PEERS_BENCH, MPI_BENCH override the programs' paths (default: under
 # BUILD_DIR). The targets are reported, never asserted.
@@ -26,7 +28,7 @@
 set -u
 
 usage() {
-	echo "usage: $0 BUILD_DIR [--csv] [--quick]" >&2
+	echo "usage: $0 BUILD_DIR [--csv] [--quick] [--transport tcp|verbs]" >&2
 	exit 2
 }
 
@@ -35,12 +37,18 @@ build=$(cd "$1" 2>/dev/null && pwd) || usage
 shift
 csv=0
 quick=()
-for a in "$@"; do
-	case $a in
+transport=tcp
+while [ $# -gt 0 ]; do
+	case $1 in
 	--csv) csv=1 ;;
 	--quick) quick=(--quick) ;;
+	--transport)
+		[ $# -ge 2 ] || usage
+		case $2 in tcp | verbs) transport=$2 ;; *) usage ;; esac
+		shift ;;
 	*) usage ;;
 	esac
+	shift
 done
 
 ddssrun=${DDSSRUN:-$build/apps/ddssrun}
@@ -156,20 +164,20 @@ peers_args=(--redis-port "$port" "${quick[@]}")
 runs=()
 
 note ""
-note "== DDSS vs Redis: direct mode, tcp, event completion =="
-DDSS_COMPLETION=event run direct-event "$ddssrun" -n 2 --transport tcp --timeout 300 -- \
+note "== DDSS vs Redis: direct mode, $transport, event completion =="
+DDSS_COMPLETION=event run direct-event "$ddssrun" -n 2 --transport "$transport" --timeout 300 -- \
 	"$peers" "${peers_args[@]}" --csv-out "$tmp/direct-event.csv" || exit 1
 runs+=(direct-event)
 
 note ""
-note "== DDSS vs Redis: direct mode, tcp, poll completion (latencies; for the MPI comparison) =="
-DDSS_COMPLETION=poll run direct-poll "$ddssrun" -n 2 --transport tcp --timeout 300 -- \
+note "== DDSS vs Redis: direct mode, $transport, poll completion (latencies; for the MPI comparison) =="
+DDSS_COMPLETION=poll run direct-poll "$ddssrun" -n 2 --transport "$transport" --timeout 300 -- \
 	"$peers" "${peers_args[@]}" --skip-throughput --csv-out "$tmp/direct-poll.csv" || exit 1
 runs+=(direct-poll)
 
 note ""
-note "== DDSS vs Redis: daemon mode (a ddssd per rank, the bench as its client), tcp, event =="
-DDSS_COMPLETION=event run daemon-event "$ddssrun" -n 2 --transport tcp --daemon --timeout 300 \
+note "== DDSS vs Redis: daemon mode (a ddssd per rank, the bench as its client), $transport, event =="
+DDSS_COMPLETION=event run daemon-event "$ddssrun" -n 2 --transport "$transport" --daemon --timeout 300 \
 	-- "$peers" "${peers_args[@]}" --csv-out "$tmp/daemon-event.csv" || exit 1
 runs+=(daemon-event)
 
@@ -224,7 +232,7 @@ merged=$tmp/all.csv
 # Columns of all.csv: 1 run, 2 mode, 3 transport, 4 completion, 5 kind, 6 test, 7 size,
 # 8 system, 9 call, 10 median_us, 11 p99_us, 12 mean_us, 13 ops_per_s, 14 samples,
 # 15 ratio, 16 target, 17 met.
-awk -F, -v csv=$csv -v mpi_skip="$mpi_skip" '
+awk -F, -v csv=$csv -v mpi_skip="$mpi_skip" -v tp="$transport" '
 function sz(s) { return s == 0 ? "" : s " B" }
 NR == 1 { if (csv) print; next }
 {
@@ -245,7 +253,7 @@ END {
 	for (i = 1; i <= n; i++) {
 		if (rrun[i] != last) {
 			last = rrun[i]
-			if (!csv) printf "  %s\n", rrun[i] == "direct-event" ? "direct mode, tcp, event" : "daemon mode, tcp, event"
+			if (!csv) printf "  %s\n", rrun[i] == "direct-event" ? "direct mode, " tp ", event" : "daemon mode, " tp ", event"
 		}
 		t = rtest[i]; s = rsize[i]
 		if (t == "get") { d = med[rrun[i], t, s, "ddss_get"]; p = med[rrun[i], t, s, "GET"]; what = "get " sz(s) " (GET)" }
@@ -279,8 +287,8 @@ END {
 		m = med["mpi", mt[i], ms[i], mm[i]]
 		if (m == "" || m == 0) continue
 		if (csv) {
-			printf "summary,direct,tcp,event,ratio,%s,%s,DDSS/MPI,%s / %s,,,,,,%.3f,,info\n", mt[i], ms[i], md[i], mm[i], de / m
-			if (dp != "") printf "summary,direct,tcp,poll,ratio,%s,%s,DDSS/MPI,%s / %s,,,,,,%.3f,,info\n", mt[i], ms[i], md[i], mm[i], dp / m
+			printf "summary,direct,%s,event,ratio,%s,%s,DDSS/MPI,%s / %s,,,,,,%.3f,,info\n", tp, mt[i], ms[i], md[i], mm[i], de / m
+			if (dp != "") printf "summary,direct,%s,poll,ratio,%s,%s,DDSS/MPI,%s / %s,,,,,,%.3f,,info\n", tp, mt[i], ms[i], md[i], mm[i], dp / m
 		} else
 			printf "    %-34s %9.2f %9.2f %9.2f %10.3f %10.3f\n", mt[i] (ms[i] ? " " sz(ms[i]) : "") " (MPI: " mm[i] ")", de, dp, m, de / m, dp / m
 	}
