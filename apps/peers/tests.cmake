@@ -13,3 +13,12 @@ if(TARGET ddss-peers-bench)
       ENVIRONMENT "MPI_BENCH=$<TARGET_FILE:ddss-mpi-bench>")
   endif()
 endif()
+# The same over verbs (label rdma): DDSS over an RDMA device, or inside the Soft-RoCE guest,
+# against Redis on loopback TCP there. SKIPs (77) without a device or guest, or Redis.
+if(TARGET ddss-peers-bench AND DDSS_HAVE_VERBS)
+  add_test(NAME peers_bench_smoke_verbs
+    COMMAND ${DDSS_RDMA_EXEC} ${PROJECT_SOURCE_DIR}/apps/peers/run-peers.sh ${CMAKE_BINARY_DIR}
+            --quick --transport verbs)
+  set_tests_properties(peers_bench_smoke_verbs PROPERTIES LABELS "rdma" TIMEOUT 300
+    ENVIRONMENT "DDSS_LOG_LEVEL=warn" SKIP_RETURN_CODE 77 RESOURCE_LOCK rdma_device)
+endif()
