@@ -78,8 +78,8 @@ struct tcp_chan {
 	pthread_cond_t cv;     /* rx_acquire's waiters (teardown, expiry) */
 	bool rx_busy;
 	int rx_waiters;        /* sleeping on cv */
-	/* Threads waiting for a request while another thread owns rx, each on its own
-	 * condition variable (tcp_chan.c), so a reply wakes only its requester. */
+	/* Threads waiting for a request while another thread owns rx, each on a futex word
+	 * of its own (tcp_chan.c), so a reply wakes only its requester. */
 	struct tcp_sleeper *sleepers;
 
 	/* Reply parsing state: touched only by the rx owner. */
