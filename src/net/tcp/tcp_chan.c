@@ -104,29 +104,32 @@ static void futex_wake_one(uint32_t *word)
 	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* cv_mu held: take @s off the list and mark it woken (the caller then wakes it). */
-static void claim_locked(struct tcp_chan *ch, struct tcp_sleeper *s)
+/*
+ * cv_mu held: take the sleeper that *@link points at off the list and mark it woken (the
+ * caller then wakes it). Returns it; NULL if @link ends the list.
+ */
+static struct tcp_sleeper *claim_locked(struct tcp_sleeper **link)
 {
-	for (struct tcp_sleeper **pp = &ch->sleepers; *pp; pp = &(*pp)->next)
-		if (*pp == s) {
-			*pp = s->next;
-			break;
-		}
-	__atomic_store_n(&s->woken, 1, __ATOMIC_RELEASE);
+	struct tcp_sleeper *s = *link;
+
+	if (s) {
+		*link = s->next;
+		__atomic_store_n(&s->woken, 1, __ATOMIC_RELEASE);
+	}
+	return s;
 }
 
 /* cv_mu held, rx just given up: rx_acquire's waiters retry, and one sleeper whose request
  * is still pending is claimed to take rx over (NULL: none). */
 static struct tcp_sleeper *hand_off_locked(struct tcp_chan *ch)
 {
+	struct tcp_sleeper **link = &ch->sleepers;
+
 	if (ch->rx_waiters)
 		pthread_cond_broadcast(&ch->cv);
-	for (struct tcp_sleeper *s = ch->sleepers; s; s = s->next)
-		if (!req_done(s->req)) {
-			claim_locked(ch, s);
-			return s;
-		}
-	return NULL;
+	while (*link && req_done((*link)->req))
+		link = &(*link)->next;
+	return claim_locked(link);
 }
 
 static void rx_acquire(struct tcp_chan *ch)
@@ -156,13 +159,12 @@ static void rx_release(struct tcp_chan *ch)
 /* Rx owner: the requester of @req (completed; compared, never dereferenced) may sleep. */
 static void wake_req(struct tcp_chan *ch, const struct ddss_tp_req *req)
 {
-	struct tcp_sleeper *s;
+	struct tcp_sleeper **link, *s;
 
 	pthread_mutex_lock(&ch->cv_mu);
-	for (s = ch->sleepers; s && s->req != req; s = s->next)
+	for (link = &ch->sleepers; *link && (*link)->req != req; link = &(*link)->next)
 		;
-	if (s)
-		claim_locked(ch, s);
+	s = claim_locked(link);
 	pthread_mutex_unlock(&ch->cv_mu);
 	if (s)
 		futex_wake_one(&s->woken);
@@ -174,13 +176,9 @@ static void wake_all(struct tcp_chan *ch)
 	pthread_mutex_lock(&ch->cv_mu);
 	if (ch->rx_waiters)
 		pthread_cond_broadcast(&ch->cv);
-	while (ch->sleepers) {
-		struct tcp_sleeper *s = ch->sleepers;
-
-		claim_locked(ch, s);
+	while (ch->sleepers)
 		/* Under cv_mu: the sleeper cannot see its mark and leave before this wake. */
-		futex_wake_one(&s->woken);
-	}
+		futex_wake_one(&claim_locked(&ch->sleepers)->woken);
 	pthread_mutex_unlock(&ch->cv_mu);
 }
 
@@ -816,8 +814,14 @@ static bool sleep_locked(struct tcp_chan *ch, struct tcp_sleeper *me, int64_t de
 	if (__atomic_load_n(&me->woken, __ATOMIC_ACQUIRE) && req_done(me->req))
 		return true;
 	pthread_mutex_lock(&ch->cv_mu);
-	if (!__atomic_load_n(&me->woken, __ATOMIC_ACQUIRE))
-		claim_locked(ch, me); /* timed out: nobody took it off the list */
+	if (!__atomic_load_n(&me->woken, __ATOMIC_ACQUIRE)) {
+		/* Timed out: nobody took it off the list. */
+		struct tcp_sleeper **link = &ch->sleepers;
+
+		while (*link != me)
+			link = &(*link)->next;
+		claim_locked(link);
+	}
 	return false;
 }
 
