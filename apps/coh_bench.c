@@ -33,8 +33,15 @@
  *   version get, changed    a put (not timed) before every get: version read + data read.
  *   raw 8-byte read again   the raw 8-byte read, measured a second time: the quotient of
  *                         its two medians (A/A) shows how far one operation's numbers
- *                         move within the run. The raw 8-byte read, the unchanged version
- *                         get and this one take turns op by op (see turn_len).
+ *                         move within the run;
+ *   version check floor   the unchanged version get without the library call around it:
+ *                         the version word fetched as the version model fetches it (a
+ *                         fetch&add of 0 where ddss_tp.fetch_by_fadd, else an 8-byte read),
+ *                         the bytes copied from a local buffer while it is in flight. No
+ *                         descriptor lookup, no cache, no dispatch: what a version get
+ *                         would cost if its own code took no time. The raw 8-byte read,
+ *                         the unchanged version get, the read again and the floor take
+ *                         turns op by op (see turn_len).
  * The coherence counters (ddss_coh_stats_get: data fetches, cache hits, retries) are read
  * around every block of gets, so the table shows which gets moved data.
  *
@@ -94,6 +101,7 @@ enum bench_op {
 	B_VGET_SAME = B_GET + NMODELS,
 	B_VGET_CHANGED,
 	B_RAW_READ8_AGAIN,           /* the same raw 8-byte read, for the A/A noise floor */
+	B_VCHECK_FLOOR,              /* the version get's fetch and copy without the call */
 	B_COUNT
 };
 
@@ -110,7 +118,9 @@ struct bench {
 	ddss_key_t key[NMODELS]; /* this size's segment per model */
 	ddss_key_t vsame, vchanged;
 	uint64_t data_off;       /* the null segment's first byte in rank 2's pool */
+	uint64_t vword_off;      /* the unchanged version segment's version word */
 	char *buf;
+	char *floor_copy;        /* the floor's stand-in for a cached copy */
 	enum bench_op order[B_COUNT]; /* the turns within a block */
 };
 
@@ -127,6 +137,8 @@ static const char *op_name(enum bench_op op, char *s, size_t n)
 		snprintf(s, n, "%s_get", model_names[op - B_GET]);
 	else if (op == B_RAW_READ8_AGAIN)
 		snprintf(s, n, "raw_read8_again");
+	else if (op == B_VCHECK_FLOOR)
+		snprintf(s, n, "version_check_floor");
 	else
 		snprintf(s, n, "%s", op == B_VGET_SAME ? "version_get_unchanged" :
 							 "version_get_changed");
@@ -140,6 +152,25 @@ static int op_failed(enum bench_op op, size_t size, const char *when, int err)
 	fprintf(stderr, "ddss-coh-bench: %s of %zu B failed%s: %s\n",
 		op_name(op, name, sizeof(name)), size, when, ddss_strerror(err));
 	return 1;
+}
+
+/*
+ * The version get's own steps on an unchanged segment (coh_version_read_with_copy), with
+ * nothing of the library around them: post the version word's fetch, copy, wait.
+ */
+static int version_check_floor(struct bench *b, size_t size)
+{
+	struct ddss_tp *tp = b->ctx->tp;
+	struct ddss_tp_req req;
+	uint64_t word;
+	int r = tp->fetch_by_fadd ? ddss_tp_post_fadd(tp, HOME, b->vword_off, 0, &req) :
+				    ddss_tp_post_read(tp, HOME, b->vword_off, &word, 8, &req);
+
+	if (r)
+		return r;
+	memcpy(b->buf, b->floor_copy, size);
+	r = ddss_tp_wait(tp, &req, DDSS_TP_TIMEOUT_DEFAULT);
+	return r ? r : req.status;
 }
 
 /* One operation; *ticks_p gets its duration (the put before a changed get is not timed). */
@@ -174,6 +205,9 @@ static int timed_op(struct bench *b, enum bench_op op, size_t size, double *tick
 		break;
 	case B_VGET_SAME:
 		r = ddss_get(b->ctx, b->vsame, 0, b->buf, size);
+		break;
+	case B_VCHECK_FLOOR:
+		r = version_check_floor(b, size);
 		break;
 	case B_VGET_CHANGED:
 		r = ddss_get(b->ctx, b->vchanged, 0, b->buf, size);
@@ -297,6 +331,9 @@ static int alloc_size(struct bench *b, size_t size)
 	if (seg_alloc(b, DDSS_COHERENCE_VERSION, size, &b->vsame) ||
 	    seg_alloc(b, DDSS_COHERENCE_VERSION, size, &b->vchanged))
 		return 1;
+	if (seg_data_off(b, b->vsame, size, &b->vword_off))
+		return 1;
+	b->vword_off = b->vword_off - DDSS_SEG_HDR_LEN + DDSS_SEG_HDR_VERSION;
 	return seg_data_off(b, b->key[M_NULL], size, &b->data_off) ? 1 : 0;
 }
 
@@ -332,14 +369,15 @@ static void summarize(double *lat, size_t n, struct op_stat *s)
 
 /*
  * How many ops take one turn, from @op on in the order. The unchanged version get shares
- * its turn with the two measurements of its floor, the raw 8-byte read, op by op (read,
- * get, read again): whatever the machine does during a block then weighs on the three
- * alike. Timed in separate blocks they differed by up to 3% (A/A) on a noisy host; paired,
- * by under 1%.
+ * its turn with the two measurements of the raw 8-byte read and with its own floor, op by
+ * op (read, get, read again, floor): whatever the machine does during a block then weighs
+ * on the four alike. Timed in separate blocks they differed by up to 3% (A/A) on a noisy
+ * host; paired, by under 1%.
  */
 static unsigned turn_len(enum bench_op op)
 {
-	return op == B_RAW_READ8 ? 3 : 1; /* measure() orders B_VGET_SAME, _AGAIN right after */
+	/* measure() orders B_VGET_SAME, B_RAW_READ8_AGAIN, B_VCHECK_FLOOR right after */
+	return op == B_RAW_READ8 ? 4 : 1;
 }
 
 /*
@@ -428,6 +466,7 @@ struct ratios {
 	double strict;             /* strict put / strict_bound */
 	double vsame;              /* unchanged version get / raw 8-byte read */
 	double read8_aa;           /* the raw 8-byte read's second measurement / its first */
+	double vfloor;             /* version check floor / raw 8-byte read */
 };
 
 static struct ratios ratios_of(const struct op_stat *x)
@@ -440,6 +479,7 @@ static struct ratios ratios_of(const struct op_stat *x)
 	q.strict = x[B_PUT + M_STRICT].med / q.strict_bound;
 	q.vsame = x[B_VGET_SAME].med / x[B_RAW_READ8].med;
 	q.read8_aa = x[B_RAW_READ8_AGAIN].med / x[B_RAW_READ8].med;
+	q.vfloor = x[B_VCHECK_FLOOR].med / x[B_RAW_READ8].med;
 	return q;
 }
 
@@ -465,6 +505,10 @@ static void print_targets(FILE *f, const struct op_stat *x)
 	fprintf(f, "  A/A: the same raw 8-byte read measured again, in turn with the version gets: "
 		"%.3f us, %.3f of the first (how far two measurements of one operation differ in "
 		"this run)\n", x[B_RAW_READ8_AGAIN].med, q.read8_aa);
+	fprintf(f, "  floor: the version get's fetch and copy without the call, in turn with it: "
+		"%.3f us, %.3f of the raw 8-byte read; the call's own work = get - floor = "
+		"%+.3f us\n", x[B_VCHECK_FLOOR].med, q.vfloor,
+		x[B_VGET_SAME].med - x[B_VCHECK_FLOOR].med);
 }
 
 static void report_csv(struct ddss_ctx *ctx, const size_t *sizes, unsigned nsizes,
@@ -579,13 +623,14 @@ static void report(struct ddss_ctx *ctx, const struct bench_opts *o, const size_
 	printf("target ratios at every size (medians): null put / raw write, null get / raw read "
 	       "(<= %.2f); strict put / (%.1f raw atomic + raw write) (<= 1); version get "
 	       "unchanged / raw 8-byte read (<= 1)\n", NULL_TARGET, STRICT_ATOMICS);
-	printf("%8s %10s %10s %12s %10s %10s %10s\n", "size", "null_put", "null_get",
-	       "strict_bound", "strict", "vget_same", "read8_aa");
+	printf("%8s %10s %10s %12s %10s %10s %10s %10s\n", "size", "null_put", "null_get",
+	       "strict_bound", "strict", "vget_same", "read8_aa", "vfloor");
 	for (unsigned s = 0; s < nsizes; s++) {
 		struct ratios q = ratios_of(st[s]);
 
-		printf("%8zu %10.3f %10.3f %12.3f %10.3f %10.3f %10.3f\n", sizes[s], q.null_put,
-		       q.null_get, q.strict_bound, q.strict, q.vsame, q.read8_aa);
+		printf("%8zu %10.3f %10.3f %12.3f %10.3f %10.3f %10.3f %10.3f\n", sizes[s],
+		       q.null_put, q.null_get, q.strict_bound, q.strict, q.vsame, q.read8_aa,
+		       q.vfloor);
 	}
 	/* sizes[0] is always 1 B. */
 	print_targets(stdout, st[0]);
@@ -618,15 +663,17 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 	int r, rc = 0;
 
 	/*
-	 * Raw ones first, the raw 8-byte read last of them, then the unchanged version get
-	 * and the raw 8-byte read once more: these three take one turn (turn_len), so the
-	 * version check sits between two measurements of its floor (their quotient is the
-	 * run's A/A noise); then each model's puts and gets, and the changed version get.
+	 * Raw ones first, the raw 8-byte read last of them, then the unchanged version get,
+	 * the raw 8-byte read once more and the get's floor: these four take one turn
+	 * (turn_len), so the version check sits between two measurements of the raw read
+	 * (their quotient is the run's A/A noise); then each model's puts and gets, and the
+	 * changed version get.
 	 */
 	for (int op = B_RAW_READ; op < B_PUT; op++)
 		b.order[k++] = (enum bench_op)op;
 	b.order[k++] = B_VGET_SAME;
 	b.order[k++] = B_RAW_READ8_AGAIN;
+	b.order[k++] = B_VCHECK_FLOOR;
 	for (int m = 0; m < NMODELS; m++) {
 		b.order[k++] = (enum bench_op)(B_PUT + m);
 		b.order[k++] = (enum bench_op)(B_GET + m);
@@ -634,12 +681,14 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 	b.order[k++] = B_VGET_CHANGED;
 	st = calloc(nsizes, sizeof(*st));
 	b.buf = aligned_alloc(64, (o->size + 63) & ~(size_t)63);
-	if (!st || !b.buf) {
+	b.floor_copy = aligned_alloc(64, (o->size + 63) & ~(size_t)63);
+	if (!st || !b.buf || !b.floor_copy) {
 		fprintf(stderr, "ddss-coh-bench: out of memory\n");
 		rc = 1;
 		goto out_free;
 	}
 	memset(b.buf, 0x5a, o->size);
+	memset(b.floor_copy, 0, o->size);
 	rc = scratch_alloc(&b, &scratch);
 	ns0 = ddss_now_ns();
 	tick0 = bench_ticks();
@@ -663,6 +712,7 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 		}
 	}
 out_free:
+	free(b.floor_copy);
 	free(b.buf);
 	free(st);
 	return rc;
