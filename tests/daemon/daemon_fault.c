@@ -107,6 +107,23 @@ static bool start_daemons(void)
 	return ok;
 }
 
+/*
+ * A stopped daemon removes its socket but keeps its instance lock file (ddssd.c); the
+ * killed one leaves both. They are this run's own (the paths carry our pid).
+ */
+static void remove_daemon_files(void)
+{
+	char lock[sizeof(sock_path[0]) + 8];
+
+	for (int r = 1; r <= NDAEMONS; r++) {
+		if (!sock_path[r][0])
+			continue;
+		snprintf(lock, sizeof(lock), "%s.lock", sock_path[r]);
+		unlink(sock_path[r]);
+		unlink(lock);
+	}
+}
+
 /* ---- clients: forked processes, one pipe each way ---- */
 
 enum role { HOLDER, WAITER, SURVIVOR, CHECKER };
@@ -326,6 +343,12 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (!start_daemons()) {
 		fprintf(stderr, "the daemons did not start\n");
+		for (int r = 1; r <= NDAEMONS; r++)
+			if (daemon_pid[r] > 0) {
+				kill(daemon_pid[r], SIGKILL);
+				waitpid(daemon_pid[r], NULL, 0);
+			}
+		remove_daemon_files();
 		return 1;
 	}
 	if (CU_initialize_registry() != CUE_SUCCESS)
@@ -338,8 +361,14 @@ int main(int argc, char **argv)
 	for (int r = 1; r <= NDAEMONS; r++) {
 		int st;
 
-		if (r == VICTIM)
+		if (r == VICTIM) {
+			/* Killed and reaped by the test, unless it stopped short of that. */
+			if (waitpid(daemon_pid[r], &st, WNOHANG) == 0) {
+				kill(daemon_pid[r], SIGKILL);
+				waitpid(daemon_pid[r], &st, 0);
+			}
 			continue;
+		}
 		kill(daemon_pid[r], SIGTERM);
 		if (waitpid(daemon_pid[r], &st, 0) != daemon_pid[r] || !WIFEXITED(st) ||
 		    WEXITSTATUS(st) != 0) {
@@ -347,5 +376,6 @@ int main(int argc, char **argv)
 			failed++;
 		}
 	}
+	remove_daemon_files();
 	return failed ? 1 : 0;
 }
