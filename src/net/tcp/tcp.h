@@ -79,8 +79,8 @@ struct tcp_chan {
 	bool rx_busy;
 	int rx_waiters;        /* sleeping on cv */
 	/* Threads waiting for a request while another thread owns rx, each on a futex word
-	 * of its own (tcp_chan.c), so a reply wakes only its requester. */
-	struct tcp_sleeper *sleepers;
+	 * of its own (net/sleepers.h), so a reply wakes only its requester. */
+	struct ddss_sleeper *sleepers;
 
 	/* Reply parsing state: touched only by the rx owner. */
 	unsigned char rxbuf[TCP_RXBUF_LEN];

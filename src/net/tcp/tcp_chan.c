@@ -10,9 +10,9 @@
  */
 #include "net/tcp/tcp.h"
 #include "core/log.h"
+#include "net/sleepers.h"
 
 #include <errno.h>
-#include <linux/futex.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
@@ -20,7 +20,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,54 +81,20 @@ static void chan_fail(struct tcp_chan *ch, int err)
 }
 
 /*
- * A thread waiting for its request while another owns rx. Each sleeps on its own futex
- * word: the rx owner wakes the one whose reply it completed, and, when it gives rx up, one
- * whose request is still pending to take over. With one condition variable for all, every
- * reply woke every waiting thread (8 client threads: 7 wake-ups a reply), and each woken
- * thread then queued for cv_mu behind the owner.
- *
- * The waker unlinks the sleeper and marks it woken under cv_mu, then calls FUTEX_WAKE
- * after unlocking. The sleeper may have left by then (a woken mark is all it needs): the
- * wake only names an address, and a sleeper it reaches by chance sees no mark and sleeps
- * on.
+ * Threads waiting for their request while another owns rx sleep on ch->sleepers
+ * (net/sleepers.h): the rx owner wakes the one whose reply it completed, and, when it gives
+ * rx up, one whose request is still pending to take over. With one condition variable for
+ * all, every reply woke every waiting thread (8 client threads: 7 wake-ups a reply), and
+ * each woken thread then queued for cv_mu behind the owner.
  */
-struct tcp_sleeper {
-	const struct ddss_tp_req *req;
-	uint32_t woken; /* futex word: 0 asleep and linked; 1 unlinked by a waker */
-	struct tcp_sleeper *next;
-};
-
-static void futex_wake_one(uint32_t *word)
-{
-	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
-/*
- * cv_mu held: take the sleeper that *@link points at off the list and mark it woken (the
- * caller then wakes it). Returns it; NULL if @link ends the list.
- */
-static struct tcp_sleeper *claim_locked(struct tcp_sleeper **link)
-{
-	struct tcp_sleeper *s = *link;
-
-	if (s) {
-		*link = s->next;
-		__atomic_store_n(&s->woken, 1, __ATOMIC_RELEASE);
-	}
-	return s;
-}
 
 /* cv_mu held, rx just given up: rx_acquire's waiters retry, and one sleeper whose request
  * is still pending is claimed to take rx over (NULL: none). */
-static struct tcp_sleeper *hand_off_locked(struct tcp_chan *ch)
+static struct ddss_sleeper *hand_off_locked(struct tcp_chan *ch)
 {
-	struct tcp_sleeper **link = &ch->sleepers;
-
 	if (ch->rx_waiters)
 		pthread_cond_broadcast(&ch->cv);
-	while (*link && req_done((*link)->req))
-		link = &(*link)->next;
-	return claim_locked(link);
+	return ddss_sleepers_claim_pending(&ch->sleepers);
 }
 
 static void rx_acquire(struct tcp_chan *ch)
@@ -146,28 +111,26 @@ static void rx_acquire(struct tcp_chan *ch)
 
 static void rx_release(struct tcp_chan *ch)
 {
-	struct tcp_sleeper *next;
+	struct ddss_sleeper *next;
 
 	pthread_mutex_lock(&ch->cv_mu);
 	ch->rx_busy = false;
 	next = hand_off_locked(ch);
 	pthread_mutex_unlock(&ch->cv_mu);
 	if (next)
-		futex_wake_one(&next->woken);
+		ddss_sleeper_wake(next);
 }
 
 /* Rx owner: the requester of @req (completed; compared, never dereferenced) may sleep. */
 static void wake_req(struct tcp_chan *ch, const struct ddss_tp_req *req)
 {
-	struct tcp_sleeper **link, *s;
+	struct ddss_sleeper *s;
 
 	pthread_mutex_lock(&ch->cv_mu);
-	for (link = &ch->sleepers; *link && (*link)->req != req; link = &(*link)->next)
-		;
-	s = claim_locked(link);
+	s = ddss_sleepers_claim_req(&ch->sleepers, req);
 	pthread_mutex_unlock(&ch->cv_mu);
 	if (s)
-		futex_wake_one(&s->woken);
+		ddss_sleeper_wake(s);
 }
 
 /* Rx owner, after completing everything with an error: every sleeper checks its request. */
@@ -176,9 +139,7 @@ static void wake_all(struct tcp_chan *ch)
 	pthread_mutex_lock(&ch->cv_mu);
 	if (ch->rx_waiters)
 		pthread_cond_broadcast(&ch->cv);
-	while (ch->sleepers)
-		/* Under cv_mu: the sleeper cannot see its mark and leave before this wake. */
-		futex_wake_one(&claim_locked(&ch->sleepers)->woken);
+	ddss_sleepers_wake_all(&ch->sleepers);
 	pthread_mutex_unlock(&ch->cv_mu);
 }
 
@@ -791,37 +752,17 @@ static void expire(struct tcp_chan *ch, struct ddss_tp_req *req)
  * thread leaves without touching the mutex the rx owner keeps taking); else with cv_mu
  * held and @me off the list.
  */
-static bool sleep_locked(struct tcp_chan *ch, struct tcp_sleeper *me, int64_t deadline)
+static bool sleep_locked(struct tcp_chan *ch, struct ddss_sleeper *me, int64_t deadline)
 {
-	me->woken = 0;
-	me->next = ch->sleepers;
-	ch->sleepers = me;
+	ddss_sleeper_link(&ch->sleepers, me);
 	pthread_mutex_unlock(&ch->cv_mu);
-	while (!__atomic_load_n(&me->woken, __ATOMIC_ACQUIRE)) {
-		struct timespec ts, *tsp = NULL;
-
-		if (deadline != INT64_MAX) {
-			int64_t left = deadline - ddss_now_ns();
-
-			if (left <= 0)
-				break;
-			ts = (struct timespec){ left / 1000000000, left % 1000000000 };
-			tsp = &ts;
-		}
-		syscall(SYS_futex, &me->woken, FUTEX_WAIT_PRIVATE, 0, tsp, NULL, 0);
-	}
+	ddss_sleeper_wait(me, deadline);
 	/* Claimed means unlinked: nothing on the list points at @me any more. */
-	if (__atomic_load_n(&me->woken, __ATOMIC_ACQUIRE) && req_done(me->req))
+	if (ddss_sleeper_claimed(me) && req_done(me->req))
 		return true;
 	pthread_mutex_lock(&ch->cv_mu);
-	if (!__atomic_load_n(&me->woken, __ATOMIC_ACQUIRE)) {
-		/* Timed out: nobody took it off the list. */
-		struct tcp_sleeper **link = &ch->sleepers;
-
-		while (*link != me)
-			link = &(*link)->next;
-		claim_locked(link);
-	}
+	if (!ddss_sleeper_claimed(me))
+		ddss_sleeper_unlink(&ch->sleepers, me); /* timed out: nobody took it off */
 	return false;
 }
 
@@ -829,7 +770,7 @@ int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms)
 {
 	int64_t now = ddss_now_ns();
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : now + (int64_t)timeout_ms * 1000000;
-	struct tcp_sleeper me = { .req = req };
+	struct ddss_sleeper me = { .req = req };
 	int r = 0;
 
 	if (req->deadline_ns < deadline)
