@@ -153,11 +153,16 @@ void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc)
 }
 
 /*
- * Every sleeper wakes at every release (a herd) and all but one sleep again. The tcp
- * channel's answer (net/sleepers.h: the poller wakes each requester, and one thread to take
- * over) was tried here and measured worse in the rxe guest (ddss-clients-bench, 8 clients:
- * p99 of a get 1.4 ms instead of 3 ms, but medians up to 2x): the owner then makes one
- * futex call per completion before its own caller gets control back.
+ * Every sleeper wakes at every release (a herd) and all but one sleep again. Two cures were
+ * tried and measured in the rxe guest (ddss-clients-bench, 8 client threads, 2026-11-26),
+ * and neither won: both cut the tails and cost the medians.
+ *  - The tcp channel's (net/sleepers.h: the poller wakes each requester, and one thread to
+ *    take over): p99 of a get 1.4 ms instead of 3 ms, medians up to 2x. The owner makes one
+ *    futex call per completion before its own caller gets control back.
+ *  - One futex word for all, bumped and woken at each release, so woken threads take no
+ *    mutex: put p99 0.7-1.2 ms instead of 0.8-5 ms, but version put medians 61-72 us
+ *    instead of 34-58, write put 134-178 instead of 68-143. Queueing on the mutex paces
+ *    the woken threads on two CPUs.
  */
 void verbs_release_own_event(struct verbs_tp *vt)
 {
