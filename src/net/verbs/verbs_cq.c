@@ -160,7 +160,7 @@ void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc)
  *    take over): p99 of a get 1.4 ms instead of 3 ms, medians up to 2x. The owner makes one
  *    futex call per completion before its own caller gets control back.
  *  - One futex word for all, bumped and woken at each release, so woken threads take no
- *    mutex: put p99 0.7-1.2 ms instead of 0.8-5 ms, but version put medians 61-72 us
+ *    mutex: null put p99 0.7-1.6 ms instead of 0.8-5.1 ms, but version put medians 61-72 us
  *    instead of 34-58, write put 134-178 instead of 68-143. Queueing on the mutex paces
  *    the woken threads on two CPUs.
  */
