@@ -1,12 +1,12 @@
 /*
  * Threads that wait for a transport request while another thread polls for completions
- * (the tcp channel's reply reader, tcp_chan.c). Each sleeps on a futex word
- * of its own, so the poller wakes exactly the thread whose request it completed, and when
- * it stops polling, exactly one thread whose request is still pending, to take over. A
- * condition variable shared by all would wake every one of them for every completion.
+ * (the tcp channel's reply reader, tcp_chan.c). Each sleeps on a futex word of its own,
+ * so the poller wakes exactly the thread whose request it completed, and when it stops
+ * polling, exactly one thread whose request is still pending, to take over. A condition
+ * variable shared by all would wake every one of them for every completion.
  *
- * The list belongs to its user's mutex: every function but ddss_sleeper_wait and
- * ddss_sleeper_wake is called with that mutex held. A waker claims a sleeper (takes it off
+ * The list belongs to its user's mutex: every function but ddss_sleeper_wait,
+ * ddss_sleeper_wake and ddss_sleeper_claimed is called with that mutex held. A waker claims a sleeper (takes it off
  * the list and marks it) under the mutex and wakes it after unlocking; a claimed sleeper's
  * memory is never written again, so it may leave at once (its struct lives on its stack).
  */
