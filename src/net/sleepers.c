@@ -6,11 +6,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static bool req_pending(const struct ddss_tp_req *req)
-{
-	return !req || !__atomic_load_n(&req->done, __ATOMIC_ACQUIRE);
-}
-
 void ddss_sleeper_link(struct ddss_sleeper **list, struct ddss_sleeper *me)
 {
 	me->woken = 0;
@@ -44,7 +39,8 @@ struct ddss_sleeper *ddss_sleepers_claim_pending(struct ddss_sleeper **list)
 {
 	struct ddss_sleeper **link = list;
 
-	while (*link && !req_pending((*link)->req))
+	/* A sleeper with no request waits for any completion: always pending. */
+	while (*link && (*link)->req && ddss_tp_req_done((*link)->req))
 		link = &(*link)->next;
 	return claim(link);
 }
