@@ -102,6 +102,30 @@ static bool expect_lock(int rc, int want, ddss_key_t key, int line, const char *
 
 #define EXPECT_LOCK(call, want, key) expect_lock((call), (want), (key), __LINE__, #call)
 
+/*
+ * Take @k exclusive, expecting it free now that other ranks released it before the last
+ * barrier; true if taken. Under SRSL a release is a one-way message: it reaches the home
+ * before any later request of the same rank, but another rank's request can overtake it,
+ * so there an exclusive acquire waits for it (bounded). The other schemes' releases are
+ * done at the home when they return: a try must succeed at once.
+ */
+static bool take_free(ddss_key_t k, int line)
+{
+	const enum ddss_lock_mode X = DDSS_LOCK_EXCLUSIVE;
+
+	if (scheme == DDSS_LOCK_SRSL)
+		return expect_lock(ddss_acquire_lock_timed_ss(ctx, k, X, LONG_WAIT_MS), 0, k, line,
+				   "acquire X (timed) after the releases");
+	return expect_lock(ddss_try_lock_ss(ctx, k, X), 0, k, line, "try X after the releases");
+}
+
+/* @k is free once the releases before the last barrier landed (take_free), and given back. */
+static void expect_free(ddss_key_t k, int line)
+{
+	if (take_free(k, line))
+		EXPECT_RC(ddss_release_lock_ss(ctx, k), 0);
+}
+
 static void publish(unsigned i, uint64_t v)
 {
 	test_board_put(i, v);
@@ -525,8 +549,7 @@ static void test_errors(void)
 	EXPECT_RC(ddss_release_lock_ss(ctx, k), 0);
 	EXPECT_RC(ddss_release_lock_ss(ctx, k), -EPERM);
 	barrier();
-	if (EXPECT_LOCK(ddss_try_lock_ss(ctx, kprev, X), 0, kprev))
-		EXPECT_RC(ddss_release_lock_ss(ctx, kprev), 0);
+	expect_free(kprev, __LINE__);
 	barrier();
 
 	/* Stale keys, cached on every rank first. */
@@ -870,10 +893,8 @@ static void run_together(unsigned nth, const char *name)
 	}
 	EXPECT_EQ(failures, 0, "shared-together: worker failures");
 	barrier();
-	if (me == 1) { /* all released: free */
-		if (EXPECT_LOCK(ddss_try_lock_ss(ctx, t->c.key, DDSS_LOCK_EXCLUSIVE), 0, t->c.key))
-			EXPECT_RC(ddss_release_lock_ss(ctx, t->c.key), 0);
-	}
+	if (me == 1) /* all released: free */
+		expect_free(t->c.key, __LINE__);
 	barrier();
 	if (me == 1)
 		printf("\n    %u shared holders at once (%u ranks x %u threads)", nranks * nth, nranks,
@@ -960,7 +981,7 @@ static void test_try(void)
 	barrier();
 	/* Free again at once: the failed tries left nothing behind. */
 	if (me == 2)
-		held = EXPECT_LOCK(ddss_try_lock_ss(ctx, k, X), 0, k);
+		held = take_free(k, __LINE__);
 	barrier();
 	if (me != 2) {
 		EXPECT_LOCK(ddss_try_lock_ss(ctx, k, X), -EBUSY, k);
@@ -997,10 +1018,8 @@ static void test_try(void)
 	if (held)
 		EXPECT_RC(ddss_release_lock_ss(ctx, k), 0);
 	barrier();
-	if (me == 1) {
-		if (EXPECT_LOCK(ddss_try_lock_ss(ctx, k, X), 0, k))
-			EXPECT_RC(ddss_release_lock_ss(ctx, k), 0);
-	}
+	if (me == 1)
+		expect_free(k, __LINE__);
 	barrier();
 	if (!sharing())
 		goto done;
@@ -1046,10 +1065,8 @@ static void test_try(void)
 	barrier();
 	CU_ASSERT_EQUAL(ddss_get(ctx, f, 0, &v, 8), 0);
 	EXPECT_EQ(v, 1, "exclusive waiter got the lock");
-	if (me == 2) {
-		if (EXPECT_LOCK(ddss_try_lock_ss(ctx, k, X), 0, k))
-			EXPECT_RC(ddss_release_lock_ss(ctx, k), 0);
-	}
+	if (me == 2)
+		expect_free(k, __LINE__);
 	barrier();
 done:
 	if (me == 1) {
