@@ -23,6 +23,12 @@ int ddss_lock_create(struct ddss_ctx *ctx, enum ddss_lock_scheme scheme, bool fa
 void ddss_lock_stop(struct ddss_lock *lock);
 /** Free (after the net is closed). */
 void ddss_lock_destroy(struct ddss_lock *lock);
+/**
+ * Wait until every exclusive release of this context that returned before its CAS
+ * completed ("posted", docs/locks.md) has taken effect at its home. ddss_barrier calls it
+ * first, so a lock released before a barrier is free for every rank after it.
+ */
+void ddss_lock_flush_releases(struct ddss_lock *lock);
 
 /**
  * How this context holds @key's lock: DDSS_LOCK_EXCLUSIVE, DDSS_LOCK_SHARED or 0 (not

@@ -69,6 +69,12 @@ void ddss_lock_stop(struct ddss_lock *lk)
 	lock_posted_stop(lk);
 }
 
+void ddss_lock_flush_releases(struct ddss_lock *lk)
+{
+	if (lk)
+		lock_posted_drain(lk);
+}
+
 void ddss_lock_destroy(struct ddss_lock *lk)
 {
 	if (!lk)

@@ -106,8 +106,9 @@ static bool expect_lock(int rc, int want, ddss_key_t key, int line, const char *
  * Take @k exclusive, expecting it free now that other ranks released it before the last
  * barrier; true if taken. Under SRSL a release is a one-way message: it reaches the home
  * before any later request of the same rank, but another rank's request can overtake it,
- * so there an exclusive acquire waits for it (bounded). The other schemes' releases are
- * done at the home when they return: a try must succeed at once.
+ * even after a barrier, so there an exclusive acquire waits for it (bounded). The other
+ * schemes' releases may return before their CAS lands (posted), but ddss_barrier lands
+ * them before it enters: a try must succeed at once.
  */
 static bool take_free(ddss_key_t k, int line)
 {

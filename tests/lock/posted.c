@@ -10,6 +10,7 @@
  *    lock over (test hooks hold each side at the right point, so this is deterministic);
  *  - a successor whose announcement arrived before the release marked its slot: the
  *    release takes its CAS back and hands over itself;
+ *  - a barrier lands the releases posted before it: another rank's try finds the lock free;
  *  - under contention (2 threads on each of ranks 1 and 2, one lock, get / +1 / put, varying
  *    pauses): the counter is exact, whichever way each release ended.
  *
@@ -152,6 +153,40 @@ static void test_uncontended(void)
 		       (unsigned long long)(b.posted - a.posted),
 		       (unsigned long long)(b.reaped - a.reaped),
 		       (unsigned long long)(b.drained - a.drained));
+	}
+	test_ctx_barrier_or_exit(ctx);
+}
+
+/* ---- a barrier after a posted release ---- */
+
+/*
+ * Rank 1 releases (posted: no later lock call reaps it), everyone meets in a barrier, and
+ * rank 2 tries the lock: it must be free at once. Without the barrier's flush the try
+ * could overtake the CAS (it travels on another channel), and rank 1's posting would still
+ * be out after the barrier.
+ */
+static void test_barrier_lands(void)
+{
+	struct ddss_lock_posted_stats a, b;
+
+	stats(&a);
+	if (me == 1) {
+		EXPECT_RC(ddss_acquire_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE), 0);
+		EXPECT_RC(ddss_release_lock_ss(ctx, key), 0);
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 1) {
+		stats(&b);
+		EXPECT_EQ(b.posted - a.posted, 1, "releases posted");
+		EXPECT_EQ(b.posted, b.reaped + b.finished + b.drained,
+			  "posted = ended, once the barrier returned");
+	}
+	if (me == 2) {
+		int r = ddss_try_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);
+
+		EXPECT_RC(r, 0);
+		if (!r)
+			EXPECT_RC(ddss_release_lock_ss(ctx, key), 0);
 	}
 	test_ctx_barrier_or_exit(ctx);
 }
@@ -343,6 +378,8 @@ int main(int argc, char **argv)
 		return 1;
 	s = CU_add_suite("posted releases (3 ranks)", NULL, NULL);
 	CU_add_test(s, "uncontended: every release posted, its slot freed later", test_uncontended);
+	CU_add_test(s, "a barrier lands the releases before it: another rank's try succeeds",
+		    test_barrier_lands);
 	CU_add_test(s, "successor swapped in during the release: the finisher hands over",
 		    test_finisher);
 	CU_add_test(s, "announcement before the mark: the release takes its CAS back",
