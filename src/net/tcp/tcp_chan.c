@@ -23,11 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static bool req_done(const struct ddss_tp_req *req)
-{
-	return __atomic_load_n(&req->done, __ATOMIC_ACQUIRE);
-}
-
 static void req_complete(struct ddss_tp_req *req, int status, uint64_t result)
 {
 	req->status = status;
@@ -715,7 +710,7 @@ static int rx_progress(struct tcp_chan *ch, struct ddss_tp_req *until, int64_t d
 {
 	int r;
 
-	while (!req_done(until)) {
+	while (!ddss_tp_req_done(until)) {
 		if (chan_error(ch))
 			return chan_error(ch);
 		r = rx_parse(ch, until);
@@ -738,7 +733,7 @@ static void expire(struct tcp_chan *ch, struct ddss_tp_req *req)
 	DDSS_WARN("operation to rank %u timed out after %d ms", ch->peer,
 		  ch->tp->base.cfg.op_timeout_ms);
 	pthread_mutex_lock(&ch->send_mu);
-	if (!req_done(req))
+	if (!ddss_tp_req_done(req))
 		chan_fail(ch, -ETIMEDOUT);
 	pthread_mutex_unlock(&ch->send_mu);
 	rx_acquire(ch);
@@ -758,7 +753,7 @@ static bool sleep_locked(struct tcp_chan *ch, struct ddss_sleeper *me, int64_t d
 	pthread_mutex_unlock(&ch->cv_mu);
 	ddss_sleeper_wait(me, deadline);
 	/* Claimed means unlinked: nothing on the list points at @me any more. */
-	if (ddss_sleeper_claimed(me) && req_done(me->req))
+	if (ddss_sleeper_claimed(me) && ddss_tp_req_done(me->req))
 		return true;
 	pthread_mutex_lock(&ch->cv_mu);
 	if (!ddss_sleeper_claimed(me))
@@ -777,7 +772,7 @@ int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms)
 		deadline = req->deadline_ns;
 	push_held(ch);
 	pthread_mutex_lock(&ch->cv_mu);
-	while (!req_done(req)) {
+	while (!ddss_tp_req_done(req)) {
 		if (!ch->rx_busy) {
 			ch->rx_busy = true;
 			pthread_mutex_unlock(&ch->cv_mu);
@@ -785,14 +780,14 @@ int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms)
 			if (chan_error(ch))
 				reap_as_owner(ch);
 			rx_release(ch);
-			if (r == -ETIMEDOUT && !req_done(req))
+			if (r == -ETIMEDOUT && !ddss_tp_req_done(req))
 				goto timed_out;
 			pthread_mutex_lock(&ch->cv_mu);
 			continue;
 		}
 		if (sleep_locked(ch, &me, deadline))
 			return 0;
-		if (!req_done(req) && ddss_now_ns() >= deadline) {
+		if (!ddss_tp_req_done(req) && ddss_now_ns() >= deadline) {
 			pthread_mutex_unlock(&ch->cv_mu);
 			goto timed_out;
 		}
@@ -812,7 +807,7 @@ int tcp_chan_test(struct tcp_chan *ch, struct ddss_tp_req *req)
 {
 	push_held(ch);
 	pthread_mutex_lock(&ch->cv_mu);
-	if (req_done(req)) {
+	if (ddss_tp_req_done(req)) {
 		pthread_mutex_unlock(&ch->cv_mu);
 		return 0;
 	}
@@ -827,7 +822,7 @@ int tcp_chan_test(struct tcp_chan *ch, struct ddss_tp_req *req)
 	if (chan_error(ch))
 		reap_as_owner(ch);
 	rx_release(ch);
-	if (req_done(req))
+	if (ddss_tp_req_done(req))
 		return 0;
 	if (ddss_now_ns() >= req->deadline_ns) {
 		expire(ch, req);
