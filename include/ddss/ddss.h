@@ -125,10 +125,9 @@ DDSS_API uint32_t ddss_size(const ddss_ctx_t *ctx);
 /**
  * ddss_barrier() - wait until every rank has entered. -ETIMEDOUT, -EHOSTDOWN. In daemon
  * mode: until every client of every daemon has (a daemon counts the clients it was told
- * to expect, by ddssd --clients, else those attached). Locks released before the barrier
- * are free for every rank after it (N-CoSED, DQNL: an exclusive release may return before
- * its last atomic lands, and the barrier waits for it; SRSL releases are messages that
- * land at the home in their own time, docs/locks.md).
+ * to expect, by ddssd --clients, else those attached). Locks this rank released before
+ * the barrier are free for every rank after it: a release may return before it has landed
+ * at the lock's home (docs/locks.md), and the barrier waits for those first.
  */
 DDSS_API int ddss_barrier(ddss_ctx_t *ctx);
 

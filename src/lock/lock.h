@@ -24,9 +24,10 @@ void ddss_lock_stop(struct ddss_lock *lock);
 /** Free (after the net is closed). */
 void ddss_lock_destroy(struct ddss_lock *lock);
 /**
- * Wait until every exclusive release of this context that returned before its CAS
- * completed ("posted", docs/locks.md) has taken effect at its home. ddss_barrier calls it
- * first, so a lock released before a barrier is free for every rank after it.
+ * Wait until every release of this context has taken effect at its home: exclusive
+ * releases that returned before their CAS completed ("posted", docs/locks.md), and SRSL
+ * release messages. ddss_barrier calls it first, so a lock released before a barrier is
+ * free for every rank after it. A home that is down or does not answer is logged.
  */
 void ddss_lock_flush_releases(struct ddss_lock *lock);
 

@@ -71,8 +71,10 @@ void ddss_lock_stop(struct ddss_lock *lk)
 
 void ddss_lock_flush_releases(struct ddss_lock *lk)
 {
-	if (lk)
-		lock_posted_drain(lk);
+	if (!lk)
+		return;
+	lock_posted_drain(lk);
+	ddss_srsl_flush(lk->srsl); /* nothing to do unless SRSL released: it logs failures */
 }
 
 void ddss_lock_destroy(struct ddss_lock *lk)

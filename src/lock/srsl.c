@@ -9,11 +9,13 @@
  *                                                     (req 0: any hold of the sender in mode)
  *                   CANCEL  arg = 0                   req timed out: withdraw it
  *                   PROBE   arg = 0                   req still waits: is a holder down?
- *   home -> client  REPLY   arg = status (int32)      answer to req: 0 granted, -EBUSY (try),
- *                                                     -EINVAL,
- *                                                     -ENOMEM
+ *                   SYNC    arg = 0, lock_id = 0      answer once every earlier message of
+ *                                                     mine is handled (ddss_srsl_flush)
+ *   home -> client  REPLY   arg = status (int32)      answer to req: 0 granted (SYNC: done),
+ *                                                     -EBUSY (try), -EINVAL, -ENOMEM
  * Messages from one rank to another arrive in the order sent, so the home always sees a
- * request before its CANCEL or PROBE, and a hold's REL after its grant.
+ * request before its CANCEL or PROBE, a hold's REL after its grant, and a SYNC after the
+ * RELs sent before it.
  *
  * Home (the progress thread, under home_mu): per lock id, the holders (one exclusive, or
  * shared ones) and a FIFO of waiters, each an entry (rank, req, mode). A request is granted
@@ -70,6 +72,7 @@ enum srsl_op {
 	SRSL_CANCEL = 3,
 	SRSL_PROBE = 4,
 	SRSL_REPLY = 5,
+	SRSL_SYNC = 6,
 };
 
 /* Home: a request, queued or holding. */
@@ -118,6 +121,8 @@ struct ddss_srsl {
 	struct srsl_rec *pending[SRSL_BUCKETS]; /* by req */
 	struct srsl_rec *holds[SRSL_BUCKETS];   /* by (home, lock_id) */
 	uint64_t next_req;
+	uint64_t *released;                      /* bitmap by home: a REL sent since the
+						  * last flush */
 	unsigned active;                         /* calls that may still use the net */
 	bool closed;
 };
@@ -575,6 +580,10 @@ static void on_msg(void *arg, uint32_t from, const void *buf, size_t len)
 	case SRSL_PROBE:
 		home_probe(s, from, lock_id, req);
 		break;
+	case SRSL_SYNC:
+		/* Every earlier message of @from is handled: that is the whole answer. */
+		send_msg(s, from, SRSL_REPLY, 0, lock_id, req);
+		break;
 	default:
 		DDSS_WARN("srsl: unknown message %u from rank %u dropped", op, from);
 		break;
@@ -591,14 +600,15 @@ int ddss_srsl_create(struct ddss_net *net, struct ddss_srsl **srsl_p)
 
 	if (!s)
 		return -ENOMEM;
+	s->net = net;
+	s->tp = ddss_net_tp(net);
 	s->nbuckets = SRSL_LOCKS_MIN;
 	s->locks = calloc(s->nbuckets, sizeof(*s->locks));
-	if (!s->locks) {
+	s->released = calloc(s->tp->cfg.size / 64 + 1, sizeof(*s->released));
+	if (!s->locks || !s->released) {
 		r = -ENOMEM;
 		goto err_srsl;
 	}
-	s->net = net;
-	s->tp = ddss_net_tp(net);
 	pthread_mutex_init(&s->home_mu, NULL);
 	pthread_mutex_init(&s->mu, NULL);
 	r = ddss_net_on_msg(net, DDSS_SRSL_TAG, on_msg, s);
@@ -610,8 +620,9 @@ int ddss_srsl_create(struct ddss_net *net, struct ddss_srsl **srsl_p)
 err_mutex:
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->home_mu);
-	free(s->locks);
 err_srsl:
+	free(s->released);
+	free(s->locks);
 	free(s);
 	return r;
 }
@@ -664,6 +675,7 @@ void ddss_srsl_destroy(struct ddss_srsl *s)
 		}
 	}
 	free(s->locks);
+	free(s->released);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->home_mu);
 	free(s);
@@ -705,23 +717,14 @@ static void leave(struct ddss_srsl *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
-int ddss_srsl_acquire(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int mode,
-		      bool try_only, int timeout_ms)
+/* A request of ours to @home, not sent yet (@mode 0 for a SYNC). */
+static struct srsl_rec *rec_new(uint32_t home, uint64_t lock_id, int mode)
 {
-	/* A try, or a wait of 0 ms, must not queue; but its answer still takes a round trip,
-	 * which only the operation timeout bounds. */
-	bool no_queue = try_only || timeout_ms == 0;
-	int wait_ms = no_queue && timeout_ms <= 0 ? s->tp->cfg.op_timeout_ms : timeout_ms;
-	int64_t deadline, probe_at;
-	struct srsl_rec *rec;
+	struct srsl_rec *rec = calloc(1, sizeof(*rec));
 	pthread_condattr_t ca;
-	int r;
 
-	if (!mode_ok(mode) || !ddss_tp_valid_rank(s->tp, home))
-		return -EINVAL;
-	rec = calloc(1, sizeof(*rec));
 	if (!rec)
-		return -ENOMEM;
+		return NULL;
 	rec->home = home;
 	rec->lock_id = lock_id;
 	rec->mode = mode;
@@ -729,60 +732,111 @@ int ddss_srsl_acquire(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int 
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&rec->cv, &ca);
 	pthread_condattr_destroy(&ca);
+	return rec;
+}
+
+/* mu not held: a call that may use the net enters (false once stopped). */
+static bool enter_call(struct ddss_srsl *s)
+{
+	bool in;
 
 	pthread_mutex_lock(&s->mu);
-	if (!enter(s)) {
+	in = enter(s);
+	pthread_mutex_unlock(&s->mu);
+	return in;
+}
+
+/*
+ * Send @op for @rec (the caller has entered) and wait until the home answers or
+ * @deadline_ns passes; a request that may queue (@probe) asks every SRSL_PROBE_MS whether
+ * it waits behind a down rank. Returns the answer, -ETIMEDOUT, -EHOSTDOWN (@rec's home
+ * went down), -ESHUTDOWN or the transport's error. @rec is no longer pending after (a late
+ * answer is dropped) and its cv is destroyed: it can become a hold or be freed.
+ */
+static int ask(struct ddss_srsl *s, struct srsl_rec *rec, uint32_t op, uint32_t arg, bool probe,
+	       int64_t deadline_ns)
+{
+	int64_t probe_at = ddss_now_ns() + SRSL_PROBE_MS * 1000000ll;
+	int r = 0;
+
+	pthread_mutex_lock(&s->mu);
+	if (s->closed) { /* stop has already failed every pending request */
 		pthread_mutex_unlock(&s->mu);
-		r = -ESHUTDOWN;
-		goto err_rec;
+		pthread_cond_destroy(&rec->cv);
+		return -ESHUTDOWN;
 	}
 	rec->req = ++s->next_req;
 	rec->next = *pending_bucket(s, rec->req);
 	*pending_bucket(s, rec->req) = rec;
 	pthread_mutex_unlock(&s->mu);
 
-	deadline = wait_ms <= 0 ? INT64_MAX : ddss_now_ns() + (int64_t)wait_ms * 1000000;
-	probe_at = ddss_now_ns() + SRSL_PROBE_MS * 1000000ll;
-	r = send_msg(s, home, SRSL_REQ, (uint32_t)mode | (no_queue ? SRSL_F_TRY : 0), lock_id,
-		     rec->req);
+	r = send_msg(s, rec->home, op, arg, rec->lock_id, rec->req);
 
 	pthread_mutex_lock(&s->mu);
 	while (!r && !rec->done) {
 		int64_t now = ddss_now_ns(), until = now + SRSL_CHECK_MS * 1000000ll;
 
-		if (now >= deadline) {
+		if (now >= deadline_ns) {
 			r = -ETIMEDOUT;
 			break;
 		}
-		if (rank_down(s, home)) {
+		if (rank_down(s, rec->home)) {
 			r = -EHOSTDOWN;
 			break;
 		}
-		if (!no_queue && now >= probe_at) {
+		if (probe && now >= probe_at) {
 			/* Outside mu: sending may connect. A lost probe is retried next time. */
 			pthread_mutex_unlock(&s->mu);
-			send_msg(s, home, SRSL_PROBE, 0, lock_id, rec->req);
+			send_msg(s, rec->home, SRSL_PROBE, 0, rec->lock_id, rec->req);
 			pthread_mutex_lock(&s->mu);
 			probe_at = now + SRSL_PROBE_MS * 1000000ll;
 			continue;
 		}
-		rec_wait(s, rec, until < deadline ? until : deadline);
+		rec_wait(s, rec, until < deadline_ns ? until : deadline_ns);
 	}
 	if (!r)
 		r = rec->status;
+	rec_unlink(pending_bucket(s, rec->req), rec);
+	pthread_mutex_unlock(&s->mu);
+	/* Unlinked: nobody signals it any more. */
+	pthread_cond_destroy(&rec->cv);
+	return r;
+}
+
+int ddss_srsl_acquire(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int mode,
+		      bool try_only, int timeout_ms)
+{
+	/* A try, or a wait of 0 ms, must not queue; but its answer still takes a round trip,
+	 * which only the operation timeout bounds. */
+	bool no_queue = try_only || timeout_ms == 0;
+	int wait_ms = no_queue && timeout_ms <= 0 ? s->tp->cfg.op_timeout_ms : timeout_ms;
+	struct srsl_rec *rec;
+	int r;
+
+	if (!mode_ok(mode) || !ddss_tp_valid_rank(s->tp, home))
+		return -EINVAL;
+	rec = rec_new(home, lock_id, mode);
+	if (!rec)
+		return -ENOMEM;
+	if (!enter_call(s)) {
+		pthread_cond_destroy(&rec->cv);
+		free(rec);
+		return -ESHUTDOWN;
+	}
+	r = ask(s, rec, SRSL_REQ, (uint32_t)mode | (no_queue ? SRSL_F_TRY : 0), !no_queue,
+		wait_ms <= 0 ? INT64_MAX : ddss_now_ns() + (int64_t)wait_ms * 1000000);
 	if (r == -EBUSY && !try_only)
 		r = -ETIMEDOUT; /* 0 ms: not grantable at once */
-	rec_unlink(pending_bucket(s, rec->req), rec);
-	/* Unlinked, nobody signals it any more; and once it is a hold, any thread's release
-	 * may free it, so it is not touched after that. */
-	pthread_cond_destroy(&rec->cv);
 	if (!r) {
-		struct srsl_rec **b = hold_bucket(s, home, lock_id);
+		/* A hold now: any thread's release may free it, so it is not touched after. */
+		struct srsl_rec **b;
 
+		pthread_mutex_lock(&s->mu);
+		b = hold_bucket(s, home, lock_id);
 		rec->next = *b;
 		*b = rec;
+		pthread_mutex_unlock(&s->mu);
 	}
-	pthread_mutex_unlock(&s->mu);
 
 	/* Withdraw: if the grant is on its way, the home releases it on our behalf. */
 	if (r == -ETIMEDOUT) {
@@ -796,11 +850,6 @@ int ddss_srsl_acquire(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int 
 	leave(s);
 	if (r)
 		free(rec);
-	return r;
-
-err_rec:
-	pthread_cond_destroy(&rec->cv);
-	free(rec);
 	return r;
 }
 
@@ -825,12 +874,44 @@ int ddss_srsl_release(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int 
 			break;
 		}
 	}
+	s->released[home / 64] |= 1ull << (home % 64); /* for the next flush */
 	pthread_mutex_unlock(&s->mu);
 	if (!req)
 		DDSS_WARN("srsl: releasing lock %#llx (%s) at rank %u that no acquire here took; "
 			  "the home drops any such hold of this rank",
 			  (unsigned long long)lock_id, mode_name(mode), home);
 	r = send_msg(s, home, SRSL_REL, (uint32_t)mode, lock_id, req);
+	leave(s);
+	return r;
+}
+
+int ddss_srsl_flush(struct ddss_srsl *s)
+{
+	int64_t deadline = ddss_now_ns() + (int64_t)s->tp->cfg.op_timeout_ms * 1000000;
+	int r = 0;
+
+	if (!enter_call(s))
+		return -ESHUTDOWN;
+	for (uint32_t home = 1; home <= s->tp->cfg.size; home++) {
+		struct srsl_rec *rec;
+		bool marked;
+		int err;
+
+		pthread_mutex_lock(&s->mu);
+		marked = s->released[home / 64] & (1ull << (home % 64));
+		s->released[home / 64] &= ~(1ull << (home % 64));
+		pthread_mutex_unlock(&s->mu);
+		if (!marked)
+			continue;
+		rec = rec_new(home, 0, 0);
+		err = rec ? ask(s, rec, SRSL_SYNC, 0, false, deadline) : -ENOMEM;
+		free(rec);
+		if (err) {
+			DDSS_INFO("srsl: releases sent to rank %u not confirmed: %s", home,
+				  ddss_strerror(err));
+			r = r ? r : err;
+		}
+	}
 	leave(s);
 	return r;
 }

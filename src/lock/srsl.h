@@ -66,4 +66,12 @@ int ddss_srsl_acquire(struct ddss_srsl *srsl, uint32_t home, uint64_t lock_id, i
  */
 int ddss_srsl_release(struct ddss_srsl *srsl, uint32_t home, uint64_t lock_id, int mode);
 
+/**
+ * Wait until every release sent before the call has been handled at its home: one round
+ * trip (a SYNC) to each home released to since the last flush. Any thread. Returns 0, or
+ * the first error (a home down or not answering within the operation timeout, -ENOMEM,
+ * -ESHUTDOWN); the other homes are still flushed.
+ */
+int ddss_srsl_flush(struct ddss_srsl *srsl);
+
 #endif /* DDSS_LOCK_SRSL_H */

@@ -10,7 +10,7 @@
  *
  * Invariants: every message the home sends is a 24-byte REPLY to a rank of the group, for
  * a request id other than 0, with a status the protocol has (0, -EBUSY, -EINVAL, -ENOMEM);
- * and, while the input names only its own requests, the holders the home granted (and
+ * a SYNC is answered 0 and grants nothing; and, while the input names only its own requests, the holders the home granted (and
  * that were not released or cancelled since) of a lock that belong to ranks that are up
  * are compatible: one exclusive holder, or only shared ones.
  */
@@ -27,6 +27,7 @@ static void *handler_arg;
 static struct ddss_tp tp;
 static uint8_t down[16];
 static bool consistent; /* every req named so far was one of ours */
+static uint8_t handling; /* the op of the message being handled */
 
 static struct {
 	uint32_t rank;
@@ -127,6 +128,10 @@ int ddss_net_send(struct ddss_net *net, uint32_t peer, uint16_t tag, const void 
 	FUZZ_CHECK(status == 0 || status == -EBUSY || status == -EINVAL || status == -ENOMEM);
 	if (down[peer])
 		return -EHOSTDOWN; /* the home must undo such a grant */
+	if (handling == SRSL_SYNC) {
+		FUZZ_CHECK(status == 0);
+		return 0;
+	}
 	if (!status && consistent) {
 		int mode = mode_of(peer, lock, req);
 
@@ -151,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(ddss_srsl_create((struct ddss_net *)&tp, &s) == 0 && handler);
 	while (in.left >= 6) {
 		uint32_t from = 1 + fuzz_u8(&in) % tp.cfg.size;
-		uint8_t len = fuzz_u8(&in), op = fuzz_u8(&in) % 7, arg = fuzz_u8(&in);
+		uint8_t len = fuzz_u8(&in), op = fuzz_u8(&in) % 8, arg = fuzz_u8(&in);
 		uint64_t lock = 0x100 + fuzz_u8(&in) % LOCKS, req;
 		uint8_t r = fuzz_u8(&in), msg[SRSL_MSG_LEN + 8];
 		int mode = arg & 0x7f;
@@ -186,6 +191,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			drop_hold(from, lock, req, mode);
 		if (consistent && whole && op == SRSL_CANCEL)
 			drop_hold(from, lock, req, 0);
+		handling = op;
 		handler(handler_arg, from, msg, sent);
 	}
 	ddss_srsl_stop(s);

@@ -104,20 +104,14 @@ static bool expect_lock(int rc, int want, ddss_key_t key, int line, const char *
 
 /*
  * Take @k exclusive, expecting it free now that other ranks released it before the last
- * barrier; true if taken. Under SRSL a release is a one-way message: it reaches the home
- * before any later request of the same rank, but another rank's request can overtake it,
- * even after a barrier, so there an exclusive acquire waits for it (bounded). The other
- * schemes' releases may return before their CAS lands (posted), but ddss_barrier lands
- * them before it enters: a try must succeed at once.
+ * barrier; true if taken. A release may return before it lands at the home (a posted CAS,
+ * an SRSL message), and another rank's try could overtake it, but ddss_barrier lands the
+ * rank's releases before it enters: a try must succeed at once.
  */
 static bool take_free(ddss_key_t k, int line)
 {
-	const enum ddss_lock_mode X = DDSS_LOCK_EXCLUSIVE;
-
-	if (scheme == DDSS_LOCK_SRSL)
-		return expect_lock(ddss_acquire_lock_timed_ss(ctx, k, X, LONG_WAIT_MS), 0, k, line,
-				   "acquire X (timed) after the releases");
-	return expect_lock(ddss_try_lock_ss(ctx, k, X), 0, k, line, "try X after the releases");
+	return expect_lock(ddss_try_lock_ss(ctx, k, DDSS_LOCK_EXCLUSIVE), 0, k, line,
+			   "try X after the releases");
 }
 
 /* @k is free once the releases before the last barrier landed (take_free), and given back. */
