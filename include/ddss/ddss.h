@@ -328,7 +328,9 @@ DDSS_API int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mo
  * atomic is posted, without waiting for the round trip: the lock is free for others once
  * that atomic lands at the home, this context's own later operations on the lock come
  * after it, and if a request queued meanwhile the library hands the lock over in the
- * background. An error of that atomic (the home died) is logged, not returned; so is a
+ * background. Another rank told of the release by other means may still find the lock
+ * held for that moment (its try says -EBUSY); after a ddss_barrier() it finds it free.
+ * Under SRSL the same holds for the release message. An error of that atomic (the home died) is logged, not returned; so is a
  * peer dying under a hand-over (the successor, or the home): the hold is given up either
  * way, and a lock left behind by the dead is taken back (docs/failure.md).
  */
