@@ -103,21 +103,14 @@ static bool expect_lock(int rc, int want, ddss_key_t key, int line, const char *
 #define EXPECT_LOCK(call, want, key) expect_lock((call), (want), (key), __LINE__, #call)
 
 /*
- * Take @k exclusive, expecting it free now that other ranks released it before the last
- * barrier; true if taken. A release may return before it lands at the home (a posted CAS,
- * an SRSL message), and another rank's try could overtake it, but ddss_barrier lands the
- * rank's releases before it enters: a try must succeed at once.
+ * @k is free now that other ranks released it before the last barrier: a try succeeds at
+ * once, and the lock is given back. (A release may return before it lands at the home,
+ * and another rank's try could overtake it, but ddss_barrier lands them first.)
  */
-static bool take_free(ddss_key_t k, int line)
-{
-	return expect_lock(ddss_try_lock_ss(ctx, k, DDSS_LOCK_EXCLUSIVE), 0, k, line,
-			   "try X after the releases");
-}
-
-/* @k is free once the releases before the last barrier landed (take_free), and given back. */
 static void expect_free(ddss_key_t k, int line)
 {
-	if (take_free(k, line))
+	if (expect_lock(ddss_try_lock_ss(ctx, k, DDSS_LOCK_EXCLUSIVE), 0, k, line,
+			"try X after the releases"))
 		EXPECT_RC(ddss_release_lock_ss(ctx, k), 0);
 }
 
@@ -976,7 +969,7 @@ static void test_try(void)
 	barrier();
 	/* Free again at once: the failed tries left nothing behind. */
 	if (me == 2)
-		held = take_free(k, __LINE__);
+		held = EXPECT_LOCK(ddss_try_lock_ss(ctx, k, X), 0, k);
 	barrier();
 	if (me != 2) {
 		EXPECT_LOCK(ddss_try_lock_ss(ctx, k, X), -EBUSY, k);
