@@ -885,6 +885,19 @@ int ddss_srsl_release(struct ddss_srsl *s, uint32_t home, uint64_t lock_id, int 
 	return r;
 }
 
+/* Ask @home for a SYNC answer (the caller has entered): 0 once it came, else -errno. */
+static int sync_home(struct ddss_srsl *s, uint32_t home, int64_t deadline_ns)
+{
+	struct srsl_rec *rec = rec_new(home, 0, 0);
+	int r = rec ? ask(s, rec, SRSL_SYNC, 0, false, deadline_ns) : -ENOMEM;
+
+	free(rec);
+	if (r)
+		DDSS_INFO("srsl: releases sent to rank %u not confirmed: %s", home,
+			  ddss_strerror(r));
+	return r;
+}
+
 int ddss_srsl_flush(struct ddss_srsl *s)
 {
 	int64_t deadline = ddss_now_ns() + (int64_t)s->tp->cfg.op_timeout_ms * 1000000;
@@ -892,23 +905,17 @@ int ddss_srsl_flush(struct ddss_srsl *s)
 
 	if (!enter_call(s))
 		return -ESHUTDOWN;
-	for (uint32_t home = 1; home <= s->tp->cfg.size; home++) {
-		struct srsl_rec *rec;
-		bool marked;
-		int err;
+	/* One word of the bitmap at a time: taken and cleared under mu, synced without it. */
+	for (uint32_t w = 0; w <= s->tp->cfg.size / 64; w++) {
+		uint64_t homes;
 
 		pthread_mutex_lock(&s->mu);
-		marked = s->released[home / 64] & (1ull << (home % 64));
-		s->released[home / 64] &= ~(1ull << (home % 64));
+		homes = s->released[w];
+		s->released[w] = 0;
 		pthread_mutex_unlock(&s->mu);
-		if (!marked)
-			continue;
-		rec = rec_new(home, 0, 0);
-		err = rec ? ask(s, rec, SRSL_SYNC, 0, false, deadline) : -ENOMEM;
-		free(rec);
-		if (err) {
-			DDSS_INFO("srsl: releases sent to rank %u not confirmed: %s", home,
-				  ddss_strerror(err));
+		for (; homes; homes &= homes - 1) {
+			int err = sync_home(s, w * 64 + (uint32_t)__builtin_ctzll(homes), deadline);
+
 			r = r ? r : err;
 		}
 	}
