@@ -305,8 +305,9 @@ int ddss_barrier(ddss_ctx_t *ctx)
 		return -EINVAL;
 	if (ctx->client)
 		return ddss_cl_barrier(ctx->client); /* the daemon's own barrier flushes */
-	/* Releases that returned before their CAS landed: land them first, so every rank
-	 * finds those locks free after the barrier (another rank's try would say -EBUSY). */
+	/* Releases that returned before they landed at their home (a posted CAS, an SRSL
+	 * message): land them first, so every rank finds those locks free after the barrier
+	 * (another rank's try would say -EBUSY). */
 	ddss_lock_flush_releases(ctx->lock);
 	return ddss_net_barrier(ctx->net, -1);
 }
