@@ -454,7 +454,33 @@ static int nothing_ahead(struct ddss_lock *lk, const struct lock_req *rq)
 	return ok;
 }
 
-int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns)
+/*
+ * The agent takes the lock by census: the drain word D may hold anything that dead or
+ * failed requests left there. A closer that died while draining left its id in C (and
+ * releases of its epoch in R); one that died between its grant and its registration left
+ * releases of its epoch in R, which are not ours to count. No live rank holds the lock
+ * shared, releases a shared hold or has a request ahead of us (the census said so), and
+ * the dead are refused: no release of our epoch or of any earlier one can come any more.
+ * So there is nothing to drain: D starts again at 0, and we close no epoch.
+ */
+static int took_drain(struct ddss_lock *lk, struct lock_req *rq)
+{
+	static const uint64_t zero;
+	uint64_t d;
+	int r = ddss_tp_read(lk->tp, lk->rank, rq->hdr + LOCK_D, &d, 8);
+
+	if (!r && d)
+		DDSS_WARN("lock recovery: the drain word at offset %#llx was %#llx (left by dead "
+			  "or failed requests): reset", (unsigned long long)rq->hdr,
+			  (unsigned long long)d);
+	if (!r)
+		r = ddss_tp_write(lk->tp, lk->rank, rq->hdr + LOCK_D, &zero, 8);
+	if (!r)
+		rq->count = 0;
+	return r;
+}
+
+int lock_agent_wait_grant(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns)
 {
 	struct lock_slot *sl = &lk->slot[rq->slot];
 	int64_t next = ddss_now_ns(); /* the askers failed: look at once */
@@ -476,7 +502,7 @@ int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64
 					  (unsigned long long)rq->hdr);
 				LOCK_RSTAT(lk, agents_took);
 				rq->agent->took = true;
-				return 0;
+				return took_drain(lk, rq);
 			}
 			next = ddss_now_ns() + SURVEY_EVERY_NS;
 		}

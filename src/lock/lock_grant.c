@@ -193,9 +193,50 @@ int lock_grant_ready(struct ddss_lock *lk, unsigned slot)
 	return r ? r : (int)f.n;
 }
 
+/* Registrations waited for this long make a census ask whether the missing are alive. */
+#define MISSING_FIRST_NS (250 * 1000000ll)
+#define MISSING_EVERY_NS (1000 * 1000000ll)
+
+static bool fanout_has(const struct fanout *f, uint32_t plain_id)
+{
+	for (uint32_t i = 0; i < f->n; i++)
+		if ((f->ids[i] & ~(uint32_t)LOCK_ID_SLEEPS) == plain_id)
+			return true;
+	return false;
+}
+
+/*
+ * Shared requests counted behind @slot that have not registered after a while: 1 if none
+ * of them is alive (a census of every member finds no live shared request waiting behind
+ * us that is not in @f, and none with its first atomic still out). Those were counted by
+ * ranks that died before their one write; they will never register, and the closer of our
+ * epoch learns from its drain check that their releases will not come either. 0 if one may
+ * still come; -ESHUTDOWN.
+ */
+static int missing_are_dead(struct ddss_lock *lk, unsigned slot, const struct fanout *f)
+{
+	const struct lock_slot *sl = &lk->slot[slot];
+	uint32_t me = LOCK_ID(lk->rank, slot);
+	struct lock_census cs;
+	int dead, r = lock_census_take(lk, sl->q_home, sl->q_hdr, &cs);
+
+	if (r)
+		return r == -ESHUTDOWN ? r : 0;
+	dead = !(cs.flags & (CENSUS_UNPLACED | CENSUS_MISSING));
+	for (uint32_t i = 0; i < cs.n && dead; i++) {
+		const struct lock_census_req *q = &cs.req[i];
+
+		if (q->shared && q->waiting && q->pred == me)
+			dead = fanout_has(f, q->id);
+	}
+	lock_census_free(&cs);
+	return dead;
+}
+
 int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n)
 {
 	int64_t deadline = 0; /* read the clock only if we must wait: it is slow in a VM */
+	int64_t check = 0;
 	struct fanout f = { 0 };
 	unsigned spins = 0;
 	int r = 0;
@@ -209,11 +250,26 @@ int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n)
 		if (r)
 			break;
 		if (f.n == before) {
-			/* Requests counted in the word but not registered yet: on their way. */
-			if (!deadline)
+			/* Requests counted in the word but not registered yet: on their way, or
+			 * counted by a rank that died before its write. */
+			if (!deadline) {
+				check = ddss_now_ns() + MISSING_FIRST_NS;
 				deadline = ddss_now_ns() +
 					   (int64_t)lk->tp->cfg.op_timeout_ms * 1000000ll;
-			r = lock_wait_step(lk, slot, seen, 0, deadline, &spins);
+			}
+			if (ddss_now_ns() >= check) {
+				r = missing_are_dead(lk, slot, &f);
+				if (r < 0)
+					break;
+				if (r) {
+					DDSS_WARN("lock: %u of %u shared waiters were counted by "
+						  "ranks that died before they queued", n - f.n, n);
+					r = 0;
+					break;
+				}
+				check = ddss_now_ns() + MISSING_EVERY_NS;
+			}
+			r = lock_wait_step_until(lk, slot, seen, check, deadline, &spins);
 			if (r) {
 				DDSS_ERR("lock: %u of %u shared waiters never queued: %s", n - f.n, n,
 					 ddss_strerror(r));

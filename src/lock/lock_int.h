@@ -312,6 +312,9 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 /* lock_slot.c: whether this rank sees @rank down (its connection closed, or declared
  * dead); never this rank itself or rank 0. */
 bool lock_peer_down(struct ddss_lock *lk, uint32_t rank);
+/* lock_slot.c: whether the home of @slot's request (set while its q_state is not Q_NONE)
+ * is down: then its lock is gone with the segment, and every wait of the slot fails. */
+bool lock_home_down(struct ddss_lock *lk, unsigned slot);
 /* lock_slot.c: lock_wait_step until @check_ns: 0 also when it is time to check again
  * (-ETIMEDOUT only at @deadline_ns). */
 int lock_wait_step_until(struct ddss_lock *lk, unsigned slot, uint32_t seen, int64_t check_ns,
@@ -327,8 +330,9 @@ void lock_agent_fini(struct ddss_lock *lk);
 void lock_agent_on_msg(struct ddss_lock *lk, uint32_t from, const void *buf, size_t len);
 /* The agent's request swapped itself in: the ranks that asked may queue again. */
 void lock_agent_swapped(struct ddss_lock *lk, const struct lock_req *rq);
-/* The agent waits for its grant, or for no live request ahead of it. */
-int lock_agent_wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns);
+/* The agent waits for its grant, or for no live request ahead of it (then it resets the
+ * drain word and closes no epoch: rq->count becomes 0). */
+int lock_agent_wait_grant(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns);
 /* A try-lock found the tail held by a rank that is down: ask @rq's home to take the lock
  * back, without waiting (the try still says -EBUSY). */
 void lock_agent_nudge(struct ddss_lock *lk, const struct lock_req *rq, uint32_t tail);

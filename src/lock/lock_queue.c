@@ -101,7 +101,7 @@ static int wait_turn(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 /* ---- exclusive ---- */
 
 /* Queued behind rq->pred: wait until the lock is handed to us (at once if no pred). */
-static int wait_grant(struct ddss_lock *lk, const struct lock_req *rq, int64_t deadline_ns)
+static int wait_grant(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns)
 {
 	uint64_t v;
 

@@ -163,9 +163,18 @@ bool lock_peer_down(struct ddss_lock *lk, uint32_t rank)
 	       (ddss_tp_peer_info(lk->tp, rank, &info) == 0 && info.state == DDSS_TP_PEER_DOWN);
 }
 
+bool lock_home_down(struct ddss_lock *lk, unsigned slot)
+{
+	const struct lock_slot *sl = &lk->slot[slot];
+
+	return __atomic_load_n(&sl->q_state, __ATOMIC_ACQUIRE) != Q_NONE &&
+	       lock_peer_down(lk, sl->q_home);
+}
+
 /*
  * One step of waiting for something on @sl, which last showed @seen in its wake word.
- * Returns 0 to look again, or -ETIMEDOUT, -EHOSTDOWN (@watch went down), -ESHUTDOWN.
+ * Returns 0 to look again, or -ETIMEDOUT, -EHOSTDOWN (@watch or the request's home went
+ * down, or a request ahead failed), -ESHUTDOWN.
  */
 int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t watch,
 		   int64_t deadline_ns, unsigned *spins)
@@ -179,9 +188,11 @@ int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t 
 	}
 	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
 		return -ESHUTDOWN;
-	/* failed: a request ahead of ours failed for good (a recovery agent waits on). */
-	if (lock_peer_down(lk, watch) || (__atomic_load_n(&sl->failed, __ATOMIC_ACQUIRE) &&
-				     !__atomic_load_n(&sl->agent, __ATOMIC_ACQUIRE)))
+	/* failed: a request ahead of ours failed for good (a recovery agent waits on). A
+	 * lock whose home is down is gone with its segment: nothing of it can ever come. */
+	if (lock_peer_down(lk, watch) || lock_home_down(lk, slot) ||
+	    (__atomic_load_n(&sl->failed, __ATOMIC_ACQUIRE) &&
+	     !__atomic_load_n(&sl->agent, __ATOMIC_ACQUIRE)))
 		return -EHOSTDOWN;
 	now = ddss_now_ns();
 	if (now >= deadline_ns)

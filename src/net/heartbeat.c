@@ -160,6 +160,10 @@ void ddss_net_declare_dead(struct ddss_net *net, uint32_t rank)
 {
 	if (rank < 1 || rank > net->env.size || rank == net->env.rank)
 		return;
+	/* At once, not when the heartbeat thread gets to it: the caller is about to give
+	 * away what @rank held, and a request of it already on its way must find the door
+	 * shut (the serving side checks the flag before each request). */
+	ddss_tp_peer_mark_refused(net->tp, rank);
 	__atomic_store_n(&net->dead_pending[rank], 1, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&net->mu);
 	net->dead_requested = true;

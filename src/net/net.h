@@ -69,7 +69,8 @@ int ddss_net_wait_others_gone(struct ddss_net *net, int timeout_ms);
 
 /**
  * Declare @rank dead for good (ddss_tp_peer_refuse), from any thread, without blocking:
- * the heartbeat thread carries it out. For a subsystem that has just given away what a
+ * nothing it sends is served from the return on, and the heartbeat thread closes its
+ * channels. For a subsystem that has just given away what a
  * down rank held (lock/srsl.c), so that rank can never come back and act on it.
  */
 void ddss_net_declare_dead(struct ddss_net *net, uint32_t rank);

@@ -205,11 +205,17 @@ void ddss_tp_peer_changed(struct ddss_tp *tp, int *state_p, uint32_t rank,
 		hd->on_peer(hd->arg, rank, state);
 }
 
+void ddss_tp_peer_mark_refused(struct ddss_tp *tp, uint32_t rank)
+{
+	if (ddss_tp_valid_rank(tp, rank) && rank != tp->cfg.rank)
+		__atomic_store_n(&tp->refused[rank], 1, __ATOMIC_SEQ_CST);
+}
+
 void ddss_tp_peer_refuse(struct ddss_tp *tp, uint32_t rank)
 {
 	if (!ddss_tp_valid_rank(tp, rank) || rank == tp->cfg.rank)
 		return;
-	__atomic_store_n(&tp->refused[rank], 1, __ATOMIC_RELEASE);
+	ddss_tp_peer_mark_refused(tp, rank);
 	/* The provider closes both directions once it sees the flag. */
 	tp->ops->peer_disconnect(tp, rank);
 }

@@ -289,6 +289,13 @@ void ddss_tp_peer_changed(struct ddss_tp *tp, int *state_p, uint32_t rank,
  */
 void ddss_tp_peer_refuse(struct ddss_tp *tp, uint32_t rank);
 
+/**
+ * The first half of ddss_tp_peer_refuse, which never blocks: from now on nothing @rank
+ * sends is served (each request checks the flag) and no handshake of it is accepted. The
+ * channels are closed by ddss_tp_peer_refuse later.
+ */
+void ddss_tp_peer_mark_refused(struct ddss_tp *tp, uint32_t rank);
+
 /** True if @rank was declared dead (providers refuse its handshakes and connects). */
 static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)
 {

@@ -155,7 +155,9 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 /* Destination of the next payload bytes of s->cur, or NULL to discard them. */
 static unsigned char *payload_dst(struct tcp_tp *t, struct tcp_served *s)
 {
-	if (s->cur.kind == TCP_K_WRITE && !s->cur_err)
+	/* A write of a rank declared dead meanwhile lands nowhere (serve_request refuses the
+	 * rest of what it sends). */
+	if (s->cur.kind == TCP_K_WRITE && !s->cur_err && !ddss_tp_peer_refused(&t->base, s->peer))
 		return t->pool + s->cur.off + s->payload_got;
 	if (s->cur.kind == TCP_K_MSG)
 		return s->msgbuf + s->payload_got;
