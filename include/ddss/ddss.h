@@ -293,19 +293,33 @@ enum ddss_lock_mode {
 /**
  * ddss_acquire_lock_ss() - wait until @key's lock is held in @mode.
  *
- * Returns 0, -EINVAL (bad key or mode), -ESTALE (released segment), -ENOLCK (this context
- * already holds or waits for DDSS_LOCK_SLOTS locks), -EHOSTDOWN / -ECONNRESET (the home is
- * gone, or the lock could not be taken back from a dead rank). Waits without limit
- * otherwise. A request that finds a dead rank ahead of it (holding the lock or queued)
+ * A request that finds a dead or cut-off rank ahead of it (holding the lock or queued)
  * asks the home to take the lock back and queues again (docs/failure.md): it gets the
- * lock once the home has seen that rank down and no live request is ahead of it.
+ * lock once the home has seen that rank down and no live request is ahead of it. It waits
+ * without limit only while everything ahead of it is alive.
+ *
+ * Returns 0 or, with what the caller should do:
+ *  - -EINVAL: bad key or mode (a bug in the caller);
+ *  - -ESTALE: the segment was released; the key will never work again;
+ *  - -EHOSTDOWN: the lock's home is down (crashed, cut off from this rank, or declared
+ *    dead by it): the segment is gone with it and every later call on @key fails the same
+ *    way, at once. Give up the key (allocate anew on a live rank). A rank cut off from the
+ *    group gets this for every home but its own within the peer timeout plus a quarter;
+ *  - -EAGAIN: a dead or cut-off rank was ahead, and the lock could not be taken back in a
+ *    few rounds (recovery is still under way): call again;
+ *  - -ENOLCK: this context already holds or waits for DDSS_LOCK_SLOTS locks, or failures
+ *    have used up its waiter slots (each request that failed mid-queue retires one);
+ *    release locks, or if none are held, create a new context;
+ *  - -ESHUTDOWN: the context is being finalized.
+ * Never -EPROTO unless a peer or the memory is corrupt: that is a bug to report.
  */
 DDSS_API int ddss_acquire_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode);
 
 /**
  * ddss_acquire_lock_timed_ss() - ddss_acquire_lock_ss() waiting at most @timeout_ms
  * (>= 0). -ETIMEDOUT if the lock was not granted by then: the request is withdrawn (if it
- * is granted later, the library releases it at once, in the background).
+ * is granted later, the library releases it at once, in the background); call again when
+ * it suits you. Otherwise the errors of ddss_acquire_lock_ss().
  */
 DDSS_API int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key,
 					enum ddss_lock_mode mode, int timeout_ms);
@@ -330,9 +344,13 @@ DDSS_API int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mo
  * after it, and if a request queued meanwhile the library hands the lock over in the
  * background. Another rank told of the release by other means may still find the lock
  * held for that moment (its try says -EBUSY); after a ddss_barrier() it finds it free.
- * Under SRSL the same holds for the release message. An error of that atomic (the home died) is logged, not returned; so is a
- * peer dying under a hand-over (the successor, or the home): the hold is given up either
- * way, and a lock left behind by the dead is taken back (docs/failure.md).
+ * Under SRSL the same holds for the release message.
+ *
+ * After a failure: the hold is given up whatever happens, and a lock left behind by the
+ * dead is taken back (docs/failure.md). A peer dying under the hand-over (the successor)
+ * is logged, not returned (0). -EHOSTDOWN: the home is down, so the lock and the segment
+ * are gone; writes made under the hold may not have landed. -EINVAL, -EPERM and -ESTALE as
+ * above. An error of a posted atomic (the home died after the call returned) is logged.
  */
 DDSS_API int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key);
 

@@ -303,14 +303,34 @@ static int take_slot(struct ddss_lock *lk, ddss_key_t key, bool implicit, unsign
  * again behind its agent. A few rounds at most: each failed request retires its slot.
  */
 #define REQUEUE_ROUNDS 4
+
+/* An error that says a peer failed under the request (not the caller's doing). */
+static bool peer_failure(int r)
+{
+	return r == -EHOSTDOWN || r == -ECONNRESET || r == -ECONNREFUSED || r == -ENOTCONN ||
+	       r == -EPIPE;
+}
+
+/*
+ * What a lock call tells its caller when a peer failed under it (ddss.h): -EHOSTDOWN if
+ * the lock's home is down (the segment is gone: every later call on the key fails the
+ * same), else -EAGAIN (a dead or cut-off rank was ahead and the lock could not be taken
+ * back in time: calling again queues again).
+ */
+static int peer_failure_errno(struct ddss_lock *lk, uint32_t home, int r)
+{
+	if (!peer_failure(r))
+		return r;
+	return lock_peer_down(lk, home) ? -EHOSTDOWN : -EAGAIN;
+}
+
 static int requeue(struct ddss_lock *lk, ddss_key_t key, struct lock_req *rq, int timeout_ms,
 		   bool implicit, int r)
 {
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX :
 			   ddss_now_ns() + (int64_t)timeout_ms * 1000000ll;
 
-	for (int round = 0; round < REQUEUE_ROUNDS && (r == -EHOSTDOWN || r == -ECONNRESET);
-	     round++) {
+	for (int round = 0; round < REQUEUE_ROUNDS && peer_failure(r); round++) {
 		int held, left_ms = -1;
 
 		int asked = lock_agent_ask(lk, rq->home, key, deadline);
@@ -360,6 +380,11 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 		if (r)
 			return r;
 	}
+	/* The lock went with its home: fail before taking a waiter slot (a request that
+	 * failed after its first atomic retires its slot for good, and a caller retrying
+	 * would use them all up). */
+	if (lock_peer_down(lk, rq.home))
+		return -EHOSTDOWN;
 	/* SRSL needs no record, but takes a slot all the same: the same limit
 	 * (DDSS_LOCK_SLOTS) then holds for every scheme. */
 	r = take_slot(lk, key, implicit, &rq.slot, &held);
@@ -396,7 +421,7 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 		if (!try_only)
 			r = requeue(lk, key, &rq, timeout_ms, implicit, r);
 	}
-	return r;
+	return peer_failure_errno(lk, rq.home, r);
 }
 
 int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key)
@@ -518,13 +543,13 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 		reset_word(lk, &rq);
 	if (rq.mode == DDSS_LOCK_EXCLUSIVE)
 		lock_slot_put(lk, rq.slot, r ? SLOT_LOST : SLOT_FREE);
-	if (r == -EHOSTDOWN || r == -ECONNRESET) {
-		/* A peer died under the hand-over (the successor, or the home): the hold is
-		 * given up all the same, and what it owed is recovered (docs/failure.md), as
-		 * for a posted release. The caller could do nothing with the error. */
+	if (peer_failure(r)) {
+		/* A peer died under the hand-over: the hold is given up all the same, and what
+		 * it owed is recovered (docs/failure.md), as for a posted release. A dead
+		 * successor is nothing the caller can act on; a dead home is (ddss.h). */
 		DDSS_WARN("lock: release of %#llx: %s (the hold is given up)",
 			  (unsigned long long)key, ddss_strerror(r));
-		r = 0;
+		r = lock_peer_down(lk, rq.home) ? -EHOSTDOWN : 0;
 	}
 	return r ? r : stale;
 }
