@@ -12,6 +12,7 @@ pkgs=(
   libsodium-dev                      # group-secret authentication
   libcunit1-dev                      # tests
   python3                            # launcher test helper
+  iproute2                           # fault tests: network namespaces (ip netns)
   spin                               # lock protocol model checking
   redis-server libhiredis-dev        # peer benchmark: what users would pick instead
   openmpi-bin libopenmpi-dev         # peer benchmark: MPI one-sided RMA
