@@ -277,9 +277,8 @@ int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n)
 			}
 		}
 	}
-	if (f.n > n)
-		DDSS_ERR("lock: %u shared waiters registered, %u expected", f.n, n);
-	send_grants(lk, &f);
+	send_grants(lk, &f); /* even after an error: those collected are waiting */
+	r = r ? r : (int)f.n;
 	free(f.ids);
 	return r;
 }

@@ -123,9 +123,10 @@ struct lock_rc_out {
 	uint32_t sid, asker, check, kind, waiting;
 };
 struct lock_rc_in {
-	bool used, surveyed, flushed;
+	bool used, surveyed;
 	uint32_t home, sid, pred, born;
 	uint64_t hdr;
+	uint64_t *flushed, *need; /* bitmaps by rank: FLUSHes come / awaited (lock_recover.c) */
 };
 
 /* Progress of one queue request, so a timed-out one can be resumed by the janitor. */
@@ -233,6 +234,8 @@ struct ddss_lock {
 	pthread_mutex_t rc_mu;     /* rc_out, rc_in and their counters */
 	struct lock_rc_out rc_out[LOCK_RC_SURVEYS]; /* as a home: surveys under way */
 	struct lock_rc_in rc_in[LOCK_RC_SURVEYS];   /* as a member: waiting for survey + flush */
+	uint64_t *rc_bits;         /* the rc_in entries' bitmaps, rc_words words each */
+	uint32_t rc_words;
 	uint32_t rc_sid, rc_born;
 	uint32_t rc_checks;        /* drain check ids handed out (atomic) */
 	struct lock_agents *agents; /* lock_agent.c */
@@ -262,7 +265,8 @@ int lock_rec_send(struct ddss_lock *lk, uint32_t id, unsigned field, const uint6
 int lock_grant(struct ddss_lock *lk, uint32_t id);
 
 /* lock_grant.c: grant the shared requests registered behind @slot so far (how many, or
- * -errno); grant exactly @n more, waiting for them to register. */
+ * -errno); grant @n more, waiting for them to register: how many it granted (more than @n
+ * if more registered meanwhile, fewer if a census found the rest dead), or -errno. */
 int lock_grant_ready(struct ddss_lock *lk, unsigned slot);
 /* Whether lock_grant_ready may find requests to grant (a notification came). */
 bool lock_grant_pending(struct ddss_lock *lk, unsigned slot);

@@ -299,7 +299,9 @@ static void fence(const struct lock_req *rq)
  */
 static int x_release(struct ddss_lock *lk, const struct lock_req *rq, const uint64_t *first)
 {
-	uint32_t me = my_id(lk, rq), x = 0, granted = 0;
+	/* x: shared requests counted behind us (in W); settled: those of them granted, or
+	 * found dead before they registered (lock_grant_more). */
+	uint32_t me = my_id(lk, rq), x = 0, settled = 0;
 	uint64_t next = first ? 0 : lock_rec_load(lk, rq->slot, REC_NEXT), old;
 	int r;
 
@@ -314,9 +316,26 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq, const uint
 				r = lock_grant_ready(lk, rq->slot);
 				if (r < 0)
 					return r;
-				granted += (uint32_t)r;
-				if (x < granted)
-					x = granted; /* that many arrived at least: a better guess */
+				settled += (uint32_t)r;
+				if (x < settled)
+					x = settled; /* that many arrived at least: a better guess */
+				/*
+				 * Every request counted behind us is granted before the word goes
+				 * idle: a closer of the idle epoch may swap in the moment it does,
+				 * and its drain check must find every live request of that epoch
+				 * granted (lock_recover.c). Granting after the CAS let a request
+				 * whose rank died before it registered hold the grants back while
+				 * the closer was told "clear" (issue 26).
+				 */
+				if (x > settled) {
+					fence(rq);
+					r = lock_grant_more(lk, rq->slot, x - settled);
+					if (r < 0)
+						return r;
+					settled += (uint32_t)r > x - settled ? (uint32_t)r : x - settled;
+					if (x < settled)
+						x = settled;
+				}
 				/* Nobody behind us that we know of: may return before the CAS does. */
 				if (!x)
 					r = lock_posted_cas(lk, rq, LOCK_WORD(me, 0), LOCK_WORD(0, 0),
@@ -327,11 +346,8 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq, const uint
 				if (r)
 					return r; /* or LOCK_RELEASE_POSTED */
 			}
-			if (old == LOCK_WORD(me, x)) { /* they become the idle epoch */
-				if (x > granted)
-					fence(rq);
-				return lock_grant_more(lk, rq->slot, x - granted);
-			}
+			if (old == LOCK_WORD(me, x)) /* all granted: they are the idle epoch */
+				return 0;
 			if (LOCK_TAIL(old) != me)
 				break;
 			x = LOCK_COUNT(old);
@@ -350,14 +366,19 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq, const uint
 	}
 	fence(rq);
 	x = (uint32_t)lock_rec_load(lk, rq->slot, REC_NEXT_S);
-	if (x < granted) {
+	if (x < settled) {
 		DDSS_ERR("lock: successor counts %u shared requests, %u already granted", x,
-			 granted);
+			 settled);
 		return -EPROTO;
 	}
-	r = lock_grant_more(lk, rq->slot, x - granted);
-	if (r)
+	r = lock_grant_more(lk, rq->slot, x - settled);
+	if (r < 0)
 		return r;
+	if ((uint32_t)r > x - settled) {
+		DDSS_ERR("lock: %u shared waiters registered behind us, our successor counts %u",
+			 settled + (uint32_t)r, x);
+		return -EPROTO;
+	}
 	return lock_grant(lk, (uint32_t)next);
 }
 

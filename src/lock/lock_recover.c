@@ -18,12 +18,17 @@
  *   - any shared release of the lock still under way (its fetch&add may be out);
  *   - a shared request whose fetch&add may be out (its epoch is not known yet), and, for
  *     the idle epoch (p == 0), a shared try-lock whose CAS may be out;
- *   - a shared request queued behind p (or admitted at once, p == 0) that has been
- *     granted. One queued behind p that has not been granted is in a later epoch, behind
- *     a request that reused p's slot: p granted every request of its own epoch before it
- *     handed the lock to the closer. Those grants may still be on their way, so before
- *     answering, a rank waits for a FLUSH message that p's rank sends to every rank when
- *     it is surveyed: it travels behind p's grants (one ordered channel per peer).
+ *   - a shared request that has been granted (behind any waiter: while the closer waits,
+ *     no later epoch has a granted request, and every earlier one has released), or that
+ *     was admitted at once. One that has not been granted is in a later epoch (behind a
+ *     request that reused p's slot, or behind the closer) or will never be granted (its
+ *     predecessor failed): p granted every request of its own epoch before it handed the
+ *     lock to the closer, and a release that left the word idle (p == 0) granted every
+ *     request it counted before its CAS (lock_queue.c, x_release). Those grants may still
+ *     be on their way, so before answering, a rank waits for a FLUSH message from the rank
+ *     that sent them, which it sends to every rank when it is surveyed and which travels
+ *     behind them (one ordered channel per peer): from p's rank, or for the idle epoch,
+ *     whose last releaser nobody knows, from every rank it does not see down.
  *
  * A drain note of a live releaser may still be on its way to the closer after the home
  * said clear (it was sent to the closer, the report to the home). The closer's slot is
@@ -41,6 +46,7 @@
 #include "lock/lock_recover.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A closer asks the home this long after it started to wait, then this often. */
@@ -117,7 +123,9 @@ static bool epoch_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr,
 		}
 		if (qs == Q_COUNTING || !sl->q_pred)
 			return true;
-		if (sl->q_pred == pred && lock_rec_load(lk, i, REC_GRANT))
+		/* Granted: of the closer's epoch, whatever it queued behind (see the top). Only
+		 * p's own requests used to count, which missed those a release made idle. */
+		if (lock_rec_load(lk, i, REC_GRANT))
 			return true;
 	}
 	return false;
@@ -163,30 +171,51 @@ static void report(struct ddss_lock *lk, uint32_t home, uint32_t sid, uint64_t h
 static struct lock_rc_in *in_entry_locked(struct ddss_lock *lk, uint32_t home, uint32_t sid)
 {
 	struct lock_rc_in *e = NULL;
+	unsigned at = 0;
 
 	for (unsigned i = 0; i < LOCK_RC_SURVEYS; i++) {
 		struct lock_rc_in *c = &lk->rc_in[i];
 
 		if (c->used && c->home == home && c->sid == sid)
 			return c;
-		if (!e || !c->used || (e->used && c->born < e->born))
+		if (!e || !c->used || (e->used && c->born < e->born)) {
 			e = c;
+			at = i;
+		}
 	}
 	*e = (struct lock_rc_in){ .used = true, .home = home, .sid = sid,
-				  .born = ++lk->rc_born };
+				  .born = ++lk->rc_born,
+				  .flushed = lk->rc_bits + 2 * at * lk->rc_words,
+				  .need = lk->rc_bits + (2 * at + 1) * lk->rc_words };
+	memset(e->flushed, 0, 2 * lk->rc_words * sizeof(uint64_t));
 	return e;
+}
+
+static void bit_set(uint64_t *bits, uint32_t r)
+{
+	bits[r / 64] |= 1ull << (r % 64);
+}
+
+/* Surveyed, and every FLUSH it waits for has come (rc_mu held). */
+static bool in_ready_locked(const struct ddss_lock *lk, const struct lock_rc_in *e)
+{
+	if (!e->surveyed)
+		return false;
+	for (uint32_t w = 0; w < lk->rc_words; w++)
+		if (e->need[w] & ~e->flushed[w])
+			return false;
+	return true;
 }
 
 static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
 {
-	bool drain = m->arg == RC_KIND_DRAIN;
-	uint32_t prank = LOCK_ID_RANK(m->pred);
-	bool need_flush = drain && m->pred && !lock_peer_down(lk, prank), ready;
+	bool drain = m->arg == RC_KIND_DRAIN, idle = drain && !m->pred, ready;
+	uint32_t prank = LOCK_ID_RANK(m->pred), size = lk->tp->cfg.size;
 	struct lock_rc_in *e;
 
-	if (drain && m->pred && prank == lk->rank) {
+	if (drain && (idle || prank == lk->rank)) {
 		/* Behind our grants to every member: they have them before they answer. */
-		for (uint32_t r = 1; r <= lk->tp->cfg.size; r++)
+		for (uint32_t r = 1; r <= size; r++)
 			if (!lock_peer_down(lk, r))
 				(void)lock_rc_send(lk, r, RC_FLUSH, m->id, 0, 0, from);
 	}
@@ -195,7 +224,10 @@ static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *
 	e->surveyed = true;
 	e->hdr = m->hdr;
 	e->pred = m->pred;
-	ready = !need_flush || e->flushed;
+	for (uint32_t r = 1; drain && r <= size; r++)
+		if ((idle || r == prank) && !lock_peer_down(lk, r))
+			bit_set(e->need, r);
+	ready = in_ready_locked(lk, e);
 	if (ready)
 		e->used = false;
 	pthread_mutex_unlock(&lk->rc_mu);
@@ -203,7 +235,7 @@ static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *
 		report(lk, from, m->id, m->hdr, m->pred, m->arg);
 }
 
-static void on_flush(struct ddss_lock *lk, const struct rc_msg *m)
+static void on_flush(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
 {
 	struct lock_rc_in *e;
 	bool ready;
@@ -214,8 +246,8 @@ static void on_flush(struct ddss_lock *lk, const struct rc_msg *m)
 		return;
 	pthread_mutex_lock(&lk->rc_mu);
 	e = in_entry_locked(lk, m->arg, m->id);
-	e->flushed = true;
-	ready = e->surveyed;
+	bit_set(e->flushed, from);
+	ready = in_ready_locked(lk, e);
 	hdr = e->hdr;
 	pred = e->pred;
 	if (ready)
@@ -327,7 +359,7 @@ static void on_msg(void *arg, uint32_t from, const void *buf, size_t len)
 		on_survey(lk, from, &m);
 		break;
 	case RC_FLUSH:
-		on_flush(lk, &m);
+		on_flush(lk, from, &m);
 		break;
 	case RC_REPORT:
 		survey_count(lk, m.id, m.arg != 0);
@@ -342,6 +374,10 @@ static void on_msg(void *arg, uint32_t from, const void *buf, size_t len)
 
 int lock_recover_init(struct ddss_lock *lk)
 {
+	lk->rc_words = (lk->tp->cfg.size + 1 + 63) / 64; /* ranks 1..size */
+	lk->rc_bits = calloc(2 * LOCK_RC_SURVEYS * lk->rc_words, sizeof(uint64_t));
+	if (!lk->rc_bits)
+		return -ENOMEM;
 	pthread_mutex_init(&lk->rc_mu, NULL);
 	return ddss_net_on_msg(lk->ctx->net, DDSS_MSG_LOCK, on_msg, lk);
 }
