@@ -44,43 +44,19 @@ set -u
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 args=("$@")
+# What busy_fault.sh shares: options, waiting, judging and reporting a seed ($0 is
+# absolute in the guest, which sees this tree at the same path).
+. "$(dirname "$0")/busy_fault_lib.sh"
 
 bin="" fault=cut cut=rule victim=3 home=1 seeds="1-1" peer_timeout=2000 duration=6000
 threads=2 allow="" bound="" scheme=ncosed logdir="" keep_logs=0 keep_going=0 nranks=3
 port=7000
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --bin) bin=$2; shift ;;
-    --fault) fault=$2; shift ;;
-    --cut) cut=$2; shift ;;
-    --victim) victim=$2; shift ;;
-    --home) home=$2; shift ;;
-    --seed) seeds="$2-$2"; shift ;;
-    --seeds) seeds=$2; shift ;;
-    --peer-timeout-ms) peer_timeout=$2; shift ;;
-    --duration-ms) duration=$2; shift ;;
-    --threads) threads=$2; shift ;;
-    --bound-ms) bound=$2; shift ;;
-    --scheme) scheme=$2; shift ;;
-    --allow) allow=$2; shift ;;
-    --logdir) logdir=$2; shift ;;
-    --keep-logs) keep_logs=1 ;;
-    --keep-going) keep_going=1 ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
-    *) echo "busy_fault_verbs.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-  shift
-done
-case "$fault" in kill|freeze|cut) ;; *) echo "busy_fault_verbs.sh: --fault cut|kill|freeze" >&2; exit 2 ;; esac
+# --cut VALUE, the one option busy_fault.sh has not.
+bf_own_opt() { case "$1" in --cut) cut=$2 ;; *) return 1 ;; esac; }
+bf_parse_args busy_fault_verbs.sh 42 "$@"
+bf_check_fault busy_fault_verbs.sh "cut|kill|freeze"
 case "$cut" in rule|rule-out|link) ;; *) echo "busy_fault_verbs.sh: --cut rule|rule-out|link" >&2; exit 2 ;; esac
-case "$seeds" in
-  *-*) seed_lo=${seeds%-*} seed_hi=${seeds#*-} ;;
-  *) seed_lo=$seeds seed_hi=$seeds ;;
-esac
-[ -n "$bound" ] || bound=$((peer_timeout + peer_timeout / 4 + 3000))
-if [ -z "$bin" ] || [ ! -x "$bin" ]; then
-  echo "busy_fault_verbs.sh: --bin must name the built lock_busy_fault" >&2; exit 2
-fi
+bf_check_rest busy_fault_verbs.sh
 case "$victim" in [1-3]) ;; *) echo "busy_fault_verbs.sh: --victim 1..3" >&2; exit 2 ;; esac
 
 in_guest() {
@@ -220,66 +196,32 @@ teardown() {
   for p in "${rank_pids[@]:-}"; do
     [ -n "$p" ] && { kill -CONT "$p"; kill -KILL "$p"; } 2>/dev/null
   done
-  for p in "${wrap_pid[@]:-}"; do
-    [ -n "$p" ] && kill -KILL "$p" 2>/dev/null
-  done
-  for p in "${wrap_pid[@]:-}"; do
-    [ -n "$p" ] && { wait "$p"; } 2>/dev/null
-  done
-  wrap_pid=() rank_pids=()
+  bf_kill_wrappers
+  rank_pids=()
   remove_cut
 }
 cleanup() {
   trap - EXIT INT TERM HUP
   teardown
   rm -f "$secret_file" "$secret_file.fifo" "$secret_file.routes"
-  if [ $own_logdir -eq 1 ] && [ $failed_any -eq 0 ] && [ $keep_logs -eq 0 ]; then
+  if bf_logs_disposable; then
     rm -rf "$logdir"
   fi
 }
-trap cleanup EXIT
-trap 'echo "busy_fault_verbs.sh: interrupted"; failed_any=1; exit 130' INT TERM HUP
+bf_traps busy_fault_verbs.sh
 
 # The driver competes with the busy ranks for the guest's (emulated) cpus: builtins only
-# in its polling loops, and the ranks run niced (see run_seed).
-# rank_pid FILE: sets RP to the rank's pid, from its STARTED line ("" until then).
-rank_pid() {
-  local l
-  RP=""
-  [ -r "$1" ] || return 0
-  while IFS= read -r l; do
-    case $l in STARTED\ rank=*\ pid=*) l=${l#*pid=}; RP=${l%% *}; return 0 ;; esac
-  done < "$1"
-}
+# in its polling loops (nap without a fork), and the ranks run niced (see run_seed).
 has_result() { local l; while IFS= read -r l; do [[ $l == RESULT* ]] && return 0; done < "$1"; return 1; }
-alive() { kill -0 "$1" 2>/dev/null; }
-# sleep without a fork: a timed read on a fifo nobody writes to.
-mkfifo "$secret_file.fifo" && exec {sleep_fd}<>"$secret_file.fifo"
-nap() { read -r -t "$1" -u "$sleep_fd"; }
-now_ms() { local t=${EPOCHREALTIME/./}; echo $(( t / 1000 )); }
-# tnow: sets NOW (ms), without the fork of $(now_ms).
-tnow() { local t=${EPOCHREALTIME/./}; NOW=$(( t / 1000 )); }
-
-# Wait until every pid given has exited (the wrappers, our children) or @1 ms pass.
-wait_exit() {
-  local deadline p any; tnow; deadline=$(( NOW + $1 )); shift
-  while :; do
-    any=0
-    for p in "$@"; do alive "$p" && any=1; done
-    [ $any -eq 0 ] && return 0
-    tnow; [ "$NOW" -ge $deadline ] && return 1
-    nap 0.05
-  done
-}
+bf_nap_fifo "$secret_file.fifo"
 
 run_seed() {
   local seed=$1 dir="$logdir/seed-$seed" r nodes="" delay t0 t_fault why="" vpid="" dropped=""
-  local -a rc
+  local -a rc survivors
   mkdir -p "$dir"
   RANDOM=$seed
   delay=$(( 500 + RANDOM % 1001 ))
-  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret_file"
-  chmod 600 "$secret_file"
+  bf_new_secret
   # The victim alone on B, the others on A; one rdma_cm port each.
   for ((r = 1; r <= nranks; r++)); do
     if [ "$r" -eq "$victim" ]; then a=$ip_b; else a=$ip_a; fi
@@ -289,14 +231,7 @@ run_seed() {
   local rank_limit=$(( (duration + 4 * bound + 60000) / 1000 ))
   t0=$(now_ms)
   for ((r = 1; r <= nranks; r++)); do
-    ( timeout -s KILL "$rank_limit" nice -n 19 env \
-      DDSS_NODES="$nodes" DDSS_RANK=$r DDSS_SIZE=$nranks DDSS_SECRET_FILE="$secret_file" \
-      DDSS_TRANSPORT=verbs DDSS_PEER_TIMEOUT_MS=$peer_timeout DDSS_LOCK_SCHEME=$scheme \
-      DDSS_LOG_LEVEL=info DDSS_CONNECT_TIMEOUT_MS=30000 \
-      "$bin" --threads "$threads" --duration-ms "$duration" --seed "$seed" --home "$home" \
-      --victim "$victim" --fault "$fault" --bound-ms "$bound" ${allow:+--allow "$allow"} \
-      >"$dir/rank$r.log" 2>&1; exit $? ) 2>/dev/null &
-    wrap_pid[$r]=$!
+    bf_spawn_rank "$r" "$nodes" verbs 30000 "$rank_limit" nice -n 19
   done
   # Wait for every rank's STARTED line (the start barrier passed).
   local deadline ok; tnow; deadline=$(( NOW + 60000 ))
@@ -344,42 +279,9 @@ run_seed() {
   if [ "$fault" = cut ]; then
     nap 0.3; counter rcvd_pkts; rx1=$CNT; snmp; u1=$UDPIN
   fi
-  local survivors=() sw=()
-  for ((r = 1; r <= nranks; r++)); do
-    [ "$r" -eq "$victim" ] && continue
-    survivors+=("$r"); sw+=("${wrap_pid[$r]}")
-  done
-  local left=$(( duration - (t_fault - t_started) + 2 * bound + 5000 ))
-  if ! wait_exit $left "${sw[@]}"; then
-    why="$why survivors-hung"
-  fi
-  for r in "${survivors[@]}"; do
-    if alive "${wrap_pid[$r]}"; then
-      rc[$r]=hung
-      local hp=${rank_pids[$r]}
-      if [ -n "$hp" ] && command -v gdb >/dev/null; then
-        timeout 60 gdb -p "$hp" -batch -ex "thread apply all bt" >"$dir/rank$r.gdb" 2>&1
-      fi
-      kill -KILL "$hp" 2>/dev/null
-    fi
-  done
-  for r in "${survivors[@]}"; do
-    { wait "${wrap_pid[$r]}"; } 2>/dev/null; local s=$?
-    [ "${rc[$r]:-}" = hung ] || rc[$r]=$s
-  done
+  bf_wait_survivors 60
   local t_surv; tnow; t_surv=$NOW
-  if [ "$fault" = freeze ]; then
-    kill -CONT "$vpid" 2>/dev/null
-  fi
-  if [ "$fault" != kill ]; then
-    if ! wait_exit $(( bound + duration + 5000 )) "${wrap_pid[$victim]}"; then
-      why="$why victim-did-not-exit"
-      command -v gdb >/dev/null &&
-        timeout 60 gdb -p "$vpid" -batch -ex "thread apply all bt" >"$dir/rank$victim.gdb" 2>&1
-      kill -KILL "$vpid" 2>/dev/null
-    fi
-  fi
-  { wait "${wrap_pid[$victim]}"; } 2>/dev/null; rc[$victim]=$?
+  bf_wait_victim "$vpid" 60
   if [ "$fault" = cut ]; then
     local rx2 tx2; counter rcvd_pkts; rx2=$CNT; counter sent_pkts; tx2=$CNT; snmp
     leak=$((UDPIN - u1))
@@ -392,54 +294,18 @@ run_seed() {
   fi
   wrap_pid=() rank_pids=()
   teardown
-  # Judge.
-  for r in "${survivors[@]}"; do
-    if [ "${rc[$r]}" != 0 ]; then why="$why rank$r:rc=${rc[$r]}"; fi
-  done
-  if [ "$fault" = kill ]; then
-    [ "${rc[$victim]}" = 137 ] || why="$why victim:rc=${rc[$victim]}(expected-killed)"
-  else
-    [ "${rc[$victim]}" = 0 ] || why="$why victim:rc=${rc[$victim]}"
-  fi
-  local eproto; eproto=$(cat "$dir"/rank*.log | grep -c -- "-EPROTO\|EPROTO:" )
-  [ "$eproto" -gt 0 ] && why="$why eproto-lines=$eproto"
+  bf_judge
   local secs; secs=$(( ($(now_ms) - t0) / 100 ))
   local ssecs=$(( (t_surv - t_fault) / 100 ))
-  local summary="" line
-  for ((r = 1; r <= nranks; r++)); do
-    line=$(grep '^RESULT' "$dir/rank$r.log" | tail -1)
-    if [ -n "$line" ]; then
-      summary="$summary | r$r $(echo "$line" | sed -n 's/.*incs=\([0-9]*\) errors=\([^ ]*\) .*maxlat_ms=\([^ ]*\) .*status=\([A-Z]*\).*/incs=\1 err=\2 lat=\3 \4/p')"
-    else
-      summary="$summary | r$r no-result"
-    fi
-  done
-  local chk; chk=$(grep -h -o 'check=.*status' "$dir"/rank*.log | head -1 | sed 's/ status$//')
   local extra="survivors-done=+$((ssecs / 10)).$((ssecs % 10))s"
   [ -n "$leak" ] && extra="$extra leak=$leak dropped=$dropped"
-  if [ -z "$why" ]; then
-    echo "seed=$seed fault=$fault$([ "$fault" = cut ] && echo "($cut)") victim=$victim delay=${delay}ms PASS $((secs / 10)).$((secs % 10))s $extra ${chk}${summary}"
-    [ $keep_logs -eq 1 ] || rm -rf "$dir"
-    return 0
-  fi
-  echo "seed=$seed fault=$fault$([ "$fault" = cut ] && echo "($cut)") victim=$victim delay=${delay}ms FAIL:$why $((secs / 10)).$((secs % 10))s $extra ${chk}${summary}"
-  grep -h '^FAIL' "$dir"/rank*.log | head -12 | sed 's/^/    /'
-  echo "    logs: $dir"
-  return 1
+  bf_report "seed=$seed fault=$fault$([ "$fault" = cut ] && echo "($cut)") victim=$victim delay=${delay}ms" \
+    "$((secs / 10)).$((secs % 10))s" "$extra"
 }
 
 echo "busy_fault_verbs: in the guest ($(uname -r), $(nproc) cpus): A=$ip_a ($dev_a) B=$ip_b ($dev_b, $ibdev_b)" \
      "threads=$threads duration=${duration}ms T=${peer_timeout}ms bound=${bound}ms scheme=$scheme"
-fails=0 runs=0
-first_fail=""
-for seed in $(seq "$seed_lo" "$seed_hi"); do
-  runs=$((runs + 1))
-  if ! run_seed "$seed"; then
-    fails=$((fails + 1)); failed_any=1
-    [ -n "$first_fail" ] || first_fail=$seed
-    [ $keep_going -eq 1 ] || break
-  fi
-done
+bf_run_seeds
 if [ $fails -eq 0 ]; then
   echo "PASS: busy_fault_verbs fault=$fault cut=$cut victim=$victim home=$home scheme=$scheme seeds $seed_lo-$seed_hi ($runs runs)"
   exit 0
