@@ -126,7 +126,8 @@ struct lock_rc_in {
 	bool used, surveyed;
 	uint32_t home, sid, pred, born;
 	uint64_t hdr;
-	uint64_t *flushed, *need; /* bitmaps by rank: FLUSHes come / awaited (lock_recover.c) */
+	uint64_t *flushed;        /* bitmap by rank: FLUSHes come (lock_recover.c) */
+	uint32_t nflushed, flushers; /* how many came, how many the survey said to wait for */
 };
 
 /* Progress of one queue request, so a timed-out one can be resumed by the janitor. */

@@ -28,7 +28,9 @@
  *     be on their way, so before answering, a rank waits for a FLUSH message from the rank
  *     that sent them, which it sends to every rank when it is surveyed and which travels
  *     behind them (one ordered channel per peer): from p's rank, or for the idle epoch,
- *     whose last releaser nobody knows, from every rank it does not see down.
+ *     whose last releaser nobody knows, from every rank surveyed. The survey says how
+ *     many FLUSHes to wait for: the home counts the ranks it surveys, so a member does
+ *     not wait for a rank the home no longer counts (it would never flush).
  *
  * A drain note of a live releaser may still be on its way to the closer after the home
  * said clear (it was sent to the closer, the report to the home). The closer's slot is
@@ -185,37 +187,37 @@ static struct lock_rc_in *in_entry_locked(struct ddss_lock *lk, uint32_t home, u
 	}
 	*e = (struct lock_rc_in){ .used = true, .home = home, .sid = sid,
 				  .born = ++lk->rc_born,
-				  .flushed = lk->rc_bits + 2 * at * lk->rc_words,
-				  .need = lk->rc_bits + (2 * at + 1) * lk->rc_words };
-	memset(e->flushed, 0, 2 * lk->rc_words * sizeof(uint64_t));
+				  .flushed = lk->rc_bits + at * lk->rc_words };
+	memset(e->flushed, 0, lk->rc_words * sizeof(uint64_t));
 	return e;
 }
 
-static void bit_set(uint64_t *bits, uint32_t r)
+/* A FLUSH from @r (rc_mu held): counted once per rank. */
+static void flushed_by(struct lock_rc_in *e, uint32_t r)
 {
-	bits[r / 64] |= 1ull << (r % 64);
+	uint64_t bit = 1ull << (r % 64);
+
+	if (!(e->flushed[r / 64] & bit)) {
+		e->flushed[r / 64] |= bit;
+		e->nflushed++;
+	}
 }
 
 /* Surveyed, and every FLUSH it waits for has come (rc_mu held). */
-static bool in_ready_locked(const struct ddss_lock *lk, const struct lock_rc_in *e)
+static bool in_ready_locked(const struct lock_rc_in *e)
 {
-	if (!e->surveyed)
-		return false;
-	for (uint32_t w = 0; w < lk->rc_words; w++)
-		if (e->need[w] & ~e->flushed[w])
-			return false;
-	return true;
+	return e->surveyed && e->nflushed >= e->flushers;
 }
 
 static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
 {
-	bool drain = m->arg == RC_KIND_DRAIN, idle = drain && !m->pred, ready;
-	uint32_t prank = LOCK_ID_RANK(m->pred), size = lk->tp->cfg.size;
+	uint32_t kind = m->arg & RC_KIND_MASK, prank = LOCK_ID_RANK(m->pred);
+	bool drain = kind == RC_KIND_DRAIN, ready;
 	struct lock_rc_in *e;
 
-	if (drain && (idle || prank == lk->rank)) {
+	if (drain && (!m->pred || prank == lk->rank)) {
 		/* Behind our grants to every member: they have them before they answer. */
-		for (uint32_t r = 1; r <= size; r++)
+		for (uint32_t r = 1; r <= lk->tp->cfg.size; r++)
 			if (!lock_peer_down(lk, r))
 				(void)lock_rc_send(lk, r, RC_FLUSH, m->id, 0, 0, from);
 	}
@@ -224,15 +226,17 @@ static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *
 	e->surveyed = true;
 	e->hdr = m->hdr;
 	e->pred = m->pred;
-	for (uint32_t r = 1; drain && r <= size; r++)
-		if ((idle || r == prank) && !lock_peer_down(lk, r))
-			bit_set(e->need, r);
-	ready = in_ready_locked(lk, e);
+	e->flushers = drain ? m->arg >> RC_FLUSHERS_SHIFT : 0;
+	/* p's rank, alive for us, may have grants on the way to us even if the home no
+	 * longer counts it: then wait until it flushes or we see it down too. */
+	if (drain && m->pred && !e->flushers && !lock_peer_down(lk, prank))
+		e->flushers = 1;
+	ready = in_ready_locked(e);
 	if (ready)
 		e->used = false;
 	pthread_mutex_unlock(&lk->rc_mu);
 	if (ready)
-		report(lk, from, m->id, m->hdr, m->pred, m->arg);
+		report(lk, from, m->id, m->hdr, m->pred, kind);
 }
 
 static void on_flush(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
@@ -246,8 +250,8 @@ static void on_flush(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m
 		return;
 	pthread_mutex_lock(&lk->rc_mu);
 	e = in_entry_locked(lk, m->arg, m->id);
-	bit_set(e->flushed, from);
-	ready = in_ready_locked(lk, e);
+	flushed_by(e, from);
+	ready = in_ready_locked(e);
 	hdr = e->hdr;
 	pred = e->pred;
 	if (ready)
@@ -301,7 +305,7 @@ static void survey_count(struct ddss_lock *lk, uint32_t sid, bool busy)
 
 static void on_check(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
 {
-	uint32_t size = lk->tp->cfg.size, sid;
+	uint32_t size = lk->tp->cfg.size, sid, flushers = 0;
 	struct lock_rc_out *s = NULL;
 
 	pthread_mutex_lock(&lk->rc_mu);
@@ -316,8 +320,17 @@ static void on_check(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m
 	*s = (struct lock_rc_out){ .used = true, .sid = sid, .asker = from, .check = m->id,
 				   .kind = m->arg, .waiting = size + 1 };
 	pthread_mutex_unlock(&lk->rc_mu);
+	/* Who will FLUSH (see the top): p's rank, or for the idle epoch every rank surveyed.
+	 * Each member waits for exactly that many, so what it sees of the others does not
+	 * matter: only the ranks this home still counts are asked, and only they flush. */
+	for (uint32_t r = 1; r <= size; r++)
+		if (!lock_peer_down(lk, r) && (!m->pred || r == LOCK_ID_RANK(m->pred)))
+			flushers++;
+	if (m->arg != RC_KIND_DRAIN)
+		flushers = 0;
 	for (uint32_t r = 1; r <= size; r++) {
-		int asked = lock_rc_ask(lk, r, RC_SURVEY, sid, m->hdr, m->pred, m->arg);
+		int asked = lock_rc_ask(lk, r, RC_SURVEY, sid, m->hdr, m->pred,
+					m->arg | flushers << RC_FLUSHERS_SHIFT);
 
 		if (asked <= 0) /* its report will not come: gone, or cannot tell (busy) */
 			survey_count(lk, sid, asked < 0);
@@ -375,7 +388,7 @@ static void on_msg(void *arg, uint32_t from, const void *buf, size_t len)
 int lock_recover_init(struct ddss_lock *lk)
 {
 	lk->rc_words = (lk->tp->cfg.size + 1 + 63) / 64; /* ranks 1..size */
-	lk->rc_bits = calloc(2 * LOCK_RC_SURVEYS * lk->rc_words, sizeof(uint64_t));
+	lk->rc_bits = calloc(LOCK_RC_SURVEYS * lk->rc_words, sizeof(uint64_t));
 	if (!lk->rc_bits)
 		return -ENOMEM;
 	pthread_mutex_init(&lk->rc_mu, NULL);

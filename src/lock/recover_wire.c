@@ -47,10 +47,17 @@ int lock_rc_decode(const void *buf, size_t len, uint32_t size, struct rc_msg *m)
 		return -EPROTO;
 	switch (m->type) {
 	case RC_CHECK:
-	case RC_SURVEY:
 		if (m->arg == RC_KIND_TURN)
 			return 0; /* pred: a ticket's low bits, any value */
 		return id_ok(m->pred, size, true) && m->arg == RC_KIND_DRAIN ? 0 : -EPROTO;
+	case RC_SURVEY:
+		if (m->arg == RC_KIND_TURN)
+			return 0;
+		return id_ok(m->pred, size, true) &&
+			       (m->arg & RC_KIND_MASK) == RC_KIND_DRAIN &&
+			       m->arg >> RC_FLUSHERS_SHIFT <= size ?
+			       0 :
+			       -EPROTO;
 	case RC_FLUSH:
 		return rank_ok(m->arg, size) ? 0 : -EPROTO;
 	case RC_REPORT:

@@ -17,7 +17,8 @@ enum rc_type {
 	RC_CHECK = 1, /* waiter -> home: id = check id; hdr; arg = kind: RC_KIND_DRAIN (a
 		       * closer; pred = the epoch's tail) or RC_KIND_TURN (pred = the turn's
 		       * ticket, low 32 bits) */
-	RC_SURVEY,    /* home -> every member: id = survey id; hdr, pred, arg as the check */
+	RC_SURVEY,    /* home -> every member: id = survey id; hdr, pred as the check; arg =
+		       * kind | FLUSH messages to wait for << RC_FLUSHERS_SHIFT (drain) */
 	RC_FLUSH,     /* p's rank -> every member: id = survey id, arg = the home */
 	RC_REPORT,    /* member -> home: id = survey id, arg = busy (0 or 1) */
 	RC_ANSWER,    /* home -> closer: id = check id, arg = clear (0 or 1) */
@@ -31,6 +32,8 @@ enum rc_type {
 
 #define RC_KIND_DRAIN 0u /* whose shared releases does this epoch still wait for? */
 #define RC_KIND_TURN 1u  /* who holds this fair-mode ticket? */
+#define RC_KIND_MASK 0xffu
+#define RC_FLUSHERS_SHIFT 8 /* a drain survey's arg: how many ranks FLUSH (<= the size) */
 
 struct rc_msg {
 	uint32_t type;
