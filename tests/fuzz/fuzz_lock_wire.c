@@ -48,9 +48,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 		}
 		return 0;
 	}
-	case RC_CHECK:
-	case RC_SURVEY: /* a drain check names the epoch's tail; a turn check, any ticket */
+	case RC_CHECK: /* a drain check names the epoch's tail; a turn check, any ticket */
 		FUZZ_CHECK(m.arg == RC_KIND_DRAIN || m.arg == RC_KIND_TURN);
+		FUZZ_CHECK(m.arg == RC_KIND_TURN || !m.pred || id_ok(m.pred, size));
+		break;
+	case RC_SURVEY: /* as the check; a drain survey also says how many ranks flush */
+		FUZZ_CHECK(m.arg == RC_KIND_TURN || (m.arg & RC_KIND_MASK) == RC_KIND_DRAIN);
+		FUZZ_CHECK(m.arg == RC_KIND_TURN || m.arg >> RC_FLUSHERS_SHIFT <= size);
 		FUZZ_CHECK(m.arg == RC_KIND_TURN || !m.pred || id_ok(m.pred, size));
 		break;
 	case RC_FLUSH:
