@@ -262,9 +262,16 @@ int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n)
 				if (r < 0)
 					break;
 				if (r) {
-					DDSS_WARN("lock: %u of %u shared waiters were counted by "
-						  "ranks that died before they queued", n - f.n, n);
-					r = 0;
+					/* A registration may have landed between our last look
+					 * and the census, which then declared its rank dead:
+					 * nothing of that rank lands any more, so one more look
+					 * takes whatever did (left behind, it would be counted
+					 * as settled twice; the spin model found it). */
+					r = collect(lk, slot, &f);
+					if (!r && f.n < n)
+						DDSS_WARN("lock: %u of %u shared waiters were counted "
+							  "by ranks that died before they queued",
+							  n - f.n, n);
 					break;
 				}
 				check = ddss_now_ns() + MISSING_EVERY_NS;
