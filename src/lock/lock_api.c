@@ -88,7 +88,6 @@ void ddss_lock_destroy(struct ddss_lock *lk)
 	pthread_cond_destroy(&lk->fin_cv);
 	pthread_cond_destroy(&lk->cv);
 	pthread_mutex_destroy(&lk->rc_mu);
-	free(lk->rc_bits);
 	pthread_mutex_destroy(&lk->mu);
 	free(lk);
 }

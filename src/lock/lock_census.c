@@ -231,3 +231,24 @@ int lock_census_take(struct ddss_lock *lk, uint32_t home, uint64_t hdr, struct l
 	}
 	return 0;
 }
+
+int lock_census_waiting_behind(struct ddss_lock *lk, uint32_t home, uint64_t hdr, uint32_t me,
+			       bool shared, bool (*known)(const void *arg, uint32_t id),
+			       const void *arg)
+{
+	struct lock_census cs;
+	int found = 0, r = lock_census_take(lk, home, hdr, &cs);
+
+	if (r)
+		return r == -ESHUTDOWN ? r : -1;
+	for (uint32_t i = 0; i < cs.n && !found; i++) {
+		const struct lock_census_req *q = &cs.req[i];
+
+		found = q->shared == shared && q->waiting && q->pred == me &&
+			!(known && known(arg, q->id));
+	}
+	if (!found && cs.flags & (CENSUS_UNPLACED | CENSUS_MISSING))
+		found = -1; /* a request not placed yet, or of a member that did not answer */
+	lock_census_free(&cs);
+	return found;
+}

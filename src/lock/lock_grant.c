@@ -197,8 +197,11 @@ int lock_grant_ready(struct ddss_lock *lk, unsigned slot)
 #define MISSING_FIRST_NS (250 * 1000000ll)
 #define MISSING_EVERY_NS (1000 * 1000000ll)
 
-static bool fanout_has(const struct fanout *f, uint32_t plain_id)
+/* Whether @plain_id (a waiter id without the "sleeps" bit) is in the fanout @arg. */
+static bool fanout_has(const void *arg, uint32_t plain_id)
 {
+	const struct fanout *f = arg;
+
 	for (uint32_t i = 0; i < f->n; i++)
 		if ((f->ids[i] & ~(uint32_t)LOCK_ID_SLEEPS) == plain_id)
 			return true;
@@ -216,21 +219,10 @@ static bool fanout_has(const struct fanout *f, uint32_t plain_id)
 static int missing_are_dead(struct ddss_lock *lk, unsigned slot, const struct fanout *f)
 {
 	const struct lock_slot *sl = &lk->slot[slot];
-	uint32_t me = LOCK_ID(lk->rank, slot);
-	struct lock_census cs;
-	int dead, r = lock_census_take(lk, sl->q_home, sl->q_hdr, &cs);
+	int r = lock_census_waiting_behind(lk, sl->q_home, sl->q_hdr, LOCK_ID(lk->rank, slot),
+					   true, fanout_has, f);
 
-	if (r)
-		return r == -ESHUTDOWN ? r : 0;
-	dead = !(cs.flags & (CENSUS_UNPLACED | CENSUS_MISSING));
-	for (uint32_t i = 0; i < cs.n && dead; i++) {
-		const struct lock_census_req *q = &cs.req[i];
-
-		if (q->shared && q->waiting && q->pred == me)
-			dead = fanout_has(f, q->id);
-	}
-	lock_census_free(&cs);
-	return dead;
+	return r == -ESHUTDOWN ? r : r == 0;
 }
 
 int lock_grant_more(struct ddss_lock *lk, unsigned slot, uint32_t n)

@@ -126,8 +126,7 @@ struct lock_rc_in {
 	bool used, surveyed;
 	uint32_t home, sid, pred, born;
 	uint64_t hdr;
-	uint64_t *flushed;        /* bitmap by rank: FLUSHes come (lock_recover.c) */
-	uint32_t nflushed, flushers; /* how many came, how many the survey said to wait for */
+	uint32_t nflushed, flushers; /* FLUSHes come, and how many the survey said to wait for */
 };
 
 /* Progress of one queue request, so a timed-out one can be resumed by the janitor. */
@@ -235,8 +234,6 @@ struct ddss_lock {
 	pthread_mutex_t rc_mu;     /* rc_out, rc_in and their counters */
 	struct lock_rc_out rc_out[LOCK_RC_SURVEYS]; /* as a home: surveys under way */
 	struct lock_rc_in rc_in[LOCK_RC_SURVEYS];   /* as a member: waiting for survey + flush */
-	uint64_t *rc_bits;         /* the rc_in entries' bitmaps, rc_words words each */
-	uint32_t rc_words;
 	uint32_t rc_sid, rc_born;
 	uint32_t rc_checks;        /* drain check ids handed out (atomic) */
 	struct lock_agents *agents; /* lock_agent.c */
@@ -366,6 +363,14 @@ void lock_census_fini(struct ddss_lock *lk);
 int lock_census_take(struct ddss_lock *lk, uint32_t home, uint64_t hdr,
 		     struct lock_census *out);
 void lock_census_free(struct lock_census *cs);
+/*
+ * Does a census find a live request of mode @shared waiting behind waiter @me (without
+ * the "sleeps" bit) that @known (NULL: none) does not account for? 1 yes, 0 no, -1 cannot
+ * tell (a member did not answer, or a request has its first atomic out), -ESHUTDOWN.
+ */
+int lock_census_waiting_behind(struct ddss_lock *lk, uint32_t home, uint64_t hdr, uint32_t me,
+			       bool shared, bool (*known)(const void *arg, uint32_t id),
+			       const void *arg);
 /* pthread_cond_timedwait until ddss_now_ns() reaches @until_ns (@mu held). */
 void lock_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_ns);
 struct rc_msg;

@@ -48,7 +48,6 @@
 #include "lock/lock_recover.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* A closer asks the home this long after it started to wait, then this often. */
@@ -173,34 +172,18 @@ static void report(struct ddss_lock *lk, uint32_t home, uint32_t sid, uint64_t h
 static struct lock_rc_in *in_entry_locked(struct ddss_lock *lk, uint32_t home, uint32_t sid)
 {
 	struct lock_rc_in *e = NULL;
-	unsigned at = 0;
 
 	for (unsigned i = 0; i < LOCK_RC_SURVEYS; i++) {
 		struct lock_rc_in *c = &lk->rc_in[i];
 
 		if (c->used && c->home == home && c->sid == sid)
 			return c;
-		if (!e || !c->used || (e->used && c->born < e->born)) {
+		if (!e || !c->used || (e->used && c->born < e->born))
 			e = c;
-			at = i;
-		}
 	}
 	*e = (struct lock_rc_in){ .used = true, .home = home, .sid = sid,
-				  .born = ++lk->rc_born,
-				  .flushed = lk->rc_bits + at * lk->rc_words };
-	memset(e->flushed, 0, lk->rc_words * sizeof(uint64_t));
+				  .born = ++lk->rc_born };
 	return e;
-}
-
-/* A FLUSH from @r (rc_mu held): counted once per rank. */
-static void flushed_by(struct lock_rc_in *e, uint32_t r)
-{
-	uint64_t bit = 1ull << (r % 64);
-
-	if (!(e->flushed[r / 64] & bit)) {
-		e->flushed[r / 64] |= bit;
-		e->nflushed++;
-	}
 }
 
 /* Surveyed, and every FLUSH it waits for has come (rc_mu held). */
@@ -239,7 +222,7 @@ static void on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_msg *
 		report(lk, from, m->id, m->hdr, m->pred, kind);
 }
 
-static void on_flush(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
+static void on_flush(struct ddss_lock *lk, const struct rc_msg *m)
 {
 	struct lock_rc_in *e;
 	bool ready;
@@ -250,7 +233,7 @@ static void on_flush(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m
 		return;
 	pthread_mutex_lock(&lk->rc_mu);
 	e = in_entry_locked(lk, m->arg, m->id);
-	flushed_by(e, from);
+	e->nflushed++; /* each rank surveyed sends one per survey */
 	ready = in_ready_locked(e);
 	hdr = e->hdr;
 	pred = e->pred;
@@ -323,11 +306,9 @@ static void on_check(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m
 	/* Who will FLUSH (see the top): p's rank, or for the idle epoch every rank surveyed.
 	 * Each member waits for exactly that many, so what it sees of the others does not
 	 * matter: only the ranks this home still counts are asked, and only they flush. */
-	for (uint32_t r = 1; r <= size; r++)
+	for (uint32_t r = 1; m->arg == RC_KIND_DRAIN && r <= size; r++)
 		if (!lock_peer_down(lk, r) && (!m->pred || r == LOCK_ID_RANK(m->pred)))
 			flushers++;
-	if (m->arg != RC_KIND_DRAIN)
-		flushers = 0;
 	for (uint32_t r = 1; r <= size; r++) {
 		int asked = lock_rc_ask(lk, r, RC_SURVEY, sid, m->hdr, m->pred,
 					m->arg | flushers << RC_FLUSHERS_SHIFT);
@@ -372,7 +353,7 @@ static void on_msg(void *arg, uint32_t from, const void *buf, size_t len)
 		on_survey(lk, from, &m);
 		break;
 	case RC_FLUSH:
-		on_flush(lk, from, &m);
+		on_flush(lk, &m);
 		break;
 	case RC_REPORT:
 		survey_count(lk, m.id, m.arg != 0);
@@ -387,10 +368,6 @@ static void on_msg(void *arg, uint32_t from, const void *buf, size_t len)
 
 int lock_recover_init(struct ddss_lock *lk)
 {
-	lk->rc_words = (lk->tp->cfg.size + 1 + 63) / 64; /* ranks 1..size */
-	lk->rc_bits = calloc(LOCK_RC_SURVEYS * lk->rc_words, sizeof(uint64_t));
-	if (!lk->rc_bits)
-		return -ENOMEM;
 	pthread_mutex_init(&lk->rc_mu, NULL);
 	return ddss_net_on_msg(lk->ctx->net, DDSS_MSG_LOCK, on_msg, lk);
 }
@@ -448,18 +425,10 @@ int lock_drain_wait(struct ddss_lock *lk, const struct lock_req *rq, int64_t dea
 /* Is a live request waiting behind @me (exclusive, not granted)? -1: cannot tell yet. */
 static int successor_alive(struct ddss_lock *lk, const struct lock_req *rq, uint32_t me)
 {
-	struct lock_census cs;
-	int alive = 0;
+	int r = lock_census_waiting_behind(lk, rq->home, rq->hdr, me & ~(uint32_t)LOCK_ID_SLEEPS,
+					   false, NULL, NULL);
 
-	if (lock_census_take(lk, rq->home, rq->hdr, &cs))
-		return -1;
-	if (cs.flags & (CENSUS_UNPLACED | CENSUS_MISSING))
-		alive = -1; /* a request not placed yet may be the one */
-	for (uint32_t i = 0; i < cs.n && !alive; i++)
-		alive = !cs.req[i].shared && cs.req[i].waiting &&
-			cs.req[i].pred == (me & ~(uint32_t)LOCK_ID_SLEEPS);
-	lock_census_free(&cs);
-	return alive;
+	return r < 0 ? -1 : r;
 }
 
 /*
