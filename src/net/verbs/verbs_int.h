@@ -29,7 +29,8 @@
  *
  * Files: verbs_provider.c (ops table, open/start/close, argument checks, posting),
  * verbs_conn.c (rdma_cm: listener, connect, accept, disconnect; the two threads),
- * verbs_cq.c (send completions, waits, received messages), verbs_mem.c (staging slots,
+ * verbs_cq.c (send completions, waits), verbs_recv.c (received messages and
+ * notifications), verbs_mem.c (staging slots,
  * registrations), verbs_wire.c (handshake and message header encoding), verbs_fast.h (the
  * per-operation fast path, inline).
  */
@@ -290,6 +291,10 @@ void verbs_release_own_event(struct verbs_tp *vt);
 void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc);
 /** Wait until @o has no WR outstanding (after its QP moved to error), bounded. */
 void verbs_drain(struct verbs_out *o, int timeout_ms);
+
+/* ---- verbs_recv.c ---- */
+int verbs_recv_open(struct verbs_tp *vt);   /* receive CQ, SRQ, buffers (all posted) */
+void verbs_recv_close(struct verbs_tp *vt);
 /** Receive thread: handle the receive CQ (messages and notifications). */
 void verbs_recv_poll(struct verbs_tp *vt);
 int verbs_recv_post(struct verbs_tp *vt, uint32_t index);

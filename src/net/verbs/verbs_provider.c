@@ -55,6 +55,7 @@ static void verbs_close(struct ddss_tp *tp)
 		}
 	}
 	verbs_mem_close(vt);
+	verbs_recv_close(vt);
 	verbs_cq_close(vt);
 	if (vt->pd)
 		ibv_dealloc_pd(vt->pd);
@@ -141,6 +142,8 @@ static int verbs_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 		goto err;
 	}
 	r = verbs_cq_open(vt);
+	if (!r)
+		r = verbs_recv_open(vt);
 	if (!r)
 		r = verbs_mem_open(vt);
 	if (r)
