@@ -259,6 +259,10 @@ void verbs_msg_hdr_encode(uint16_t tag, uint32_t len, unsigned char out[VERBS_MS
 /** 0, or -EPROTO if the header is invalid for a message of @total bytes. */
 int verbs_msg_hdr_decode(const void *buf, size_t total, uint16_t *tag_p, uint32_t *len_p);
 
+/* ---- verbs_caps.c ---- */
+/** Test switch: DDSS_VERBS_DISABLE lists @cap ("atomics", "srq"): act as if it were missing. */
+bool verbs_simulate_lack(const char *cap);
+
 /* ---- verbs_conn.c ---- */
 int verbs_conn_open(struct verbs_tp *vt);     /* event channel, bind, device */
 int verbs_conn_start(struct verbs_tp *vt);    /* listen + progress thread */
