@@ -253,7 +253,9 @@ typedef struct ddss_req ddss_req_t;
  * made); errors of the transfer itself come from ddss_wait_ss() / ddss_test_ss().
  * Only null-model transfers overlap: under the other models the call carries out the whole
  * get or put (its lock and version steps must run in order) and the request is already
- * finished when it returns.
+ * finished when it returns. Transfers in flight are not ordered with each other, nor with
+ * a lock release that follows (a NIC may sample a get's bytes after later operations ran):
+ * wait for a get before putting to its range, or before releasing a lock that guards it.
  */
 DDSS_API int ddss_async_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf,
 			    size_t len, ddss_req_t **req_p);

@@ -44,8 +44,9 @@ static uint64_t started(uint64_t word)
 }
 
 /*
- * Read the copy and then the word, both posted at once: the home executes them in order,
- * so the word is read after the copy, which is all the check needs. One round trip.
+ * Read the copy and then the word, both posted at once, the word's read fenced: the home
+ * samples it after the copy, which is all the check needs. One round trip (a fence on a
+ * NIC costs the second READ's start waiting for the first's data).
  */
 static int read_and_check(struct coh_call *c, uint32_t copy, uint64_t *after_p)
 {
@@ -56,8 +57,9 @@ static int read_and_check(struct coh_call *c, uint32_t copy, uint64_t *after_p)
 	coh_pending_init(c, &p);
 	r = coh_post_copy(c, &p, copy, false);
 	if (!r) {
-		r = ddss_tp_post_read(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, after_p,
-				      8, &p.req[p.n]);
+		/* Fenced: a READ does not keep a later one back (net/transport.h). */
+		r = ddss_tp_post_read_fenced(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF,
+					     after_p, 8, &p.req[p.n]);
 		if (!r)
 			p.n++;
 	}

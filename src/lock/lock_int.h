@@ -158,6 +158,15 @@ struct lock_req {
 	uint64_t key;      /* the segment's key (0: not known, e.g. an agent's own request) */
 };
 
+/*
+ * Post flags for a request's atomics at the lock's home: a release behind a transfer that
+ * may be in flight (rq->fence) must not pass its READ (net/transport.h, DDSS_TP_FENCE).
+ */
+static inline unsigned lock_fenced(const struct lock_req *rq)
+{
+	return rq->fence ? DDSS_TP_FENCE : 0;
+}
+
 struct lock_slot {
 	uint32_t wake;    /* futex word: bumped on every notification for the slot */
 	uint32_t drained; /* drain notifications since the slot was taken (atomic) */

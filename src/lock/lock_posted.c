@@ -32,7 +32,8 @@
  * lock/unlock loop finds the word free.
  *
  * Fence (a get/put's transfer still in flight, lock_int.h): the posted CAS goes to the
- * segment's home after the transfer, on the same ordered channel, so once the CAS has
+ * segment's home after the transfer, on the same ordered channel and fenced (a READ does
+ * not keep a later atomic back on its own: net/transport.h), so once the CAS has
  * completed the transfer has too, and nothing is handed to anyone before that.
  */
 #include "core/ctx.h"
@@ -146,7 +147,10 @@ int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cm
 	sl->posted_rq.fence = NULL; /* implied by the CAS's completion (see the top) */
 	sl->posted_rq.may_post = false;
 	sl->posted_cmp = cmp;
-	r = ddss_tp_post_cas(lk->tp, rq->home, rq->hdr + LOCK_W, cmp, swp, &sl->posted_req);
+	r = lock_fenced(rq) ? ddss_tp_post_cas_fenced(lk->tp, rq->home, rq->hdr + LOCK_W, cmp,
+						     swp, &sl->posted_req) :
+			      ddss_tp_post_cas(lk->tp, rq->home, rq->hdr + LOCK_W, cmp, swp,
+					       &sl->posted_req);
 	if (r)
 		return r;
 	/* Done at once (our own pool on tcp; Soft-RoCE runs the whole round trip inside the

@@ -37,14 +37,20 @@ static int stub_read(struct ddss_tp *tp, uint32_t p, uint64_t o, void *l, size_t
 		     struct ddss_tp_req *q) { return -EOPNOTSUPP; }
 static int stub_write(struct ddss_tp *tp, uint32_t p, uint64_t o, const void *l, size_t n,
 		      struct ddss_tp_req *q) { return -EOPNOTSUPP; }
-/* Without a way to hold a doorbell, post at once: the same result, one call more. */
-static int post_rw_now(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t p, uint64_t o, void *l,
-		       size_t n, struct ddss_tp_req *q)
+/* Without held doorbells or fences, post at once: for providers that run all in order. */
+static int post_ex_now(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t p, uint64_t o, void *l,
+		       size_t n, uint64_t a, uint64_t b, unsigned flags, struct ddss_tp_req *q)
 {
-	if (op == DDSS_TP_OP_READ)
+	switch (op) {
+	case DDSS_TP_OP_READ:
 		return tp->ops->post_read(tp, p, o, l, n, q);
-	if (op == DDSS_TP_OP_WRITE)
+	case DDSS_TP_OP_WRITE:
 		return tp->ops->post_write(tp, p, o, l, n, q);
+	case DDSS_TP_OP_CAS:
+		return tp->ops->post_cas(tp, p, o, a, b, q);
+	case DDSS_TP_OP_FADD:
+		return tp->ops->post_fadd(tp, p, o, a, q);
+	}
 	return -EINVAL;
 }
 static int stub_cas(struct ddss_tp *tp, uint32_t p, uint64_t o, uint64_t c, uint64_t s,
@@ -70,7 +76,7 @@ static void fill_stubs(struct ddss_tp_ops *o)
 	FILL(peer_info, stub_peer_info);
 	FILL(post_read, stub_read);
 	FILL(post_write, stub_write);
-	FILL(post_rw_more, post_rw_now);
+	FILL(post_ex, post_ex_now);
 	FILL(post_cas, stub_cas);
 	FILL(post_fadd, stub_fadd);
 	FILL(notify_many, stub_notify_many);
@@ -257,6 +263,30 @@ int ddss_tp_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add, 
 {
 	struct ddss_tp_req req;
 	int r = finish(tp, &req, ddss_tp_post_fadd(tp, peer, off, add, &req));
+
+	if (!r && old_p)
+		*old_p = req.result;
+	return r;
+}
+
+int ddss_tp_cas_ex(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
+		   uint64_t swap, unsigned flags, uint64_t *old_p)
+{
+	struct ddss_tp_req req;
+	int r = finish(tp, &req, tp->ops->post_ex(tp, DDSS_TP_OP_CAS, peer, off, NULL, 0, compare,
+						  swap, flags, &req));
+
+	if (!r && old_p)
+		*old_p = req.result;
+	return r;
+}
+
+int ddss_tp_fadd_ex(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add,
+		    unsigned flags, uint64_t *old_p)
+{
+	struct ddss_tp_req req;
+	int r = finish(tp, &req, tp->ops->post_ex(tp, DDSS_TP_OP_FADD, peer, off, NULL, 0, add, 0,
+						  flags, &req));
 
 	if (!r && old_p)
 		*old_p = req.result;

@@ -14,9 +14,13 @@
  *    returned in host byte order.
  *  - A write of exactly 8 bytes to an 8-byte-aligned offset lands as one store: a CPU
  *    reading the word sees the old or the new value, never a mix (lock records rely on it).
- *  - Operations from one rank to one peer are executed by the peer in the order posted
- *    (one ordered channel per peer, like an RC QP): a notify posted after a write is seen
- *    after the write's bytes have landed.
+ *  - Operations from one rank to one peer start at the peer in the order posted (one
+ *    ordered channel per peer, like an RC QP): a notify posted after a write is seen after
+ *    the write's bytes have landed. As on InfiniBand RC, a READ or an atomic does not keep
+ *    later operations back: the READ may sample memory, and the atomic may return its
+ *    result, after later operations have executed. A later operation that must not pass
+ *    an earlier READ or atomic still outstanding is posted with DDSS_TP_FENCE (post_ex).
+ *    (The tcp provider's test mode DDSS_TCP_ORDER=weak executes exactly that late.)
  *  - A rank reaches its own pool through the same operations (verbs: loopback QP; tcp:
  *    inline CPU operations), never by CPU atomics on words that remote atomics touch.
  *  - A peer that dies or disconnects turns into -ECONNRESET / -EHOSTDOWN / -ETIMEDOUT on
@@ -61,6 +65,16 @@ enum ddss_tp_op {
 	DDSS_TP_OP_WRITE,
 	DDSS_TP_OP_CAS,
 	DDSS_TP_OP_FADD,
+};
+
+/* Flags of post_ex. */
+enum ddss_tp_post_flags {
+	/* Reads and writes only: the doorbell waits for this thread's next operation to the
+	 * peer (see post_ex). */
+	DDSS_TP_MORE = 1u << 0,
+	/* Start only once every earlier READ and atomic of this rank to the peer has
+	 * completed (IBV_SEND_FENCE): the READ sampled its bytes, the atomic executed. */
+	DDSS_TP_FENCE = 1u << 1,
 };
 
 enum ddss_tp_peer_state {
@@ -168,14 +182,18 @@ struct ddss_tp_ops {
 	int (*post_write)(struct ddss_tp *tp, uint32_t peer, uint64_t remote_off,
 			  const void *local, size_t len, struct ddss_tp_req *req);
 	/**
-	 * Post a read or write (@op) as above, but let its doorbell wait for this thread's
-	 * next operation to @peer, so both go out in one system call (tcp) or one chain of
-	 * work requests (verbs). The calling thread must follow it with another post to @peer
-	 * or a wait or test on a request to @peer; anyone else's send to @peer takes it along
-	 * too. The stub (a provider without it) posts at once.
+	 * Post any one-sided operation (@op) with @flags (enum ddss_tp_post_flags): a read or
+	 * write of @len bytes at @local as above, a cas (@a = compare, @b = swap) or a fadd
+	 * (@a = add; @local and @len unused). DDSS_TP_MORE (reads and writes): the doorbell
+	 * waits for this thread's next operation to @peer, so both go out in one system call
+	 * (tcp) or one chain of work requests (verbs); the calling thread must follow it with
+	 * another post to @peer or a wait or test on a request to @peer; anyone else's send to
+	 * @peer takes it along too. DDSS_TP_FENCE: see the flag. The stub (a provider without
+	 * it) posts at once, unfenced: only for providers that run everything in order.
 	 */
-	int (*post_rw_more)(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer,
-			    uint64_t remote_off, void *local, size_t len, struct ddss_tp_req *req);
+	int (*post_ex)(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, uint64_t remote_off,
+		       void *local, size_t len, uint64_t a, uint64_t b, unsigned flags,
+		       struct ddss_tp_req *req);
 
 	/* -- atomics (64-bit, 8-byte-aligned offsets; old value in req->result) -- */
 	/** Post: if *word == @compare then *word = @swap. */
@@ -359,12 +377,27 @@ static inline int ddss_tp_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t
 static inline int ddss_tp_post_read_more(struct ddss_tp *tp, uint32_t peer, uint64_t off,
 					 void *local, size_t len, struct ddss_tp_req *req)
 {
-	return tp->ops->post_rw_more(tp, DDSS_TP_OP_READ, peer, off, local, len, req);
+	return tp->ops->post_ex(tp, DDSS_TP_OP_READ, peer, off, local, len, 0, 0, DDSS_TP_MORE,
+				req);
 }
 static inline int ddss_tp_post_write_more(struct ddss_tp *tp, uint32_t peer, uint64_t off,
 					  const void *local, size_t len, struct ddss_tp_req *req)
 {
-	return tp->ops->post_rw_more(tp, DDSS_TP_OP_WRITE, peer, off, (void *)local, len, req);
+	return tp->ops->post_ex(tp, DDSS_TP_OP_WRITE, peer, off, (void *)local, len, 0, 0,
+				DDSS_TP_MORE, req);
+}
+/* Operations that must not pass an earlier READ or atomic to @peer (DDSS_TP_FENCE). */
+static inline int ddss_tp_post_read_fenced(struct ddss_tp *tp, uint32_t peer, uint64_t off,
+					   void *local, size_t len, struct ddss_tp_req *req)
+{
+	return tp->ops->post_ex(tp, DDSS_TP_OP_READ, peer, off, local, len, 0, 0, DDSS_TP_FENCE,
+				req);
+}
+static inline int ddss_tp_post_cas_fenced(struct ddss_tp *tp, uint32_t peer, uint64_t off,
+					  uint64_t compare, uint64_t swap, struct ddss_tp_req *req)
+{
+	return tp->ops->post_ex(tp, DDSS_TP_OP_CAS, peer, off, NULL, 0, compare, swap,
+				DDSS_TP_FENCE, req);
 }
 static inline int ddss_tp_post_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
 				   uint64_t swap, struct ddss_tp_req *req)
@@ -420,5 +453,10 @@ int ddss_tp_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const void *l
 int ddss_tp_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare, uint64_t swap,
 		uint64_t *old_p);
 int ddss_tp_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add, uint64_t *old_p);
+/* The same two with post_ex @flags (DDSS_TP_FENCE). */
+int ddss_tp_cas_ex(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
+		   uint64_t swap, unsigned flags, uint64_t *old_p);
+int ddss_tp_fadd_ex(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add,
+		    unsigned flags, uint64_t *old_p);
 
 #endif /* DDSS_NET_TRANSPORT_H */

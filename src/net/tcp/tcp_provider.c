@@ -303,13 +303,30 @@ static int tcp_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const
 	return post(tp, peer, DDSS_TP_OP_WRITE, off, (void *)local, len, 0, 0, req, false);
 }
 
-/* The frame goes out with this channel's next send (or at the poster's wait). */
-static int tcp_post_rw_more(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, uint64_t off,
-			    void *local, size_t len, struct ddss_tp_req *req)
+/*
+ * DDSS_TP_MORE: the frame goes out with this channel's next send (or at the poster's
+ * wait). DDSS_TP_FENCE: nothing to do, the home executes each channel in order.
+ */
+static int tcp_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, uint64_t off,
+		       void *local, size_t len, uint64_t a, uint64_t b, unsigned flags,
+		       struct ddss_tp_req *req)
 {
-	if (op != DDSS_TP_OP_READ && op != DDSS_TP_OP_WRITE)
+	bool hold = flags & DDSS_TP_MORE;
+
+	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE))
 		return -EINVAL;
-	return post(tp, peer, op, off, local, len, 0, 0, req, true);
+	switch (op) {
+	case DDSS_TP_OP_READ:
+	case DDSS_TP_OP_WRITE:
+		return post(tp, peer, op, off, local, len, 0, 0, req, hold);
+	case DDSS_TP_OP_CAS:
+	case DDSS_TP_OP_FADD:
+		if (hold || !req)
+			return -EINVAL;
+		return post(tp, peer, op, off, &req->result, 8, a, op == DDSS_TP_OP_CAS ? b : 0, req,
+			    false);
+	}
+	return -EINVAL;
 }
 
 static int tcp_post_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
@@ -395,7 +412,7 @@ const struct ddss_tp_ops ddss_tcp_ops = {
 	.peer_info = tcp_peer_info,
 	.post_read = tcp_post_read,
 	.post_write = tcp_post_write,
-	.post_rw_more = tcp_post_rw_more,
+	.post_ex = tcp_post_ex,
 	.post_cas = tcp_post_cas,
 	.post_fadd = tcp_post_fadd,
 	.notify_many = tcp_notify_many,

@@ -415,8 +415,9 @@ static inline __attribute__((always_inline)) int post_wr(struct verbs_tp *vt, st
  * each operation, like post_atomic: one call less on the fast path (verbs_fast.h says why).
  */
 static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, uint32_t peer, enum ddss_tp_op op, uint64_t off,
-		   void *local, size_t len, struct ddss_tp_req *req, bool hold)
+		   void *local, size_t len, struct ddss_tp_req *req, unsigned flags)
 {
+	bool hold = flags & DDSS_TP_MORE;
 	struct verbs_out *o;
 	struct ibv_sge sge;
 	struct ibv_send_wr wr = { 0 };
@@ -444,6 +445,8 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 		if (r)
 			return r;
 	}
+	if (flags & DDSS_TP_FENCE)
+		wr.send_flags |= IBV_SEND_FENCE;
 	for (;;) {
 		size_t chunk = len - done < vt->max_msg ? len - done : vt->max_msg;
 		bool last = done + chunk == len;
@@ -478,30 +481,20 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 	}
 }
 
-static int verbs_post_rw_more(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer,
-			      uint64_t off, void *local, size_t len, struct ddss_tp_req *req)
-{
-	struct verbs_tp *vt = verbs_tp_of(tp);
-
-	if (op != DDSS_TP_OP_READ && op != DDSS_TP_OP_WRITE)
-		return -EINVAL;
-	return post_rw(vt, peer, op, off, local, len, req, true);
-}
-
 static int verbs_post_read(struct ddss_tp *tp, uint32_t peer, uint64_t off, void *local,
 			   size_t len, struct ddss_tp_req *req)
 {
-	return post_rw(verbs_tp_of(tp), peer, DDSS_TP_OP_READ, off, local, len, req, false);
+	return post_rw(verbs_tp_of(tp), peer, DDSS_TP_OP_READ, off, local, len, req, 0);
 }
 
 static int verbs_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const void *local,
 			    size_t len, struct ddss_tp_req *req)
 {
-	return post_rw(verbs_tp_of(tp), peer, DDSS_TP_OP_WRITE, off, (void *)local, len, req, false);
+	return post_rw(verbs_tp_of(tp), peer, DDSS_TP_OP_WRITE, off, (void *)local, len, req, 0);
 }
 
 static inline __attribute__((always_inline)) int post_atomic(struct verbs_tp *vt, uint32_t peer, enum ddss_tp_op op, uint64_t off,
-		       uint64_t a, uint64_t b, struct ddss_tp_req *req)
+		       uint64_t a, uint64_t b, struct ddss_tp_req *req, unsigned flags)
 {
 	struct verbs_out *o;
 	struct ibv_sge sge;
@@ -531,6 +524,8 @@ static inline __attribute__((always_inline)) int post_atomic(struct verbs_tp *vt
 	wr.wr.atomic.rkey = o->rkey;
 	wr.wr.atomic.compare_add = a;
 	wr.wr.atomic.swap = b;
+	if (flags & DDSS_TP_FENCE)
+		wr.send_flags = IBV_SEND_FENCE;
 	r = post_wr(vt, o, &wr);
 	if (r)
 		verbs_mem_finish(vt, req, false);
@@ -540,13 +535,38 @@ static inline __attribute__((always_inline)) int post_atomic(struct verbs_tp *vt
 static int verbs_post_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
 			  uint64_t swap, struct ddss_tp_req *req)
 {
-	return post_atomic(verbs_tp_of(tp), peer, DDSS_TP_OP_CAS, off, compare, swap, req);
+	return post_atomic(verbs_tp_of(tp), peer, DDSS_TP_OP_CAS, off, compare, swap, req, 0);
 }
 
 static int verbs_post_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add,
 			   struct ddss_tp_req *req)
 {
-	return post_atomic(verbs_tp_of(tp), peer, DDSS_TP_OP_FADD, off, add, 0, req);
+	return post_atomic(verbs_tp_of(tp), peer, DDSS_TP_OP_FADD, off, add, 0, req, 0);
+}
+
+/*
+ * DDSS_TP_FENCE becomes IBV_SEND_FENCE: the WR starts only once the QP's earlier READs
+ * and atomics have completed (a real NIC lets a later request pass them; rxe does not).
+ */
+static int verbs_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, uint64_t off,
+			 void *local, size_t len, uint64_t a, uint64_t b, unsigned flags,
+			 struct ddss_tp_req *req)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+
+	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE))
+		return -EINVAL;
+	switch (op) {
+	case DDSS_TP_OP_READ:
+	case DDSS_TP_OP_WRITE:
+		return post_rw(vt, peer, op, off, local, len, req, flags);
+	case DDSS_TP_OP_CAS:
+	case DDSS_TP_OP_FADD:
+		if (flags & DDSS_TP_MORE)
+			return -EINVAL;
+		return post_atomic(vt, peer, op, off, a, op == DDSS_TP_OP_CAS ? b : 0, req, flags);
+	}
+	return -EINVAL;
 }
 
 /* Each notification is a zero-byte SEND carrying the value as immediate data; n of them
@@ -663,7 +683,7 @@ const struct ddss_tp_ops ddss_verbs_ops = {
 	.peer_info = verbs_peer_info,
 	.post_read = verbs_post_read,
 	.post_write = verbs_post_write,
-	.post_rw_more = verbs_post_rw_more,
+	.post_ex = verbs_post_ex,
 	.post_cas = verbs_post_cas,
 	.post_fadd = verbs_post_fadd,
 	.notify_many = verbs_notify_many,
