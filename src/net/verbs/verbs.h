@@ -11,4 +11,11 @@ extern const struct ddss_tp_ops ddss_verbs_ops;
 /** True if some RDMA device has an active port (the automatic transport choice). */
 bool ddss_verbs_usable(void);
 
+/**
+ * Test only (DDSS-internal, not in ddss.h): receive buffers posted and not yet completed:
+ * in the SRQ, or without one, in all served QPs' receive queues. Steady (no traffic, no
+ * teardown under way) it stays the same across any number of disconnects.
+ */
+unsigned ddss_verbs_srq_posted(struct ddss_tp *tp);
+
 #endif

@@ -24,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RNR_RETRY_INFINITE 7
-#define TRANSPORT_RETRIES 7
+/* A reconnect to a peer that was up (after a fabric error) waits at most this long. */
+#define VERBS_RECONNECT_MS 3000
 
 /* An rdma_cm event, copied so it can be acknowledged before it is handled. */
 struct cm_event {
@@ -101,6 +101,41 @@ static int check_hello(struct verbs_tp *vt, const struct verbs_hello *h, uint32_
 
 /* ---- device and listener ---- */
 
+/* DDSS_TRAFFIC_CLASS=N (0..255): the RoCE traffic class (DSCP << 2 | ECN) of our ids. */
+static int traffic_class(struct verbs_tp *vt)
+{
+	const char *s = getenv("DDSS_TRAFFIC_CLASS");
+	char *end;
+	long v;
+
+	vt->tos = -1;
+	if (!s || !*s)
+		return 0;
+	errno = 0;
+	v = strtol(s, &end, 0);
+	if (errno || *end || end == s || v < 0 || v > 255) {
+		DDSS_ERR("verbs: DDSS_TRAFFIC_CLASS=%s: want a traffic class from 0 to 255", s);
+		return -EINVAL;
+	}
+	vt->tos = (int)v;
+	DDSS_INFO("verbs: traffic class %ld (DSCP %ld)", v, v >> 2);
+	return 0;
+}
+
+/* Set the traffic class (if one was asked for) of @id, before it resolves or listens. */
+static int set_tos(struct verbs_tp *vt, struct rdma_cm_id *id)
+{
+	uint8_t tos = (uint8_t)vt->tos;
+	int r;
+
+	if (vt->tos < 0 || rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos,
+					   sizeof(tos)) == 0)
+		return 0;
+	r = -errno;
+	DDSS_ERR("verbs: cannot set traffic class %d: %s", vt->tos, strerror(-r));
+	return r;
+}
+
 /* DDSS_DEVICE is "name" or "name:port"; the rank's address must be on that device/port. */
 static int check_device(struct verbs_tp *vt)
 {
@@ -130,8 +165,13 @@ int verbs_conn_open(struct verbs_tp *vt)
 	int r;
 
 	pthread_mutex_init(&vt->served_mu, NULL);
+	pthread_mutex_init(&vt->ev_mu, NULL);
+	pthread_cond_init(&vt->ev_cv, NULL);
 	ddss_auth_replay_init(&vt->replay);
 	vt->stop_fd = -1;
+	r = traffic_class(vt);
+	if (r)
+		return r;
 	/*
 	 * Open every device now, on this thread: librdmacm otherwise opens a device the first
 	 * time an id resolves to it, possibly on a helper thread whose file table is its own
@@ -151,7 +191,9 @@ int verbs_conn_open(struct verbs_tp *vt)
 	vt->listen_kind = VERBS_CTX_LISTEN;
 	if (rdma_create_id(vt->cm_ch, &vt->listen_id, &vt->listen_kind, RDMA_PS_TCP))
 		return -errno;
-	r = node_addr(me, true, &ss);
+	r = set_tos(vt, vt->listen_id); /* accepted ids inherit it */
+	if (!r)
+		r = node_addr(me, true, &ss);
 	if (r)
 		return r;
 	if (rdma_bind_addr(vt->listen_id, (struct sockaddr *)&ss)) {
@@ -175,7 +217,10 @@ int verbs_conn_open(struct verbs_tp *vt)
 
 /* ---- outgoing connections ---- */
 
-static struct ibv_qp_init_attr qp_attr(struct verbs_tp *vt, unsigned send_wr, unsigned inl)
+/* An outgoing QP (@served false) receives nothing; a served one takes SENDs, on the SRQ or
+ * (without one) on its own receive queue. */
+static struct ibv_qp_init_attr qp_attr(struct verbs_tp *vt, unsigned send_wr, unsigned inl,
+				       bool served)
 {
 	struct ibv_qp_init_attr a = {
 		.send_cq = vt->scq,
@@ -186,8 +231,15 @@ static struct ibv_qp_init_attr qp_attr(struct verbs_tp *vt, unsigned send_wr, un
 		.sq_sig_all = 1,
 	};
 
+	if (!vt->srq) {
+		a.cap.max_recv_wr = served ? vt->rq_depth : 1;
+		a.cap.max_recv_sge = 1;
+	}
 	return a;
 }
+
+/* Inline sizes asked for in turn: devices grant e.g. 256 (rxe), 220, 96 or 101, or none. */
+static const unsigned inline_steps[] = { VERBS_INLINE_WANT, 220, 128, 96, 64, 32, 0 };
 
 /* ---- group secret (net/auth.h) ---- */
 
@@ -271,7 +323,8 @@ static int check_auth_request(struct verbs_tp *vt, const struct cm_event *e, str
 static int out_connect(struct verbs_out *o)
 {
 	struct verbs_tp *vt = o->tp;
-	struct ibv_qp_init_attr a = qp_attr(vt, vt->sq_depth, VERBS_INLINE_WANT);
+	struct ibv_qp_init_attr a;
+	uint8_t ack_timeout = VERBS_ACK_TIMEOUT;
 	unsigned char hello[VERBS_AUTH_REQ_LEN > VERBS_HELLO_LEN ? VERBS_AUTH_REQ_LEN
 								   : VERBS_HELLO_LEN];
 	struct rdma_conn_param cp = {
@@ -279,22 +332,29 @@ static int out_connect(struct verbs_out *o)
 		.private_data_len = VERBS_HELLO_LEN,
 		.responder_resources = vt->rd_atom,
 		.initiator_depth = vt->rd_atom,
-		.retry_count = TRANSPORT_RETRIES,
-		.rnr_retry_count = RNR_RETRY_INFINITE,
+		.retry_count = VERBS_TRANSPORT_RETRY,
+		.rnr_retry_count = VERBS_RNR_RETRY,
 	};
+	size_t step = 0;
 
 	if (o->id->verbs != vt->ctx) {
 		DDSS_ERR("verbs: route to rank %u leaves through another device than %s", o->peer,
 			 ibv_get_device_name(vt->ctx->device));
 		return -ENODEV;
 	}
-	/* Some devices grant no inline data; ask again without. */
-	if (rdma_create_qp(o->id, vt->pd, &a)) {
-		a = qp_attr(vt, vt->sq_depth, 0);
-		if (rdma_create_qp(o->id, vt->pd, &a))
+	/* Devices refuse an inline size above theirs: ask for less, step by step. */
+	for (;;) {
+		a = qp_attr(vt, vt->sq_depth, inline_steps[step], false);
+		if (rdma_create_qp(o->id, vt->pd, &a) == 0)
+			break;
+		if (++step == sizeof(inline_steps) / sizeof(inline_steps[0]))
 			return -errno;
 	}
 	o->inline_max = a.cap.max_inline_data;
+	/* A finite wait for each ACK (older kernels lack the option: their default stays). */
+	if (rdma_set_option(o->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack_timeout,
+			    sizeof(ack_timeout)))
+		DDSS_DBG("verbs: cannot set the ACK timeout: %s", strerror(errno));
 	pthread_mutex_lock(&o->sq_mu);
 	__atomic_store_n(&o->qp, o->id->qp, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&o->sq_mu);
@@ -380,22 +440,54 @@ out:
 	pthread_mutex_unlock(&o->mu);
 }
 
-void verbs_out_fail(struct verbs_out *o, int err)
+/*
+ * Fail @o's current connection with @err (once: later errors keep the first). @down: the
+ * peer is reported down, if it was up; a fabric error is not such news (see
+ * verbs_out_wc_fail), and neither are a failed attempt or close.
+ */
+static void out_fail(struct verbs_out *o, int err, bool down)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
 	int expected = 0;
 
-	if (!__atomic_compare_exchange_n(&o->fail, &expected, err, false, __ATOMIC_SEQ_CST,
-					 __ATOMIC_ACQUIRE))
-		return;
-	/* In the error state the QP flushes every outstanding WR: waiters get @err. */
-	pthread_mutex_lock(&o->sq_mu);
-	if (o->qp)
-		ibv_modify_qp(o->qp, &a, IBV_QP_STATE);
-	pthread_mutex_unlock(&o->sq_mu);
-	/* Only a connection that was up going down is news (not a failed attempt, not close). */
-	if (__atomic_exchange_n(&o->up, 0, __ATOMIC_ACQ_REL) && err != -ECANCELED)
+	if (__atomic_compare_exchange_n(&o->fail, &expected, err, false, __ATOMIC_SEQ_CST,
+					__ATOMIC_ACQUIRE)) {
+		/* In the error state the QP flushes every outstanding WR: waiters get @err. */
+		pthread_mutex_lock(&o->sq_mu);
+		if (o->qp)
+			ibv_modify_qp(o->qp, &a, IBV_QP_STATE);
+		pthread_mutex_unlock(&o->sq_mu);
+	}
+	if (down && err != -ECANCELED && __atomic_exchange_n(&o->up, 0, __ATOMIC_ACQ_REL))
 		verbs_peer_set_state(o->tp, o->peer, DDSS_TP_PEER_DOWN);
+}
+
+void verbs_out_fail(struct verbs_out *o, int err)
+{
+	out_fail(o, err, true);
+}
+
+void verbs_out_wc_fail(struct verbs_out *o, enum ibv_wc_status st, int err)
+{
+	/*
+	 * Retries exhausted (a link flap, congestion, a receiver short of buffers) or flushed
+	 * by something else that broke the QP: the connection is lost, not the peer. The next
+	 * operation reconnects, and whether the peer lives is the peer timeout's call
+	 * (net/heartbeat.c): the lock layer takes a rank that is down for dead.
+	 */
+	bool fabric = st == IBV_WC_RETRY_EXC_ERR || st == IBV_WC_RNR_RETRY_EXC_ERR ||
+		      st == IBV_WC_WR_FLUSH_ERR;
+
+	if (fabric && st != IBV_WC_WR_FLUSH_ERR) /* verbs_send_wc_slow logged the error */
+		DDSS_INFO("verbs: rank %u is not reported down for it; reconnecting on next use",
+			  o->peer);
+	out_fail(o, err, !fabric);
+}
+
+void verbs_out_fail_all(struct verbs_tp *vt, int err)
+{
+	for (uint32_t r = 1; r <= vt->base.cfg.size; r++)
+		out_fail(&vt->peers[r].out, err, false);
 }
 
 /* o->mu held: free the previous attempt's QP and id, once nothing of it is outstanding. */
@@ -406,7 +498,7 @@ static void out_teardown(struct verbs_out *o)
 	if (!o->id)
 		return;
 	if (o->qp) {
-		verbs_out_fail(o, -ECONNRESET);
+		out_fail(o, -ECONNRESET, false);
 		verbs_drain(o, 5000);
 	}
 	/* fail is set and the queue is empty: no poster can still be using the QP (verbs_post). */
@@ -434,6 +526,11 @@ static int out_start(struct verbs_out *o)
 		return r;
 	if (rdma_create_id(vt->cm_ch, &o->id, o, RDMA_PS_TCP))
 		return -errno;
+	r = set_tos(vt, o->id);
+	if (r) {
+		out_set_failed(o, r, false);
+		return r;
+	}
 	__atomic_store_n(&o->fail, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&o->phase, VERBS_CONNECTING, __ATOMIC_RELEASE);
 	/* Bind to our own address, so traffic leaves through our device. */
@@ -471,8 +568,15 @@ int verbs_out_connect(struct verbs_out *o)
 
 	if (ddss_tp_peer_refused(&vt->base, o->peer))
 		return -EHOSTDOWN;
+	/* Port down or device lost (verbs_async.c): fail at once, no attempt. */
+	r = __atomic_load_n(&vt->port_err, __ATOMIC_ACQUIRE);
+	if (r)
+		return r;
 	deadline = ddss_now_ns() + (int64_t)vt->base.cfg.connect_timeout_ms * 1000000;
 	pthread_mutex_lock(&o->mu);
+	/* A peer that was up is asked once, briefly: the caller may be the heartbeat thread. */
+	if (o->ever_up && vt->base.cfg.connect_timeout_ms > VERBS_RECONNECT_MS)
+		deadline = ddss_now_ns() + (int64_t)VERBS_RECONNECT_MS * 1000000;
 	for (;;) {
 		bool failed = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) != 0;
 
@@ -518,15 +622,67 @@ int verbs_out_connect(struct verbs_out *o)
 		if (r && !o->retriable)
 			break;
 	}
+	/*
+	 * The reconnect after a fabric error was answered, with a no: nobody listens there any
+	 * more, or it refuses us. That is news of the peer; silence (unreachable, no answer in
+	 * time) is not, and is left to the peer timeout.
+	 */
+	if (r && o->ever_up && (r == -ECONNREFUSED || r == -EPERM || r == -EACCES || r == -EPROTO) &&
+	    __atomic_exchange_n(&o->up, 0, __ATOMIC_ACQ_REL))
+		verbs_peer_set_state(vt, o->peer, DDSS_TP_PEER_DOWN);
 	pthread_mutex_unlock(&o->mu);
 	return r;
 }
 
 /* ---- incoming connections (cm thread) ---- */
 
-static void served_free(struct verbs_tp *vt, struct verbs_served *s)
+/*
+ * cm thread: take a served QP out of service so that no receive buffer is lost: to the
+ * error state, then (with an SRQ) wait for its last WQE event and for the receive thread
+ * to poll the CQ empty, or (without) for every buffer of its RQ to flush. Each wait is
+ * bounded; a device that never reports is not waited for again.
+ */
+static void served_quiesce(struct verbs_tp *vt, struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+	int64_t until;
+
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
+		DDSS_WARN("verbs: cannot move qp %u to the error state: %s", qp->qp_num,
+			  strerror(errno));
+	if (vt->srq) {
+		if (!vt->no_last_wqe &&
+		    !verbs_async_wait_last_wqe(vt, qp->qp_num, VERBS_TEARDOWN_MS)) {
+			vt->no_last_wqe = true;
+			DDSS_WARN("verbs: %s reported no last-WQE event for qp %u in %d ms; served QPs "
+				  "are destroyed once the receive CQ is drained",
+				  ibv_get_device_name(vt->ctx->device), qp->qp_num, VERBS_TEARDOWN_MS);
+		}
+		if (!verbs_recv_sync(vt, VERBS_TEARDOWN_MS))
+			DDSS_WARN("verbs: the receive thread did not drain its CQ in %d ms (qp %u)",
+				  VERBS_TEARDOWN_MS, qp->qp_num);
+		return;
+	}
+	until = ddss_now_ns() + (int64_t)(vt->no_rq_flush ? 20 : VERBS_TEARDOWN_MS) * 1000000;
+	while (verbs_recv_held_by(vt, qp->qp_num)) {
+		if (ddss_now_ns() >= until) {
+			if (!vt->no_rq_flush)
+				DDSS_WARN("verbs: %s did not flush the receives of qp %u in %d ms; "
+					  "reclaiming them at destruction",
+					  ibv_get_device_name(vt->ctx->device), qp->qp_num,
+					  VERBS_TEARDOWN_MS);
+			vt->no_rq_flush = true;
+			break;
+		}
+		verbs_recv_sync(vt, 10);
+	}
+}
+
+/* @quiesce: wait for the receives first (the helper threads run); false at close. */
+static void served_free(struct verbs_tp *vt, struct verbs_served *s, bool quiesce)
 {
 	struct verbs_served **pp;
+	uint32_t qp_num = s->id->qp ? s->id->qp->qp_num : 0;
 
 	for (pp = &vt->served; *pp; pp = &(*pp)->next)
 		if (*pp == s) {
@@ -539,8 +695,13 @@ static void served_free(struct verbs_tp *vt, struct verbs_served *s)
 		vt->served_qp[s->peer] = NULL;
 	}
 	pthread_mutex_unlock(&vt->served_mu);
-	if (s->id->qp)
+	if (s->id->qp) {
+		if (quiesce)
+			served_quiesce(vt, s->id->qp);
 		rdma_destroy_qp(s->id);
+		if (quiesce) /* at close the buffers go with the pool */
+			verbs_recv_reclaim(vt, qp_num);
+	}
 	rdma_destroy_id(s->id);
 	free(s);
 }
@@ -566,13 +727,16 @@ static void reject(struct rdma_cm_id *id, int err)
 
 static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 {
-	struct ibv_qp_init_attr a = qp_attr(vt, 1, 0);
+	struct ibv_qp_init_attr a = qp_attr(vt, 1, 0, true);
+	struct ibv_qp_attr rnr = { .min_rnr_timer = VERBS_MIN_RNR_TIMER };
+	static bool rnr_warned;
 	unsigned char hello[VERBS_AUTH_REP_LEN];
 	unsigned char nonce_i[DDSS_AUTH_NONCE_LEN] = { 0 };
 	struct rdma_conn_param cp = {
 		.private_data = hello,
 		.private_data_len = VERBS_HELLO_LEN,
-		.rnr_retry_count = RNR_RETRY_INFINITE,
+		.retry_count = VERBS_TRANSPORT_RETRY,
+		.rnr_retry_count = VERBS_RNR_RETRY,
 	};
 	struct verbs_served *s;
 	struct verbs_hello h;
@@ -617,6 +781,13 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 		return;
 	}
 	s->qp_num = e->id->qp->qp_num;
+	if (verbs_recv_fill_qp(vt, e->id->qp)) { /* without an SRQ: its own buffers */
+		rdma_destroy_qp(e->id);
+		verbs_recv_reclaim(vt, s->qp_num);
+		free(s);
+		reject(e->id, -ENOBUFS);
+		return;
+	}
 	s->next = vt->served;
 	vt->served = s;
 	/* Serve as many reads/atomics at once as the initiator will issue (device permitting). */
@@ -637,7 +808,17 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 		__atomic_store_n(&vt->peers[h.rank].pool_len, h.pool_len, __ATOMIC_RELEASE);
 	if (rdma_accept(e->id, &cp)) {
 		DDSS_WARN("verbs: accepting rank %u failed: %s", h.rank, strerror(errno));
-		served_free(vt, s);
+		served_free(vt, s, true);
+		return;
+	}
+	/*
+	 * rdma_cm leaves the min RNR NAK timer at 0, which encodes 655 ms: every receive
+	 * underrun would stall the sender that long. The QP is in RTS now (rdma_accept moved
+	 * it there before answering), where the timer may still change.
+	 */
+	if (ibv_modify_qp(e->id->qp, &rnr, IBV_QP_MIN_RNR_TIMER) && !rnr_warned) {
+		rnr_warned = true;
+		DDSS_WARN("verbs: cannot set the min RNR timer: %s", strerror(errno));
 	}
 }
 
@@ -661,7 +842,7 @@ static void served_event(struct verbs_tp *vt, struct verbs_served *s, const stru
 		if (s->established && vt->served_qpn[s->peer] == s->qp_num &&
 		    !__atomic_load_n(&vt->peers[s->peer].out.up, __ATOMIC_ACQUIRE))
 			verbs_peer_set_state(vt, s->peer, DDSS_TP_PEER_DOWN);
-		served_free(vt, s);
+		served_free(vt, s, true);
 		break;
 	default:
 		break;
@@ -728,11 +909,24 @@ static void *cm_main(void *arg)
 static void *recv_main(void *arg)
 {
 	struct verbs_tp *vt = arg;
+	struct pollfd pfd[3] = {
+		{ .fd = vt->stop_fd, .events = POLLIN },
+		{ .fd = vt->rcq_ch->fd, .events = POLLIN },
+		{ .fd = vt->recv_kick_fd, .events = POLLIN }, /* a teardown asks for a pass */
+	};
 
 	ddss_log_set_rank(vt->base.cfg.rank);
 	ddss_tp_thread_files(&vt->base);
-	while (wait_readable(vt, vt->rcq_ch->fd))
+	for (;;) {
+		if (poll(pfd, 3, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (pfd[0].revents)
+			break;
 		verbs_recv_poll(vt);
+	}
 	return NULL;
 }
 
@@ -750,6 +944,7 @@ int verbs_thread_fds(struct ddss_tp *tp, int *fds, size_t max)
 	KEEP(vt->stop_fd);
 	KEEP(vt->cm_ch->fd);
 	KEEP(vt->rcq_ch->fd);
+	KEEP(vt->recv_kick_fd);
 	if (vt->scq_ch)
 		KEEP(vt->scq_ch->fd);
 	KEEP(vt->ctx->cmd_fd);
@@ -781,7 +976,10 @@ int verbs_conn_start(struct verbs_tp *vt)
 		return r;
 	}
 	vt->started = true;
-	return 0;
+	r = verbs_async_start(vt);
+	if (r)
+		verbs_conn_stop(vt);
+	return r;
 }
 
 void verbs_conn_stop(struct verbs_tp *vt)
@@ -796,6 +994,7 @@ void verbs_conn_stop(struct verbs_tp *vt)
 	pthread_join(vt->cm_thread, NULL);
 	if (vt->started)
 		pthread_join(vt->recv_thread, NULL);
+	verbs_async_join(vt);
 	vt->started = false;
 	vt->cm_thread_running = false;
 }
@@ -812,7 +1011,7 @@ void verbs_conn_close(struct verbs_tp *vt)
 		rdma_destroy_id(vt->listen_id);
 	vt->listen_id = NULL;
 	while (vt->served)
-		served_free(vt, vt->served);
+		served_free(vt, vt->served, false); /* the SRQ and its buffers go next */
 	/* Then flush every outgoing QP, wait for the flushes, and free. */
 	for (uint32_t r = 1; r <= size; r++)
 		verbs_out_fail(&vt->peers[r].out, -ECANCELED);
@@ -833,5 +1032,7 @@ void verbs_conn_close(struct verbs_tp *vt)
 		rdma_free_devices(vt->devices);
 	vt->devices = NULL;
 	pthread_mutex_destroy(&vt->served_mu);
+	pthread_mutex_destroy(&vt->ev_mu);
+	pthread_cond_destroy(&vt->ev_cv);
 	ddss_auth_replay_destroy(&vt->replay);
 }

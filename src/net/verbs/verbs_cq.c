@@ -99,7 +99,7 @@ void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc)
 			DDSS_WARN("verbs: operation to rank %u failed: %s", peer,
 				  ibv_wc_status_str(wc->status));
 		/* The QP is in error now: every later WR flushes; the connection is lost. */
-		verbs_out_fail(o, status);
+		verbs_out_wc_fail(o, wc->status, status);
 	}
 	verbs_sq_complete(o);
 	if (!req)

@@ -30,7 +30,7 @@
  * Files: verbs_provider.c (ops table, open/start/close, argument checks, posting),
  * verbs_conn.c (rdma_cm: listener, connect, accept, disconnect; the two threads),
  * verbs_cq.c (send completions, waits), verbs_recv.c (received messages and
- * notifications), verbs_mem.c (staging slots,
+ * notifications), verbs_async.c (fabric events: port, device, last WQE), verbs_mem.c (staging slots,
  * registrations), verbs_wire.c (handshake and message header encoding), verbs_fast.h (the
  * per-operation fast path, inline).
  */
@@ -63,6 +63,20 @@
 #define VERBS_RESOLVE_MS 2000
 /* Back-off between connect attempts to a peer that is not listening yet. */
 #define VERBS_RETRY_MS 20
+/* Without an SRQ: receive buffers posted to each served QP's own receive queue. */
+#define VERBS_RQ_DEPTH 128u
+/*
+ * Retries (docs/transport.md, "Fabric errors"): the served QP's min RNR NAK timer (IB code
+ * 16 = 2.56 ms) and the sender's RNR retry count (6; 7 would mean for ever) bound an
+ * underrun to ~15 ms; the local ACK timeout (IB code 16 = 4.096 us << 16 = 268 ms) and 7
+ * transport retries bound an unanswered request to ~2.1 s before a retry-exceeded error.
+ */
+#define VERBS_MIN_RNR_TIMER 16
+#define VERBS_RNR_RETRY 6
+#define VERBS_ACK_TIMEOUT 16
+#define VERBS_TRANSPORT_RETRY 7
+/* Teardown of a served QP: how long to wait for its last WQE / its receives to flush. */
+#define VERBS_TEARDOWN_MS 1000
 
 /* What an rdma_cm id's context points at (first member of each). */
 enum verbs_ctx_kind { VERBS_CTX_LISTEN = 1, VERBS_CTX_OUT, VERBS_CTX_SERVED };
@@ -155,12 +169,35 @@ struct verbs_tp {
 	pthread_mutex_t own_mu;
 	pthread_cond_t own_cv;
 
-	/* Receive side: SRQ + CQ, polled by the progress thread. */
+	/* Receive side: SRQ (or, without one, each served QP's RQ) + CQ, polled by the
+	 * receive thread (verbs_recv.c). */
 	struct ibv_comp_channel *rcq_ch;
 	struct ibv_cq *rcq;
-	struct ibv_srq *srq;
+	struct ibv_srq *srq;         /* NULL: a receive queue per served QP */
 	unsigned char *recv_buf;
 	struct ibv_mr *recv_mr;
+	unsigned recv_count;         /* buffers in all */
+	unsigned rq_depth;           /* without an SRQ: buffers posted to each served QP */
+	uint32_t *recv_owner;        /* [buffer] (atomic): where it is posted, 0 = free */
+	unsigned recv_posted;        /* atomic: buffers posted and not yet completed */
+	pthread_mutex_t recv_mu;     /* recv_free; the drain epoch below */
+	pthread_cond_t recv_cv;
+	uint32_t *recv_free;         /* without an SRQ: buffers posted nowhere (a stack) */
+	unsigned recv_nfree;
+	uint64_t recv_epoch;         /* receive CQ polled empty this many times on request */
+	int recv_kick_fd;            /* eventfd: asks the receive thread to poll (teardown) */
+
+	/* Fabric events (verbs_async.c). */
+	pthread_t async_thread;
+	bool async_running;
+	int port_err;                /* atomic: 0, -ENETDOWN (port down), -ENODEV (device fatal) */
+	pthread_mutex_t ev_mu;       /* last_wqe; ev_cv signals each new one */
+	pthread_cond_t ev_cv;
+	uint32_t last_wqe[16];       /* qp_num of recent QP_LAST_WQE_REACHED events (a ring) */
+	unsigned last_wqe_n;
+	bool no_last_wqe;            /* the device did not report one in time: do not wait again */
+	bool no_rq_flush;            /* the device did not flush an RQ in time: do not wait again */
+	int tos;                     /* DDSS_TRAFFIC_CLASS, or -1 */
 
 	/* Registered regions; the list only grows before start and shrinks at close. */
 	pthread_mutex_t mr_mu;
@@ -296,12 +333,34 @@ void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc);
 /** Wait until @o has no WR outstanding (after its QP moved to error), bounded. */
 void verbs_drain(struct verbs_out *o, int timeout_ms);
 
+/**
+ * A completion error on @o: retry-exceeded and flushed QPs fail the connection without
+ * reporting the peer down (the next operation reconnects; only the peer timeout declares
+ * death); other errors are verbs_out_fail.
+ */
+void verbs_out_wc_fail(struct verbs_out *o, enum ibv_wc_status st, int err);
+/** Fail every outgoing QP with @err, reporting no peer down (port or device error). */
+void verbs_out_fail_all(struct verbs_tp *vt, int err);
+
+/* ---- verbs_async.c ---- */
+int verbs_async_start(struct verbs_tp *vt);  /* the async event thread (stop_fd stops it) */
+void verbs_async_join(struct verbs_tp *vt);
+/** cm thread: wait up to @ms for QP_LAST_WQE_REACHED on @qp_num; false if it never came. */
+bool verbs_async_wait_last_wqe(struct verbs_tp *vt, uint32_t qp_num, int ms);
+
 /* ---- verbs_recv.c ---- */
-int verbs_recv_open(struct verbs_tp *vt);   /* receive CQ, SRQ, buffers (all posted) */
+int verbs_recv_open(struct verbs_tp *vt);   /* receive CQ, SRQ or buffer pool, buffers posted */
 void verbs_recv_close(struct verbs_tp *vt);
 /** Receive thread: handle the receive CQ (messages and notifications). */
 void verbs_recv_poll(struct verbs_tp *vt);
-int verbs_recv_post(struct verbs_tp *vt, uint32_t index);
+/** Without an SRQ: post up to rq_depth free buffers to a new served QP's RQ. */
+int verbs_recv_fill_qp(struct verbs_tp *vt, struct ibv_qp *qp);
+/** Buffers still posted to @qp_num (without an SRQ; 0 with one). */
+unsigned verbs_recv_held_by(struct verbs_tp *vt, uint32_t qp_num);
+/** After @qp_num is destroyed: its buffers that never completed are free again. */
+void verbs_recv_reclaim(struct verbs_tp *vt, uint32_t qp_num);
+/** cm thread: have the receive thread poll its CQ empty, and wait for it (up to @ms). */
+bool verbs_recv_sync(struct verbs_tp *vt, int ms);
 
 /* ---- verbs_mem.c ---- */
 int verbs_mem_open(struct verbs_tp *vt);

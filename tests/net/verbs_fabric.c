@@ -1,0 +1,212 @@
+/*
+ * verbs provider, error paths a fabric produces (issue 27), in one process with two ranks
+ * (run under scripts/rdma-exec, which gives the device's address in DDSS_RDMA_HOST):
+ *  - the disconnect loop: rank 1 disconnects from rank 2 and reconnects, 500 times; every
+ *    message sent each round arrives, and rank 2's posted receive buffers (SRQ, or without
+ *    one, per-connection receive queues: DDSS_VERBS_DISABLE=srq) end where they started;
+ *  - DDSS_TRAFFIC_CLASS: out-of-range values refuse to open, a valid one works.
+ * ROUNDS=N in the environment changes the number of rounds.
+ */
+#include "common/test_util.h"
+#include "net/transport.h"
+#include "net/verbs/verbs.h"
+
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define POOL_LEN 65536
+#define PER_ROUND 4
+
+static char host[64];
+static uint16_t base_port;
+static unsigned received[2]; /* [rank - 1]: messages its handler saw */
+static unsigned bad_payload;
+
+static void on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len)
+{
+	unsigned *count = arg;
+	uint32_t seq;
+
+	/* Messages arrive in order: each carries the sender's count so far. */
+	if (from != 1 || tag != 7 || len != sizeof(seq)) {
+		__atomic_add_fetch(&bad_payload, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	memcpy(&seq, buf, sizeof(seq));
+	if (seq != __atomic_load_n(count, __ATOMIC_RELAXED))
+		__atomic_add_fetch(&bad_payload, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(count, 1, __ATOMIC_RELEASE);
+}
+
+static struct ddss_tp *open_rank(struct ddss_tp_node *nodes, uint32_t rank, uint64_t *pool)
+{
+	struct ddss_tp_config cfg = {
+		.rank = rank, .size = 2, .group = 0x27, .nodes = nodes, .listen_fd = -1,
+		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = 10000,
+		.connect_timeout_ms = 5000,
+		.handlers = { .on_msg = on_msg, .arg = &received[rank - 1] },
+	};
+	struct ddss_tp_mr *mr;
+	struct ddss_tp *tp = NULL;
+
+	if (ddss_tp_open("verbs", &cfg, &tp))
+		return NULL;
+	if (ddss_tp_mem_register(tp, pool, POOL_LEN, true, &mr) || ddss_tp_start(tp)) {
+		ddss_tp_close(tp);
+		return NULL;
+	}
+	return tp;
+}
+
+static void nodes_init(struct ddss_tp_node *nodes)
+{
+	for (uint32_t i = 0; i < 2; i++) {
+		snprintf(nodes[i].host, sizeof(nodes[i].host), "%s", host);
+		nodes[i].port = (uint16_t)(base_port + i);
+	}
+	base_port += 2;
+}
+
+/* Wait (bounded) until rank 2 has seen @want messages. */
+static bool wait_received(unsigned want)
+{
+	double until = test_now_ms() + 10000;
+
+	while (__atomic_load_n(&received[1], __ATOMIC_ACQUIRE) < want)
+		if (test_now_ms() > until)
+			return false;
+		else
+			usleep(50);
+	return true;
+}
+
+/* Rank 2's posted receive count once it stops moving (teardowns finish on its cm thread). */
+static unsigned settled_posted(struct ddss_tp *tp, unsigned want, bool have_want)
+{
+	double until = test_now_ms() + 10000;
+	unsigned prev = ddss_verbs_srq_posted(tp), cur;
+
+	for (;;) {
+		usleep(100000);
+		cur = ddss_verbs_srq_posted(tp);
+		if (have_want ? cur == want : cur == prev)
+			return cur;
+		if (test_now_ms() > until)
+			return cur;
+		prev = cur;
+	}
+}
+
+static void test_disconnect_loop(void)
+{
+	const char *env = getenv("ROUNDS");
+	unsigned rounds = env ? (unsigned)atoi(env) : 500, sent = 0, start, end;
+	struct ddss_tp_node nodes[2];
+	uint64_t *p1 = test_alloc_pool(POOL_LEN), *p2 = test_alloc_pool(POOL_LEN);
+	struct ddss_tp_peer_info info;
+	struct ddss_tp *t1, *t2;
+	double t0 = test_now_ms();
+
+	nodes_init(nodes);
+	received[1] = 0;
+	bad_payload = 0;
+	t1 = open_rank(nodes, 1, p1);
+	t2 = open_rank(nodes, 2, p2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(t1);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(t2);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_peer_connect(t1, 2), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_msg_send(t1, 2, 7, &sent, sizeof(sent)), 0);
+	sent++;
+	CU_ASSERT_TRUE_FATAL(wait_received(sent));
+	start = settled_posted(t2, 0, false);
+	printf("\n  posted receive buffers at rank 2: %u at start\n", start);
+	CU_ASSERT_TRUE(start > 0);
+	for (unsigned round = 0; round < rounds; round++) {
+		for (unsigned i = 0; i < PER_ROUND; i++, sent++)
+			if (ddss_tp_msg_send(t1, 2, 7, &sent, sizeof(sent))) {
+				CU_FAIL("msg_send failed");
+				goto out;
+			}
+		if (!wait_received(sent)) {
+			printf("  round %u: %u of %u messages received\n", round, received[1], sent);
+			CU_FAIL("messages lost");
+			goto out;
+		}
+		if (ddss_tp_peer_disconnect(t1, 2) || ddss_tp_peer_connect(t1, 2)) {
+			printf("  round %u: disconnect/connect failed\n", round);
+			CU_FAIL("reconnect failed");
+			goto out;
+		}
+	}
+	end = settled_posted(t2, start, true);
+	printf("  %u rounds, %u messages in %.1f s; posted at rank 2: %u at the end\n", rounds,
+	       sent, (test_now_ms() - t0) / 1000, end);
+	CU_ASSERT_EQUAL(end, start);
+	CU_ASSERT_EQUAL(received[1], sent);
+	CU_ASSERT_EQUAL(bad_payload, 0);
+	CU_ASSERT_EQUAL(ddss_tp_peer_info(t1, 2, &info), 0);
+	CU_ASSERT_EQUAL(info.state, DDSS_TP_PEER_UP);
+out:
+	ddss_tp_close(t1);
+	ddss_tp_close(t2);
+	free(p1);
+	free(p2);
+}
+
+static void test_traffic_class(void)
+{
+	static const char *const bad[] = { "256", "-1", "abc", "12x" };
+	struct ddss_tp_node nodes[2];
+	struct ddss_tp_config cfg = {
+		.rank = 1, .size = 1, .group = 0x27, .nodes = nodes, .listen_fd = -1,
+		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = 10000,
+		.connect_timeout_ms = 5000,
+	};
+	uint64_t *pool = test_alloc_pool(POOL_LEN);
+	struct ddss_tp *tp = NULL;
+	struct ddss_tp_mr *mr;
+	uint64_t old = 0;
+
+	nodes_init(nodes);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("DDSS_TRAFFIC_CLASS", bad[i], 1);
+		CU_ASSERT_EQUAL(ddss_tp_open("verbs", &cfg, &tp), -EINVAL);
+	}
+	/* DSCP 26 (AF31), a usual lossless class. */
+	setenv("DDSS_TRAFFIC_CLASS", "104", 1);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_open("verbs", &cfg, &tp), 0);
+	CU_ASSERT_EQUAL(ddss_tp_mem_register(tp, pool, POOL_LEN, true, &mr), 0);
+	CU_ASSERT_EQUAL(ddss_tp_start(tp), 0);
+	pool[0] = 3;
+	CU_ASSERT_EQUAL(ddss_tp_fadd(tp, 1, 0, 1, &old), 0);
+	CU_ASSERT_EQUAL(old, 3);
+	ddss_tp_close(tp);
+	unsetenv("DDSS_TRAFFIC_CLASS");
+	free(pool);
+}
+
+int main(void)
+{
+	const char *h = getenv("DDSS_RDMA_HOST");
+	CU_pSuite suite;
+	unsigned failed;
+
+	if (!h || !*h) {
+		printf("SKIP: DDSS_RDMA_HOST is not set (run under scripts/rdma-exec)\n");
+		return TEST_SKIP_EXIT;
+	}
+	snprintf(host, sizeof(host), "%.*s", (int)strcspn(h, ","), h);
+	base_port = (uint16_t)(30000 + (getpid() % 5000) * 4);
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	suite = CU_add_suite("verbs fabric errors", NULL, NULL);
+	CU_add_test(suite, "DDSS_TRAFFIC_CLASS", test_traffic_class);
+	CU_add_test(suite, "disconnect loop keeps every receive buffer", test_disconnect_loop);
+	failed = test_run_all();
+	CU_cleanup_registry();
+	return failed ? 1 : 0;
+}
