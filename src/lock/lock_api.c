@@ -523,6 +523,10 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 	if (stale && stale != -ESTALE)
 		stale = 0; /* could not tell (e.g. home unreachable): the release says */
 	if (srsl) {
+		/* The release is a message, which no fence holds back behind a READ in flight
+		 * (docs/transport.md, "Ordering and fences"): wait for the transfer first. */
+		if (fence)
+			fence->wait(fence->arg);
 		/* The home's CPU keeps SRSL state by key: release it even for a stale key. */
 		r = ddss_srsl_release(lk->srsl, rq.home, key, rq.mode);
 		if (rq.mode == DDSS_LOCK_EXCLUSIVE)
