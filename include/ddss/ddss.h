@@ -34,9 +34,10 @@ typedef struct ddss_ctx ddss_ctx_t;
 typedef uint64_t ddss_key_t;
 
 enum ddss_completion {
-	DDSS_COMPLETION_DEFAULT = 0, /* DDSS_COMPLETION, else event */
+	DDSS_COMPLETION_DEFAULT = 0, /* DDSS_COMPLETION, else adaptive */
 	DDSS_COMPLETION_EVENT,       /* block on completion events (idle CPU while waiting) */
 	DDSS_COMPLETION_POLL,        /* spin (lowest latency, one busy core per waiter) */
+	DDSS_COMPLETION_ADAPTIVE,    /* spin for about one wake-up's cost, then block as event */
 };
 
 /*

@@ -65,7 +65,7 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env,
 	long v;
 	int r;
 
-	if (attr->completion > DDSS_COMPLETION_POLL || attr->op_timeout_ms < 0 ||
+	if (attr->completion > DDSS_COMPLETION_ADAPTIVE || attr->op_timeout_ms < 0 ||
 	    attr->connect_timeout_ms < 0 || attr->peer_timeout_ms < -1)
 		return -EINVAL;
 	r = configure_locks(attr, conf);
@@ -77,8 +77,9 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env,
 		strcpy(env->transport, attr->transport);
 	}
 	if (attr->completion != DDSS_COMPLETION_DEFAULT && !getenv("DDSS_COMPLETION"))
-		env->completion = attr->completion == DDSS_COMPLETION_POLL ?
-				  DDSS_TP_COMPLETION_POLL : DDSS_TP_COMPLETION_EVENT;
+		env->completion = attr->completion == DDSS_COMPLETION_POLL ? DDSS_TP_COMPLETION_POLL :
+				  attr->completion == DDSS_COMPLETION_EVENT ? DDSS_TP_COMPLETION_EVENT :
+									      DDSS_TP_COMPLETION_ADAPTIVE;
 	if (attr->op_timeout_ms && !getenv("DDSS_OP_TIMEOUT_MS"))
 		env->op_timeout_ms = attr->op_timeout_ms;
 	if (attr->connect_timeout_ms && !getenv("DDSS_CONNECT_TIMEOUT_MS"))

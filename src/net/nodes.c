@@ -1,6 +1,7 @@
 #include "net/nodes.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "net/spin.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -116,13 +117,52 @@ static char *read_file(const char *path)
 	return buf;
 }
 
+/*
+ * DDSS_COMPLETION: event | poll | adaptive (default). Adaptive fixes the spin bound here,
+ * once per process (net/spin.h: DDSS_SPIN_US or a measured wake-up), so no wait pays for
+ * the measurement; a bad DDSS_SPIN_US fails the load whatever the mode.
+ */
+static int completion_load(enum ddss_tp_completion *out_p)
+{
+	static const struct {
+		const char *name;
+		enum ddss_tp_completion mode;
+	} modes[] = {
+		{ "event", DDSS_TP_COMPLETION_EVENT },
+		{ "poll", DDSS_TP_COMPLETION_POLL },
+		{ "adaptive", DDSS_TP_COMPLETION_ADAPTIVE },
+	};
+	const char *s = getenv("DDSS_COMPLETION");
+	enum ddss_tp_completion mode = DDSS_TP_COMPLETION_ADAPTIVE;
+	long us;
+	int r;
+
+	if (s && *s) {
+		size_t i = 0;
+
+		while (i < sizeof(modes) / sizeof(modes[0]) && strcmp(s, modes[i].name))
+			i++;
+		if (i == sizeof(modes) / sizeof(modes[0])) {
+			DDSS_ERR("DDSS_COMPLETION=%s: expected event, poll or adaptive", s);
+			return -EINVAL;
+		}
+		mode = modes[i].mode;
+	}
+	r = ddss_spin_env(&us);
+	if (r)
+		return r;
+	if (mode == DDSS_TP_COMPLETION_ADAPTIVE)
+		ddss_spin_init();
+	*out_p = mode;
+	return 0;
+}
+
 int ddss_net_env_load(struct ddss_net_env *env)
 {
 	const char *list = getenv("DDSS_NODES"), *file = getenv("DDSS_NODES_FILE");
 	const char *s;
 	char *text = NULL;
 	long rank, size, v;
-	bool poll;
 	int r;
 
 	memset(env, 0, sizeof(*env));
@@ -166,8 +206,8 @@ int ddss_net_env_load(struct ddss_net_env *env)
 		env->connect_timeout_ms = (int)v;
 	if (!r && !(r = ddss_env_long("DDSS_PEER_TIMEOUT_MS", 0, 1L << 30, 10000, &v)))
 		env->peer_timeout_ms = (int)v;
-	if (!r && !(r = ddss_env_either("DDSS_COMPLETION", "event", "poll", &poll)))
-		env->completion = poll ? DDSS_TP_COMPLETION_POLL : DDSS_TP_COMPLETION_EVENT;
+	if (!r)
+		r = completion_load(&env->completion);
 	if (!r)
 		r = ddss_env_either("DDSS_THREAD_FILES", "private", "shared", &env->share_files);
 	if (!r)

@@ -10,7 +10,9 @@
  *   DDSS_GROUP               group id in hex (ddssrun sets a random one); peers must match
  *   DDSS_TRANSPORT           tcp | verbs | auto (default auto: verbs if a device is usable)
  *   DDSS_DEVICE              verbs device name (default: automatic)
- *   DDSS_COMPLETION          event (default) | poll
+ *   DDSS_COMPLETION          adaptive (default: poll, then sleep; net/spin.h) | event | poll
+ *   DDSS_SPIN_US             adaptive: poll this long before sleeping (0..10000; default
+ *                            measured, net/spin.h)
  *   DDSS_OP_TIMEOUT_MS       an operation outstanding this long fails its peer (30000; 0 = never)
  *   DDSS_CONNECT_TIMEOUT_MS  how long to retry a peer that has not started yet (30000)
  *   DDSS_PEER_TIMEOUT_MS     a connected peer silent this long is declared dead for good

@@ -58,6 +58,7 @@ struct ddss_tp_mr;
 enum ddss_tp_completion {
 	DDSS_TP_COMPLETION_EVENT = 0, /* block in the kernel until a completion arrives */
 	DDSS_TP_COMPLETION_POLL = 1,  /* spin on the completion source without sleeping */
+	DDSS_TP_COMPLETION_ADAPTIVE = 2, /* spin up to a bound (net/spin.h), then as EVENT */
 };
 
 enum ddss_tp_op {

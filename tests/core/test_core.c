@@ -190,7 +190,7 @@ static void test_env_defaults(void)
 	CU_ASSERT_EQUAL(env.group, 0);
 	CU_ASSERT_STRING_EQUAL(env.transport, "auto");
 	CU_ASSERT_STRING_EQUAL(env.device, "");
-	CU_ASSERT_EQUAL(env.completion, DDSS_TP_COMPLETION_EVENT);
+	CU_ASSERT_EQUAL(env.completion, DDSS_TP_COMPLETION_ADAPTIVE);
 	CU_ASSERT_EQUAL(env.op_timeout_ms, 30000);
 	CU_ASSERT_EQUAL(env.connect_timeout_ms, 30000);
 	ddss_net_env_free(&env);
@@ -335,7 +335,7 @@ static void test_env_completion(void)
 	ddss_net_env_free(&env);
 	setenv("DDSS_COMPLETION", "", 1);
 	CU_ASSERT_EQUAL_FATAL(ddss_net_env_load(&env), 0);
-	CU_ASSERT_EQUAL(env.completion, DDSS_TP_COMPLETION_EVENT);
+	CU_ASSERT_EQUAL(env.completion, DDSS_TP_COMPLETION_ADAPTIVE);
 	ddss_net_env_free(&env);
 	setenv("DDSS_COMPLETION", "bogus", 1);
 	CU_ASSERT_EQUAL(load_status(), -EINVAL);

@@ -11,6 +11,7 @@
 #include "net/tcp/tcp.h"
 #include "core/log.h"
 #include "net/sleepers.h"
+#include "net/spin.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -626,12 +627,20 @@ static int rx_parse(struct tcp_chan *ch, struct ddss_tp_req *until)
 
 /*
  * Rx owner: receive more bytes. Large read payloads go straight into the caller's buffer.
- * @block: wait (spinning in poll mode, else in the kernel) until @deadline.
+ * @block: wait until @deadline: spinning on non-blocking recv in poll mode, in the kernel in
+ * event mode, and in adaptive mode spinning up to the spin bound (net/spin.h) from the
+ * first empty recv, then in the kernel. Spinning reads the clock every TCP_SPINS_PER_CLOCK
+ * recvs only (a clock read costs about a microsecond in the emulated guest).
  * Returns 0, -EAGAIN (non-blocking, nothing there), -ETIMEDOUT, or a failure (-ECONNRESET).
  */
+#define TCP_SPINS_PER_CLOCK 4
+
 static int rx_fill(struct tcp_chan *ch, int64_t deadline, bool block)
 {
-	bool spin = ch->tp->base.cfg.completion == DDSS_TP_COMPLETION_POLL;
+	enum ddss_tp_completion mode = ch->tp->base.cfg.completion;
+	bool spin = mode != DDSS_TP_COMPLETION_EVENT;
+	int64_t spin_end = mode == DDSS_TP_COMPLETION_POLL ? INT64_MAX : 0; /* 0: not started */
+	unsigned spins = 0;
 	void *dst;
 	size_t room;
 	ssize_t n;
@@ -681,8 +690,21 @@ static int rx_fill(struct tcp_chan *ch, int64_t deadline, bool block)
 		}
 		if (!block)
 			return -EAGAIN;
-		if (ddss_now_ns() >= deadline)
-			return -ETIMEDOUT;
+		if (spin && spin_end == 0) {
+			int64_t now = ddss_now_ns();
+
+			spin_end = now + ddss_spin_ns();
+			if (spin_end > deadline)
+				spin_end = deadline;
+			spin = spin_end > now;
+		} else if (!spin || ++spins % TCP_SPINS_PER_CLOCK == 0) {
+			int64_t now = ddss_now_ns();
+
+			if (now >= deadline)
+				return -ETIMEDOUT;
+			if (now >= spin_end)
+				spin = false; /* adaptive: spun long enough, block from now on */
+		}
 		if (chan_error(ch))
 			return chan_error(ch);
 	}

@@ -5,6 +5,7 @@
  */
 #include "net/verbs/verbs_int.h"
 #include "core/log.h"
+#include "net/spin.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -34,7 +35,10 @@ int verbs_cq_open(struct verbs_tp *vt)
 		cqe = da.max_cqe;
 	pthread_mutex_init(&vt->own_mu, NULL);
 	pthread_cond_init(&vt->own_cv, NULL);
-	if (vt->base.cfg.completion == DDSS_TP_COMPLETION_EVENT) {
+	/* Adaptive: measure the spin bound now rather than in the first wait. */
+	if (vt->base.cfg.completion == DDSS_TP_COMPLETION_ADAPTIVE)
+		ddss_spin_init();
+	if (vt->base.cfg.completion != DDSS_TP_COMPLETION_POLL) {
 		vt->scq_ch = ibv_create_comp_channel(vt->ctx);
 		if (!vt->scq_ch)
 			return -errno;
@@ -163,8 +167,9 @@ int verbs_progress(struct verbs_tp *vt)
 }
 
 /*
- * Owner, event mode: sleep until the CQ has something or @ms passes. The CQ is armed and
- * then polled once more, so a completion that arrived before arming is not slept through.
+ * Owner, event mode (adaptive once it has spun): sleep until the CQ has something or @ms
+ * passes. The CQ is armed and then polled once more, so a completion that arrived before
+ * arming is not slept through.
  */
 static int block_on_scq(struct verbs_tp *vt, int ms)
 {
@@ -208,7 +213,8 @@ static void sleep_while_owned(struct verbs_tp *vt, struct ddss_tp_req *req, int 
 
 /*
  * One step towards @req's completion (or, with req NULL, towards any completion): poll as
- * owner, blocking up to @ms in event mode when there is nothing, or wait for the owner.
+ * owner, blocking up to @ms in event and adaptive mode when there is nothing, or wait for
+ * the owner.
  */
 static void progress_step(struct verbs_tp *vt, struct ddss_tp_req *req, int ms)
 {
@@ -241,17 +247,57 @@ static int slice_ms(int64_t deadline_ns)
 
 /* Polls between clock reads while spinning: a read can cost a microsecond (emulated HPET). */
 #define SPINS_PER_CLOCK 256
+/* The same for adaptive mode's spin, which is bounded by microseconds, not a timeout. */
+#define ADAPTIVE_SPINS_PER_CLOCK 32
+
+/*
+ * Adaptive mode, before sleeping: poll for @req until the spin bound (net/spin.h) has
+ * passed since @start, or @deadline. The owner keeps the CQ between empty polls and lets go after each
+ * poll that completed something, so threads sleeping on own_cv whose request it completed
+ * are woken; a thread that is not the owner checks its request and yields (it may become
+ * the owner when the current one lets go). True if @req is done.
+ */
+static bool spin_for(struct verbs_tp *vt, struct ddss_tp_req *req, int64_t start,
+		     int64_t deadline)
+{
+	int64_t end = start + ddss_spin_ns();
+	bool own = false;
+	unsigned spins = 0;
+
+	if (end > deadline)
+		end = deadline;
+	while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE)) {
+		if (!own)
+			own = verbs_try_own(vt);
+		if (own) {
+			if (poll_scq(vt)) {
+				verbs_release_own(vt);
+				own = false;
+			}
+		} else {
+			sched_yield();
+		}
+		if (++spins % ADAPTIVE_SPINS_PER_CLOCK == 0 && ddss_now_ns() >= end)
+			break;
+	}
+	if (own)
+		verbs_release_own(vt);
+	return __atomic_load_n(&req->done, __ATOMIC_ACQUIRE);
+}
 
 int verbs_wait_slow(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms)
 {
 	bool is_default = timeout_ms == DDSS_TP_TIMEOUT_DEFAULT;
 	bool spin = vt->base.cfg.completion == DDSS_TP_COMPLETION_POLL;
 	int ms = is_default ? vt->base.cfg.op_timeout_ms : timeout_ms;
-	int64_t deadline;
+	int64_t deadline, now = ddss_now_ns();
 	bool failed_peer = false;
 	unsigned spins = 0;
 
-	deadline = ms < 0 ? INT64_MAX : ddss_now_ns() + (int64_t)ms * 1000000;
+	deadline = ms < 0 ? INT64_MAX : now + (int64_t)ms * 1000000;
+	/* Adaptive: poll for about a wake-up's cost; then as event mode (arm and sleep). */
+	if (vt->base.cfg.completion == DDSS_TP_COMPLETION_ADAPTIVE && spin_for(vt, req, now, deadline))
+		return 0;
 	while (!__atomic_load_n(&req->done, __ATOMIC_ACQUIRE)) {
 		if (spin && ++spins % SPINS_PER_CLOCK) {
 			progress_step(vt, req, 0);
