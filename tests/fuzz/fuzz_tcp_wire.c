@@ -5,7 +5,9 @@
  *
  * Input: [header 48][hello 88][pool_len 8] (missing bytes read as zeros).
  * Invariants: a header or hello that decodes re-encodes to the same bytes (the hello has
- * no reserved bytes: unknown flags are refused); an accepted kind is in range; a request
+ * no reserved bytes: unknown flags are refused); an accepted kind is in range, and its
+ * header flags hold only the fence, and only on a one-sided request (READ, WRITE, CAS,
+ * FADD); a request
  * the check accepts lies inside the pool, with the per-kind rules of tcp_wire_check_request;
  * the check answers only 0, -EINVAL, -ERANGE or -EPROTO.
  */
@@ -67,10 +69,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (tcp_wire_decode_hdr(raw, &h) == 0) {
 		FUZZ_CHECK(h.kind >= TCP_K_READ && h.kind < TCP_K_MAX_);
+		FUZZ_CHECK((h.flags & ~TCP_WIRE_F_FENCE) == 0);
+		FUZZ_CHECK(!h.flags || h.kind == TCP_K_READ || h.kind == TCP_K_WRITE ||
+			   h.kind == TCP_K_CAS || h.kind == TCP_K_FADD);
 		tcp_wire_encode_hdr(&h, out);
 		FUZZ_CHECK(memcmp(out, raw, sizeof(raw)) == 0);
 		FUZZ_CHECK(tcp_wire_decode_hdr(out, &h2) == 0);
-		FUZZ_CHECK(h2.kind == h.kind && h2.tag == h.tag && h2.len == h.len &&
+		FUZZ_CHECK(h2.kind == h.kind && h2.flags == h.flags && h2.tag == h.tag &&
+			   h2.len == h.len &&
 			   h2.status == h.status && h2.seq == h.seq && h2.off == h.off &&
 			   h2.a == h.a && h2.b == h.b);
 		check_request(&h, pool_len);

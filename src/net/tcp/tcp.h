@@ -32,6 +32,16 @@
 
 enum tcp_ev_type { TCP_EV_STOP = 1, TCP_EV_CHAN, TCP_EV_SERVED };
 
+/* How this rank serves its pool (DDSS_TCP_ORDER, read at open). */
+enum tcp_order {
+	TCP_ORDER_STRONG = 0, /* each connection in order, a READ sampled in its turn */
+	TCP_ORDER_WEAK,       /* test mode: as late as InfiniBand RC allows (tcp_serve.c) */
+};
+/* Weak order: how long a READ stays unsampled and an atomic's reply is held. */
+#define TCP_WEAK_HOLD_NS 1000000LL
+/* Weak order: a served connection is not read while it holds this many replies. */
+#define TCP_WEAK_MAX_HELD 256u
+
 struct tcp_tp;
 
 /* Bytes waiting to go out on a channel because the socket was full. */
@@ -89,6 +99,8 @@ struct tcp_chan {
 	size_t rx_cur_got;
 };
 
+struct tcp_held;
+
 /* An incoming connection this rank serves (owned by the progress thread). */
 struct tcp_served {
 	enum tcp_ev_type ev_type; /* first: epoll data points here */
@@ -107,6 +119,13 @@ struct tcp_served {
 	struct iovec out_iov[2];
 	int out_iovcnt;
 	bool out_blocked;
+	uint32_t watching;      /* the epoll events registered for fd */
+	/* Weak order: replies held back, oldest first (tcp_serve.c). */
+	struct tcp_held *held_head, *held_tail;
+	unsigned nheld;
+	bool head_sending;      /* out_iov is held_head's reply */
+	bool weak_listed;       /* on tcp_tp.weak_list */
+	struct tcp_served *weak_next;
 };
 
 struct tcp_peer {
@@ -129,6 +148,11 @@ struct tcp_tp {
 	pthread_mutex_t served_mu;
 	struct tcp_served *served; /* list, for teardown */
 	struct tcp_peer *peers;    /* [1..size] */
+	enum tcp_order order;
+	/* Weak order, progress thread only: rounds of the progress loop done, and the served
+	 * connections that hold replies. */
+	uint64_t round;
+	struct tcp_served *weak_list;
 };
 
 static inline struct tcp_tp *tcp_tp_of(struct ddss_tp *tp)

@@ -3,6 +3,8 @@
  * requests go to a channel. Operations on this rank's own pool run inline as CPU
  * operations: the progress thread serves remote atomics with CPU atomics too, so the two
  * are atomic with respect to each other (unlike verbs, where the NIC's atomics are not).
+ * They also run at once in the weak test mode (DDSS_TCP_ORDER=weak, tcp_serve.c), which
+ * weakens only what the progress thread serves for peers.
  */
 #include "net/tcp/tcp.h"
 #include "core/log.h"
@@ -235,14 +237,18 @@ static int local_op(struct tcp_tp *t, struct ddss_tp_req *req)
 
 /*
  * Common path of every one-sided post: check arguments and range (against the pool
- * length the peer announced), then run locally or send on the peer's channel.
+ * length the peer announced), then run locally or send on the peer's channel. @flags:
+ * DDSS_TP_MORE holds the frame (tcp_chan_post), DDSS_TP_FENCE travels in the header (a
+ * local operation runs at once: nothing of ours is in flight to our own pool).
  */
 static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t off, void *local,
-		size_t len, uint64_t a, uint64_t b, struct ddss_tp_req *req, bool hold)
+		size_t len, uint64_t a, uint64_t b, struct ddss_tp_req *req, unsigned flags)
 {
 	struct tcp_tp *t = tcp_tp_of(tp);
 	struct tcp_chan *ch;
-	struct tcp_wire_hdr h = { .off = off };
+	struct tcp_wire_hdr h = { .off = off,
+				  .flags = flags & DDSS_TP_FENCE ? TCP_WIRE_F_FENCE : 0 };
+	bool hold = flags & DDSS_TP_MORE;
 	uint64_t pool_len;
 	int r;
 
@@ -294,37 +300,36 @@ static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t 
 static int tcp_post_read(struct ddss_tp *tp, uint32_t peer, uint64_t off, void *local, size_t len,
 			 struct ddss_tp_req *req)
 {
-	return post(tp, peer, DDSS_TP_OP_READ, off, local, len, 0, 0, req, false);
+	return post(tp, peer, DDSS_TP_OP_READ, off, local, len, 0, 0, req, 0);
 }
 
 static int tcp_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const void *local,
 			  size_t len, struct ddss_tp_req *req)
 {
-	return post(tp, peer, DDSS_TP_OP_WRITE, off, (void *)local, len, 0, 0, req, false);
+	return post(tp, peer, DDSS_TP_OP_WRITE, off, (void *)local, len, 0, 0, req, 0);
 }
 
 /*
  * DDSS_TP_MORE: the frame goes out with this channel's next send (or at the poster's
- * wait). DDSS_TP_FENCE: nothing to do, the home executes each channel in order.
+ * wait). DDSS_TP_FENCE: a header flag; the home honours it in the weak test mode (it
+ * executes each channel in order otherwise, which is stronger than any fence).
  */
 static int tcp_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, uint64_t off,
 		       void *local, size_t len, uint64_t a, uint64_t b, unsigned flags,
 		       struct ddss_tp_req *req)
 {
-	bool hold = flags & DDSS_TP_MORE;
-
 	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE))
 		return -EINVAL;
 	switch (op) {
 	case DDSS_TP_OP_READ:
 	case DDSS_TP_OP_WRITE:
-		return post(tp, peer, op, off, local, len, 0, 0, req, hold);
+		return post(tp, peer, op, off, local, len, 0, 0, req, flags);
 	case DDSS_TP_OP_CAS:
 	case DDSS_TP_OP_FADD:
-		if (hold || !req)
+		if ((flags & DDSS_TP_MORE) || !req)
 			return -EINVAL;
 		return post(tp, peer, op, off, &req->result, 8, a, op == DDSS_TP_OP_CAS ? b : 0, req,
-			    false);
+			    flags);
 	}
 	return -EINVAL;
 }
@@ -332,13 +337,13 @@ static int tcp_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, ui
 static int tcp_post_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
 			uint64_t swap, struct ddss_tp_req *req)
 {
-	return post(tp, peer, DDSS_TP_OP_CAS, off, &req->result, 8, compare, swap, req, false);
+	return post(tp, peer, DDSS_TP_OP_CAS, off, &req->result, 8, compare, swap, req, 0);
 }
 
 static int tcp_post_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add,
 			 struct ddss_tp_req *req)
 {
-	return post(tp, peer, DDSS_TP_OP_FADD, off, &req->result, 8, add, 0, req, false);
+	return post(tp, peer, DDSS_TP_OP_FADD, off, &req->result, 8, add, 0, req, 0);
 }
 
 static int send_oneway(struct ddss_tp *tp, uint32_t peer, const struct tcp_wire_hdr *h,
@@ -421,6 +426,30 @@ const struct ddss_tp_ops ddss_tcp_ops = {
 	.wait = tcp_wait,
 };
 
+/*
+ * DDSS_TCP_ORDER: "strong" (default: each channel executed in order, READs sampled at
+ * once) or "weak", the test mode that executes as late as InfiniBand RC allows
+ * (tcp_serve.c, docs/transport.md). Anything else refuses to open.
+ */
+static int order_from_env(enum tcp_order *order_p)
+{
+	const char *s = getenv("DDSS_TCP_ORDER");
+
+	if (!s || !*s || !strcmp(s, "strong")) {
+		*order_p = TCP_ORDER_STRONG;
+		return 0;
+	}
+	if (!strcmp(s, "weak")) {
+		DDSS_WARN("DDSS_TCP_ORDER=weak: a test mode; this rank serves READs and atomic "
+			  "replies as late as InfiniBand allows (slower, for finding missing "
+			  "fences)");
+		*order_p = TCP_ORDER_WEAK;
+		return 0;
+	}
+	DDSS_ERR("DDSS_TCP_ORDER=%s: unknown ordering (strong or weak)", s);
+	return -EINVAL;
+}
+
 static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 {
 	struct tcp_tp *t = calloc(1, sizeof(*t));
@@ -428,6 +457,9 @@ static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 
 	if (!t)
 		return -ENOMEM;
+	r = order_from_env(&t->order);
+	if (r)
+		goto err_free;
 	r = ddss_tp_init_common(&t->base, &ddss_tcp_ops, cfg);
 	if (r)
 		goto err_free;

@@ -7,6 +7,30 @@
  * connection's requests on our pool with non-blocking I/O over epoll, in order: when a
  * reply does not fit in the socket, it stops reading that connection until the reply is
  * out, which is the back-pressure that bounds memory whatever the initiator posts.
+ *
+ * Weak order (DDSS_TCP_ORDER=weak, a test mode). InfiniBand RC executes a QP's requests in
+ * order with one latitude: a READ may sample memory, and an atomic may return its result,
+ * after later requests of the QP have executed; only a request posted with a fence waits
+ * for them (net/transport.h). Serving each connection strictly in order hides every
+ * missing fence, so this mode does, per connection, the latest the spec allows:
+ *  - a READ is not sampled in its turn: its reply is held (struct tcp_held) while the
+ *    requests behind it go on executing (writes land, atomics run, notifications and
+ *    messages are delivered);
+ *  - an atomic executes in its turn, but its reply is held the same way;
+ *  - replies stay in order (the initiator matches them by sequence number): a reply
+ *    behind a held one waits behind it;
+ *  - a request with the fence flag (TCP_WIRE_F_FENCE) first releases everything held on
+ *    its connection, before any of its own bytes land or it executes;
+ *  - otherwise held replies are released at the end of a progress round, once they were
+ *    held TCP_WEAK_HOLD_NS *and* one more whole round has served every ready connection.
+ *    Released READs sample the pool then, newest first (an earlier READ samples after a
+ *    later one, which an unfenced READ may pass).
+ * The hold is long next to a round trip (tens of microseconds here): a lock released too
+ * early (its CAS or message not fenced behind the READ of a get) is taken by another rank,
+ * or by the home's own threads, which write under it before the READ samples, and the
+ * coherence suite sees a torn or too new copy. Every READ and atomic pays up to the hold
+ * in latency. Operations of a rank on its own pool run inline on its CPU
+ * (tcp_provider.c), at once: they are not weakened.
  */
 #include "net/tcp/tcp.h"
 #include "core/log.h"
@@ -25,11 +49,71 @@
 /* Large write payloads bypass the receive buffer and land in the pool directly. */
 #define SERVE_DIRECT_MIN 4096u
 
+/* A reply held back in weak order (see the top). */
+struct tcp_held {
+	struct tcp_held *next;
+	struct tcp_held *rev;    /* weak_release's batch, newest first */
+	struct tcp_wire_hdr rep; /* the reply; a READ's rep.len bytes go in data once sampled */
+	uint64_t off;            /* READ: where in the pool */
+	bool late;               /* a READ or atomic not released yet */
+	bool read;               /* a READ: sampled when released */
+	uint64_t round;          /* t->round when held */
+	int64_t since_ns;
+	unsigned char data[];
+};
+
+static bool weak(const struct tcp_tp *t)
+{
+	return t->order == TCP_ORDER_WEAK;
+}
+
 static int ev_set(struct tcp_tp *t, struct tcp_served *s, uint32_t events, int op)
 {
 	struct epoll_event ev = { .events = events, .data.ptr = s };
 
 	return epoll_ctl(t->epfd, op, s->fd, &ev) ? -errno : 0;
+}
+
+/*
+ * Watch for what the connection can go on with: a reply to send out (nothing is read
+ * meanwhile: back-pressure), else requests, unless too many replies are held (weak order:
+ * then nothing until round ends release some; hang-ups are reported all the same).
+ */
+static int served_watch(struct tcp_tp *t, struct tcp_served *s)
+{
+	uint32_t ev = s->out_blocked ? EPOLLOUT : s->nheld >= TCP_WEAK_MAX_HELD ? 0 : EPOLLIN;
+	int r;
+
+	if (ev == s->watching)
+		return 0;
+	r = ev_set(t, s, ev, EPOLL_CTL_MOD);
+	if (!r)
+		s->watching = ev;
+	return r;
+}
+
+static void weak_unlink(struct tcp_tp *t, struct tcp_served *s)
+{
+	if (!s->weak_listed)
+		return;
+	for (struct tcp_served **pp = &t->weak_list; *pp; pp = &(*pp)->weak_next) {
+		if (*pp == s) {
+			*pp = s->weak_next;
+			break;
+		}
+	}
+	s->weak_listed = false;
+}
+
+static void served_free(struct tcp_served *s)
+{
+	struct tcp_held *h;
+
+	while ((h = s->held_head)) {
+		s->held_head = h->next;
+		free(h);
+	}
+	free(s);
 }
 
 static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why)
@@ -38,6 +122,7 @@ static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why
 	bool others = false;
 
 	DDSS_INFO("closing connection from rank %u: %s", s->peer, why);
+	weak_unlink(t, s);
 	epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->fd, NULL);
 	pthread_mutex_lock(&t->served_mu);
 	for (pp = &t->served; *pp; pp = &(*pp)->next) {
@@ -52,7 +137,7 @@ static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why
 	close(s->fd); /* only once unlinked: tcp_serve_cut must never see a reused number */
 	if (!others)
 		tcp_peer_set_state(t, s->peer, DDSS_TP_PEER_DOWN);
-	free(s);
+	served_free(s);
 }
 
 /* Send the pending reply; 0 when all out, -EAGAIN when the socket is full, else failure. */
@@ -100,7 +185,102 @@ static int served_reply(struct tcp_tp *t, struct tcp_served *s, const struct tcp
 		return r;
 	/* Stop reading this connection until the reply is out (back-pressure). */
 	s->out_blocked = true;
-	return ev_set(t, s, EPOLLOUT, EPOLL_CTL_MOD);
+	return served_watch(t, s);
+}
+
+/* ---- weak order (see the top) ---- */
+
+/* Hold @rep (for the request in s->cur) behind the replies held already. */
+static int weak_hold(struct tcp_tp *t, struct tcp_served *s, const struct tcp_wire_hdr *rep,
+		     bool late, bool read)
+{
+	struct tcp_held *h = malloc(sizeof(*h) + (read ? rep->len : 0));
+
+	if (!h)
+		return -ENOMEM;
+	*h = (struct tcp_held){ .rep = *rep, .off = s->cur.off, .late = late, .read = read,
+				.round = t->round, .since_ns = late ? ddss_now_ns() : 0 };
+	if (s->held_tail)
+		s->held_tail->next = h;
+	else
+		s->held_head = h;
+	s->held_tail = h;
+	s->nheld++;
+	if (!s->weak_listed) {
+		s->weak_next = t->weak_list;
+		t->weak_list = s;
+		s->weak_listed = true;
+	}
+	return 0;
+}
+
+/*
+ * Send the released replies at the head, in order, until one still held (or the socket is
+ * full: the connection then waits for EPOLLOUT, reading nothing). 0 or a failure.
+ */
+static int weak_send(struct tcp_tp *t, struct tcp_served *s)
+{
+	for (;;) {
+		struct tcp_held *h = s->held_head;
+		int r = served_flush(s); /* what is going out already (0 if nothing) */
+
+		if (r == -EAGAIN) {
+			s->out_blocked = true;
+			return served_watch(t, s);
+		}
+		if (r)
+			return r;
+		if (s->head_sending) { /* held_head's reply is out */
+			s->head_sending = false;
+			s->held_head = h->next;
+			if (!s->held_head)
+				s->held_tail = NULL;
+			s->nheld--;
+			free(h);
+			h = s->held_head;
+		}
+		if (!h || h->late)
+			break;
+		tcp_wire_encode_hdr(&h->rep, s->out_hdr);
+		s->out_iov[0] = (struct iovec){ s->out_hdr, TCP_WIRE_HDR_LEN };
+		s->out_iov[1] = (struct iovec){ h->data, h->read ? h->rep.len : 0 };
+		s->out_iovcnt = s->out_iov[1].iov_len ? 2 : 1;
+		s->head_sending = true;
+	}
+	s->out_blocked = false;
+	return served_watch(t, s);
+}
+
+/*
+ * Release held replies: every one (@all: a fenced request is next), else those held
+ * TCP_WEAK_HOLD_NS and for a whole round since; sample the released READs, newest first,
+ * and send what is ready.
+ */
+static int weak_release(struct tcp_tp *t, struct tcp_served *s, bool all)
+{
+	int64_t now = all ? 0 : ddss_now_ns();
+	struct tcp_held *batch = NULL;
+
+	/* Declared dead meanwhile: it may not read the pool any more. */
+	if (ddss_tp_peer_refused(&t->base, s->peer))
+		return -EHOSTDOWN;
+	for (struct tcp_held *h = s->held_head; h; h = h->next) {
+		if (!h->late)
+			continue;
+		/* Held in order, so the first one still due ends the batch. */
+		if (!all && (h->round >= t->round || now - h->since_ns < TCP_WEAK_HOLD_NS))
+			break;
+		h->rev = batch;
+		batch = h;
+	}
+	DDSS_POOL_ACCESS_BEGIN();
+	for (struct tcp_held *h = batch; h; h = h->rev) {
+		if (h->read)
+			memcpy(h->data, t->pool + h->off, h->rep.len);
+		h->late = false;
+	}
+	DDSS_POOL_ACCESS_END();
+	return weak_send(t, s);
 }
 
 /* Execute the fully received request in s->cur. */
@@ -112,6 +292,7 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 	const void *data = NULL;
 	/* Only formed once the request passed validation (cur_err == 0). */
 	uint64_t *word = s->cur_err ? NULL : (uint64_t *)(t->pool + c->off);
+	bool late = false, read = false;
 
 	/* Declared dead while its request was on the way: it may not touch the pool any more. */
 	if (ddss_tp_peer_refused(&t->base, s->peer))
@@ -121,6 +302,7 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 		if (!s->cur_err) {
 			data = t->pool + c->off;
 			rep.len = (uint32_t)c->a;
+			late = read = weak(t); /* sampled when released */
 		}
 		break;
 	case TCP_K_WRITE:
@@ -132,11 +314,14 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 			__atomic_compare_exchange_n(word, &expected, c->b, false, __ATOMIC_SEQ_CST,
 						    __ATOMIC_SEQ_CST);
 			rep.a = expected;
+			late = weak(t);
 		}
 		break;
 	case TCP_K_FADD:
-		if (!s->cur_err)
+		if (!s->cur_err) {
 			rep.a = __atomic_fetch_add(word, c->a, __ATOMIC_SEQ_CST);
+			late = weak(t);
+		}
 		break;
 	case TCP_K_NOTIFY:
 		if (hd->on_notify)
@@ -149,6 +334,9 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 	default:
 		return -EPROTO;
 	}
+	/* Weak order: held, or behind a held reply or one still going out. */
+	if (late || s->held_head || s->out_iovcnt)
+		return weak_hold(t, s, &rep, late, read);
 	return served_reply(t, s, &rep, data);
 }
 
@@ -184,6 +372,13 @@ static int served_step(struct tcp_tp *t, struct tcp_served *s)
 		s->payload_got = 0;
 		s->rx_start += TCP_WIRE_HDR_LEN;
 		avail -= TCP_WIRE_HDR_LEN;
+		/* Weak order: a fenced request waits for every earlier READ and atomic, before
+		 * any of its bytes land. */
+		if ((s->cur.flags & TCP_WIRE_F_FENCE) && s->held_head) {
+			r = weak_release(t, s, true);
+			if (r)
+				return r;
+		}
 	}
 	if (s->payload_got < s->cur.len) {
 		size_t n = s->cur.len - s->payload_got;
@@ -218,6 +413,35 @@ static int served_step(struct tcp_tp *t, struct tcp_served *s)
 	return serve_request(t, s);
 }
 
+/*
+ * Serve every complete request buffered, unless a reply waits to go out or too many are
+ * held; then watch for what comes next. 0, or the connection was closed (-1).
+ */
+static int served_steps(struct tcp_tp *t, struct tcp_served *s)
+{
+	int r;
+
+	while (!s->out_blocked && s->nheld < TCP_WEAK_MAX_HELD) {
+		r = served_step(t, s);
+		if (r == -EAGAIN)
+			break;
+		if (r == -EPROTO) {
+			DDSS_WARN("rank %u sent a malformed request", s->peer);
+			served_close(t, s, "protocol error");
+			return -1;
+		}
+		if (r) {
+			served_close(t, s, "cannot send a reply");
+			return -1;
+		}
+	}
+	if (served_watch(t, s)) {
+		served_close(t, s, "cannot watch the connection");
+		return -1;
+	}
+	return 0;
+}
+
 /* Read what the socket has (one recv) and serve every complete request. */
 static void served_input(struct tcp_tp *t, struct tcp_served *s)
 {
@@ -239,6 +463,8 @@ static void served_input(struct tcp_tp *t, struct tcp_served *s)
 		}
 		dst = s->rxbuf + s->rx_end;
 		room = TCP_RXBUF_LEN - s->rx_end;
+		if (!room)
+			return; /* full of requests held back (weak order): a round end serves them */
 	}
 	DDSS_POOL_ACCESS_BEGIN(); /* large write payloads land in the pool directly */
 	n = recv(s->fd, dst, room, MSG_DONTWAIT);
@@ -266,48 +492,86 @@ static void served_input(struct tcp_tp *t, struct tcp_served *s)
 			}
 		}
 	}
-	while (!s->out_blocked) {
-		r = served_step(t, s);
-		if (r == -EAGAIN)
-			break;
-		if (r == -EPROTO) {
-			DDSS_WARN("rank %u sent a malformed request", s->peer);
-			served_close(t, s, "protocol error");
-			return;
-		}
-		if (r) {
-			served_close(t, s, "cannot send a reply");
-			return;
-		}
-	}
+	served_steps(t, s);
 }
 
 static void served_event(struct tcp_tp *t, struct tcp_served *s, uint32_t events)
 {
 	if (s->out_blocked) {
-		int r = served_flush(s);
+		/* Weak order: the replies released meanwhile go out behind it. */
+		int r = weak(t) ? weak_send(t, s) : served_flush(s);
 
-		if (r == -EAGAIN)
-			return;
-		if (r || ev_set(t, s, EPOLLIN, EPOLL_CTL_MOD)) {
+		if (r == -EAGAIN || (!r && weak(t) && s->out_blocked))
+			return; /* still full */
+		if (r) {
 			served_close(t, s, "connection lost while replying");
 			return;
 		}
 		s->out_blocked = false;
 		/* Requests may already sit in the buffer; serve them before reading more. */
-		while (!s->out_blocked) {
-			r = served_step(t, s);
-			if (r == -EAGAIN)
-				break;
-			if (r) {
-				served_close(t, s, "protocol error");
-				return;
-			}
-		}
+		served_steps(t, s);
 		return;
 	}
 	(void)events;
 	served_input(t, s);
+}
+
+/*
+ * Weak order, at the end of a progress round: release what was held long enough on every
+ * connection that holds replies, and serve the requests that waited behind too many held.
+ */
+static void weak_round_end(struct tcp_tp *t)
+{
+	struct tcp_served *s = t->weak_list, *next;
+
+	t->weak_list = NULL;
+	for (; s; s = next) {
+		next = s->weak_next;
+		s->weak_listed = false;
+		if (weak_release(t, s, false)) {
+			served_close(t, s, "cannot send a reply");
+			continue;
+		}
+		if (served_steps(t, s))
+			continue; /* closed */
+		if (s->held_head && !s->weak_listed) {
+			s->weak_next = t->weak_list;
+			t->weak_list = s;
+			s->weak_listed = true;
+		}
+	}
+	t->round++;
+}
+
+/*
+ * Weak order: wait for events, but only until the oldest held reply is due (a round with
+ * no events still ends: what it held is released).
+ */
+static int weak_wait(struct tcp_tp *t, struct epoll_event *evs, int max)
+{
+	int64_t due = INT64_MAX, left;
+	struct timespec ts;
+	int n;
+
+	for (struct tcp_served *s = t->weak_list; s; s = s->weak_next) {
+		for (struct tcp_held *h = s->held_head; h; h = h->next) {
+			if (h->late) {
+				if (h->since_ns + TCP_WEAK_HOLD_NS < due)
+					due = h->since_ns + TCP_WEAK_HOLD_NS;
+				break;
+			}
+		}
+	}
+	if (due == INT64_MAX)
+		return epoll_wait(t->epfd, evs, max, -1);
+	left = due - ddss_now_ns();
+	if (left < 0)
+		left = 0;
+	ts = (struct timespec){ left / 1000000000, left % 1000000000 };
+	n = epoll_pwait2(t->epfd, evs, max, &ts, NULL);
+	if (n < 0 && errno == ENOSYS) /* before Linux 5.11: whole milliseconds */
+		n = epoll_wait(t->epfd, evs, max, (int)((left + 999999) / 1000000));
+	return n;
 }
 
 static void *progress_main(void *arg)
@@ -316,7 +580,8 @@ static void *progress_main(void *arg)
 	struct epoll_event evs[64];
 
 	for (;;) {
-		int n = epoll_wait(t->epfd, evs, 64, -1);
+		int n = weak(t) && t->weak_list ? weak_wait(t, evs, 64) :
+						  epoll_wait(t->epfd, evs, 64, -1);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -334,6 +599,8 @@ static void *progress_main(void *arg)
 			else
 				served_event(t, evs[i].data.ptr, evs[i].events);
 		}
+		if (weak(t))
+			weak_round_end(t);
 	}
 }
 
@@ -365,6 +632,7 @@ static void accept_one(struct tcp_tp *t, int fd)
 	s->ev_type = TCP_EV_SERVED;
 	s->fd = fd;
 	s->peer = peer;
+	s->watching = EPOLLIN; /* before the progress thread may see it */
 	tcp_set_sock_opts(fd);
 	tcp_peer_set_pool_len(t, s->peer, pool_len);
 	pthread_mutex_lock(&t->served_mu);
@@ -494,10 +762,11 @@ void tcp_serve_stop(struct tcp_tp *t)
 	pthread_join(t->progress_thread, NULL);
 	close(t->stop_fd);
 	t->stop_fd = -1;
+	t->weak_list = NULL;
 	while ((s = t->served)) {
 		t->served = s->next;
 		epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->fd, NULL);
 		close(s->fd);
-		free(s);
+		served_free(s);
 	}
 }

@@ -12,11 +12,11 @@ static uint16_t get16(const unsigned char *p) { uint16_t v; memcpy(&v, p, 2); re
 static uint32_t get32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
 static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
 
-/* Layout: kind u8 | rsvd u8 | tag u16 | len u32 | status i32 | rsvd u32 | seq | off | a | b */
+/* Layout: kind u8 | flags u8 | tag u16 | len u32 | status i32 | rsvd u32 | seq | off | a | b */
 void tcp_wire_encode_hdr(const struct tcp_wire_hdr *h, unsigned char out[TCP_WIRE_HDR_LEN])
 {
 	out[0] = h->kind;
-	out[1] = 0;
+	out[1] = h->flags;
 	put16(out + 2, h->tag);
 	put32(out + 4, h->len);
 	put32(out + 8, (uint32_t)h->status);
@@ -29,9 +29,14 @@ void tcp_wire_encode_hdr(const struct tcp_wire_hdr *h, unsigned char out[TCP_WIR
 
 int tcp_wire_decode_hdr(const unsigned char in[TCP_WIRE_HDR_LEN], struct tcp_wire_hdr *h)
 {
-	if (in[0] == 0 || in[0] >= TCP_K_MAX_ || in[1] != 0 || get32(in + 12) != 0)
+	if (in[0] == 0 || in[0] >= TCP_K_MAX_ || (in[1] & ~TCP_WIRE_F_FENCE) || get32(in + 12) != 0)
+		return -EPROTO;
+	/* A fence orders a one-sided request; on anything else it is garbage. */
+	if (in[1] && in[0] != TCP_K_READ && in[0] != TCP_K_WRITE && in[0] != TCP_K_CAS &&
+	    in[0] != TCP_K_FADD)
 		return -EPROTO;
 	h->kind = in[0];
+	h->flags = in[1];
 	h->tag = get16(in + 2);
 	h->len = get32(in + 4);
 	h->status = (int32_t)get32(in + 8);

@@ -11,7 +11,7 @@
 
 #define TCP_WIRE_HDR_LEN 48u
 #define TCP_WIRE_MAGIC 0x53534444u /* "DDSS" */
-#define TCP_WIRE_VERSION 2u
+#define TCP_WIRE_VERSION 3u /* 3: the fence flag */
 #define TCP_WIRE_HELLO_LEN 88u
 #define TCP_WIRE_HELLO_AUTH 1u /* hello flag: the sender has a group secret */
 
@@ -30,8 +30,16 @@ enum tcp_wire_kind {
 	TCP_K_MAX_
 };
 
+/* Header flags (the byte after kind); any other bit is a protocol error. */
+enum tcp_wire_flags {
+	/* Requests (READ, WRITE, CAS, FADD) only: posted with DDSS_TP_FENCE; start only after
+	 * every earlier READ and atomic of the connection completed (tcp_serve.c, weak mode). */
+	TCP_WIRE_F_FENCE = 1u << 0,
+};
+
 struct tcp_wire_hdr {
 	uint8_t kind;
+	uint8_t flags;  /* enum tcp_wire_flags */
 	uint16_t tag;
 	uint32_t len;   /* payload bytes that follow */
 	int32_t status; /* replies: 0 or -errno */
@@ -61,7 +69,7 @@ struct tcp_wire_hello {
 };
 
 void tcp_wire_encode_hdr(const struct tcp_wire_hdr *h, unsigned char out[TCP_WIRE_HDR_LEN]);
-/** Decode and check the kind; returns 0 or -EPROTO. */
+/** Decode and check the kind and flags (a fence only on a one-sided request); 0 or -EPROTO. */
 int tcp_wire_decode_hdr(const unsigned char in[TCP_WIRE_HDR_LEN], struct tcp_wire_hdr *h);
 
 void tcp_wire_encode_hello(const struct tcp_wire_hello *hello,
