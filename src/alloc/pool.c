@@ -211,11 +211,51 @@ static int pool_arena_create(struct ddss_pool *pool)
 
 /* ---- the mapping ---- */
 
+/*
+ * DDSS_HUGEPAGES=1: back the pool with huge pages. Registering memory pins it page by page,
+ * so 2 MiB pages cut the time ibv_reg_mr takes (docs/transport.md, "Capabilities and
+ * fallbacks", measured) and the NIC's translation entries. A private pool tries MAP_HUGETLB
+ * (needs pages reserved in /proc/sys/vm/nr_hugepages, of the 2 MiB default size), else asks
+ * for transparent huge pages (MADV_HUGEPAGE); a shared one (daemon mode) only the latter.
+ */
+static bool want_hugepages(void)
+{
+	const char *s = getenv("DDSS_HUGEPAGES");
+
+	return s && *s && strcmp(s, "0") != 0;
+}
+
+static bool map_hugetlb(size_t len, uint8_t **base_p)
+{
+#ifdef MAP_HUGETLB
+	/* The kernel aligns a hugetlb mapping to its page size (POOL_ALIGN or more). */
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB,
+		       -1, 0);
+
+	if (p == MAP_FAILED)
+		return false;
+	if ((uintptr_t)p & (POOL_ALIGN - 1)) {
+		munmap(p, len);
+		return false;
+	}
+	*base_p = p;
+	return true;
+#else
+	return false;
+#endif
+}
+
 /* @fd >= 0: map that memfd shared (it reads as zeros too: a fresh file has no data). */
 static int pool_map(size_t len, int fd, uint8_t **base_p)
 {
 	size_t span = len + POOL_ALIGN, head, tail;
+	bool huge = want_hugepages();
 	uint8_t *raw;
+
+	if (huge && fd < 0 && map_hugetlb(len, base_p)) {
+		DDSS_INFO("pool: %zu MiB of hugetlb pages (MAP_HUGETLB)", len >> 20);
+		return 0;
+	}
 
 	/* Map a little more and trim both ends to get a 2 MiB-aligned base. */
 	raw = mmap(NULL, span, fd < 0 ? PROT_READ | PROT_WRITE : PROT_NONE,
@@ -237,6 +277,15 @@ static int pool_map(size_t len, int fd, uint8_t **base_p)
 	if (tail)
 		munmap(raw + head + len, tail);
 	*base_p = raw + head;
+	if (huge) {
+		/* 2 MiB-aligned, so every page of it can be a huge one. */
+		if (madvise(*base_p, len, MADV_HUGEPAGE))
+			DDSS_WARN("pool: DDSS_HUGEPAGES: no hugetlb pages, and MADV_HUGEPAGE "
+				  "failed: %s", strerror(errno));
+		else
+			DDSS_INFO("pool: %zu MiB, transparent huge pages asked for (MADV_HUGEPAGE; "
+				  "no hugetlb pages)", len >> 20);
+	}
 	return 0;
 }
 

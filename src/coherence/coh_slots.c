@@ -244,11 +244,11 @@ static bool delta_param_ok(uint32_t x)
 }
 
 const struct coh_model coh_write = {
-	.param_ok = coh_param_zero, .copies = 1,
+	.param_ok = coh_param_zero, .copies = 1, .name = "write", .needs_atomics = true,
 	.get = slots_get, .put = slots_put,
 };
 
 const struct coh_model coh_delta = {
-	.param_ok = delta_param_ok, .copies = 0,
+	.param_ok = delta_param_ok, .copies = 0, .name = "delta", .needs_atomics = true,
 	.get = slots_get, .put = slots_put,
 };

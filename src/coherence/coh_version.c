@@ -55,6 +55,7 @@ static int version_put(struct coh_call *c)
 }
 
 const struct coh_model coh_version = {
-	.param_ok = coh_param_zero, .copies = 1, .word_atomic = true,
+	.param_ok = coh_param_zero, .copies = 1, .word_atomic = true, .name = "version",
+	.needs_atomics = true,
 	.get = version_get, .put = version_put,
 };

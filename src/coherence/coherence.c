@@ -4,6 +4,7 @@
  */
 #include "coherence/model.h"
 #include "core/ctx.h"
+#include "core/log.h"
 #include "daemon/client_api.h"
 #include "lock/lock.h"
 
@@ -59,6 +60,17 @@ int ddss_coh_choose(const struct ddss_seg_attr *attr, struct coh_choice *choice_
 	choice_p->coherence = attr->coherence;
 	choice_p->param = param;
 	return 0;
+}
+
+int ddss_coh_check_caps(uint32_t coherence, bool atomics, const char *device)
+{
+	const struct coh_model *m = model_of(coherence);
+
+	if (!m || atomics || !m->needs_atomics)
+		return 0;
+	DDSS_ERR("the %s coherence model needs NIC atomics (its puts fetch&add a version word), "
+		 "which %s lacks; use strict, read, temporal or null here", m->name, device);
+	return -EOPNOTSUPP;
 }
 
 int ddss_coh_data_len(uint32_t coherence, uint32_t param, uint64_t size, uint64_t *len_p)

@@ -25,6 +25,14 @@ struct coh_choice {
 int ddss_coh_choose(const struct ddss_seg_attr *attr, struct coh_choice *choice_p);
 
 /**
+ * 0 if this rank can run @coherence's model on a transport with (@atomics) or without NIC
+ * atomics; else -EOPNOTSUPP, logged with the model and @device named (version, write and
+ * delta change their version word with NIC atomics: docs/transport.md, "Capabilities and
+ * fallbacks").
+ */
+int ddss_coh_check_caps(uint32_t coherence, bool atomics, const char *device);
+
+/**
  * Bytes of pool a segment of @size needs under @coherence / @param (more than @size when
  * the model keeps several copies). -EINVAL for a bad model, -ENOMEM if it overflows.
  */

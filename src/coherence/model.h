@@ -30,6 +30,9 @@ struct coh_model {
 	uint32_t copies;   /* copies of the data the home keeps; 0: the parameter + 1 */
 	bool plain;        /* get/put are single RDMA operations */
 	bool word_atomic;  /* the version word changes only by fetch&add (ddss_tp.fetch_by_fadd) */
+	const char *name;  /* for messages */
+	/* Puts change the version word with NIC atomics: refused without them (ddss_tp.atomics) */
+	bool needs_atomics;
 	int (*get)(struct coh_call *c);
 	int (*put)(struct coh_call *c);
 };

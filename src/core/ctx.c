@@ -58,6 +58,30 @@ static int configure_locks(const struct ddss_attr *attr, struct ctx_conf *conf)
 	return r;
 }
 
+/*
+ * What the started transport cannot do changes what this context runs: without NIC
+ * atomics every lock is SRSL (served by the home's CPU), whatever was asked for. The
+ * coherence models that need atomics are refused at allocation (segment.c).
+ */
+static int ctx_check_caps(struct ddss_ctx *ctx, struct ctx_conf *conf)
+{
+	static const char *const names[] = { [DDSS_LOCK_NCOSED] = "ncosed",
+					     [DDSS_LOCK_DQNL] = "dqnl",
+					     [DDSS_LOCK_SRSL] = "srsl" };
+	const char *dev = ctx->tp->device[0] ? ctx->tp->device : ctx->tp->ops->name;
+
+	if (ctx->tp->atomics || conf->lock_scheme == DDSS_LOCK_SRSL)
+		return 0;
+	if (getenv("DDSS_LOCK_SCHEME") && *getenv("DDSS_LOCK_SCHEME"))
+		DDSS_WARN("DDSS_LOCK_SCHEME=%s needs NIC atomics, which %s lacks: locks use srsl",
+			  names[conf->lock_scheme], dev);
+	else
+		DDSS_INFO("%s has no NIC atomics: locks use srsl instead of %s", dev,
+			  names[conf->lock_scheme]);
+	conf->lock_scheme = DDSS_LOCK_SRSL;
+	return 0;
+}
+
 /* The environment wins over @attr; @attr over the defaults ddss_net_env_load put in @env. */
 static int configure(const struct ddss_attr *attr, struct ddss_net_env *env,
 		     struct ctx_conf *conf)
@@ -233,9 +257,19 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 	ddss_net_env_free(&env);
 	if (r)
 		goto fail;
-	ctx->tp = ddss_net_tp(ctx->net);
 	r = (ddss_ctx_share_pool ? ddss_pool_create_shared : ddss_pool_create)(
 		conf.pool_len, ddss_ctx_epoch_off() + sizeof(uint64_t), &ctx->pool);
+	/*
+	 * Start before anything keeps the transport: an automatic choice that cannot start
+	 * falls back to tcp, another transport object. No peer sends this rank anything but
+	 * barrier messages (handled by the net) before the barrier below.
+	 */
+	if (!r)
+		r = ddss_net_start(ctx->net, ddss_pool_base(ctx->pool), ddss_pool_len(ctx->pool));
+	if (r)
+		goto fail;
+	ctx->tp = ddss_net_tp(ctx->net);
+	r = ctx_check_caps(ctx, &conf);
 	if (!r)
 		r = ddss_segtab_create(ctx->pool, ctx->rank, ctx->size, &ctx->segtab);
 	if (!r)
@@ -251,8 +285,6 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 		r = ddss_rpc_open(ctx->net, ddss_seg_serve, ctx, &ctx->rpc);
 	if (!r)
 		r = ddss_lock_create(ctx, conf.lock_scheme, conf.lock_fair, &ctx->lock);
-	if (!r)
-		r = ddss_net_start(ctx->net, ddss_pool_base(ctx->pool), ddss_pool_len(ctx->pool));
 	if (!r)
 		r = ddss_net_barrier(ctx->net, -1);
 	if (r)

@@ -230,6 +230,9 @@ int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr 
 	/* Refuse a bad model here, before any message (the home checks again). */
 	r = ddss_coh_choose(attr, &model);
 	if (!r)
+		r = ddss_coh_check_caps(model.coherence, ctx->tp->atomics,
+					ctx->tp->device[0] ? ctx->tp->device : ctx->tp->ops->name);
+	if (!r)
 		r = ddss_coh_data_len(model.coherence, model.param, nbytes, &data_len);
 	if (r)
 		return r;

@@ -100,6 +100,12 @@ int ddss_lock_scheme_set(ddss_ctx_t *ctx, enum ddss_lock_scheme scheme, bool fai
 	if (!ctx || scheme < DDSS_LOCK_NCOSED || scheme > DDSS_LOCK_SRSL)
 		return -EINVAL;
 	lk = ctx->lock;
+	if (scheme != DDSS_LOCK_SRSL && !lk->tp->atomics) {
+		DDSS_ERR("lock scheme %s needs NIC atomics, which %s lacks; only srsl runs here",
+			 scheme == DDSS_LOCK_DQNL ? "dqnl" : "ncosed",
+			 lk->tp->device[0] ? lk->tp->device : lk->tp->ops->name);
+		return -EOPNOTSUPP;
+	}
 	lock_posted_drain(lk); /* a release that returned still counts its slot */
 	pthread_mutex_lock(&lk->mu);
 	if (lk->nholds || lk->slots_taken || lk->janitors) {

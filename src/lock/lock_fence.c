@@ -12,6 +12,7 @@
  */
 #include "alloc/segtab.h"
 #include "core/ctx.h"
+#include "core/log.h"
 #include "daemon/client_api.h"
 #include "lock/lock_int.h"
 
@@ -51,6 +52,11 @@ static int fence(ddss_ctx_t *ctx, ddss_key_t key, uint64_t *fence_p)
 	if (cached) {
 		*fence_p = cached;
 		return 0;
+	}
+	if (!lk->tp->atomics) {
+		DDSS_ERR("fencing numbers need NIC atomics, which %s lacks",
+			 lk->tp->device[0] ? lk->tp->device : lk->tp->ops->name);
+		return -EOPNOTSUPP;
 	}
 	r = ddss_tp_fadd(lk->tp, home, hdr + LOCK_G, mode == DDSS_LOCK_EXCLUSIVE ? 1 : 0, &old);
 	if (r)

@@ -110,16 +110,11 @@ void ddss_net_on_notify(struct ddss_net *net, ddss_net_notify_fn fn, void *arg)
 
 int ddss_net_start(struct ddss_net *net, void *pool, size_t pool_len)
 {
-	int r = ddss_tp_mem_register(net->tp, pool, pool_len, true, &net->pool_mr);
+	/* An automatic choice may end on another transport (tcp): net->tp changes then. */
+	int r = ddss_tp_start_pool(&net->tp, pool, pool_len, &net->pool_mr);
 
 	if (r) {
-		DDSS_ERR("cannot register the pool: %s", strerror(-r));
-		return r;
-	}
-	r = ddss_tp_start(net->tp);
-	if (r) {
-		DDSS_ERR("cannot start serving: %s", strerror(-r));
-		ddss_tp_mem_deregister(net->tp, net->pool_mr);
+		DDSS_ERR("cannot register the pool and start serving: %s", strerror(-r));
 		net->pool_mr = NULL;
 		return r;
 	}
@@ -131,7 +126,8 @@ void ddss_net_close(struct ddss_net *net)
 	if (!net)
 		return;
 	ddss_net_heartbeat_stop(net);
-	ddss_tp_close(net->tp);
+	if (net->tp) /* NULL: a fallback that failed left none */
+		ddss_tp_close(net->tp);
 	ddss_net_heartbeat_fini(net);
 	pthread_mutex_destroy(&net->mu);
 	pthread_cond_destroy(&net->cv);

@@ -118,11 +118,13 @@ const struct ddss_tp_ops *ddss_tp_find(const char *name)
 	return NULL;
 }
 
+/* The automatic choice: verbs when some device has an active port, else tcp. */
 static const char *auto_provider(void)
 {
 #ifdef DDSS_HAVE_VERBS
 	if (ddss_verbs_usable())
 		return "verbs";
+	DDSS_INFO("transport auto: no RDMA device with an active port; using tcp");
 #endif
 	return "tcp";
 }
@@ -131,22 +133,91 @@ int ddss_tp_open(const char *provider, const struct ddss_tp_config *cfg, struct 
 {
 	const struct ddss_tp_ops *ops;
 	const char *name = provider;
+	bool automatic = false;
 	int r;
 
 	if (!name || !*name)
 		name = getenv("DDSS_TRANSPORT");
-	if (!name || !*name || !strcmp(name, "auto"))
+	if (!name || !*name || !strcmp(name, "auto")) {
+		automatic = true;
 		name = auto_provider();
+	}
 	ops = ddss_tp_find(name);
 	if (!ops) {
 		DDSS_ERR("transport '%s' is not available in this build", name);
 		return -ENOENT;
 	}
 	r = ops->open(cfg, tp_p);
+	if (r && automatic && strcmp(name, "tcp")) {
+		/* The provider logged the details; this says what happens next. */
+		DDSS_WARN("transport auto: %s cannot open (%s); falling back to tcp", name,
+			  strerror(-r));
+		name = "tcp";
+		ops = ddss_tp_find(name);
+		r = ops->open(cfg, tp_p);
+	}
 	if (r)
 		return r;
 	/* The provider's open set its own table; use the filled copy from now on. */
 	(*tp_p)->ops = ops;
+	(*tp_p)->chosen_auto = automatic && strcmp(name, "tcp");
+	return 0;
+}
+
+/* Register the exposed pool and start; undo the registration if the start fails. */
+static int start_one(struct ddss_tp *tp, void *pool, size_t len, struct ddss_tp_mr **mr_p)
+{
+	struct ddss_tp_mr *mr;
+	int r = ddss_tp_mem_register(tp, pool, len, true, &mr);
+
+	if (r)
+		return r;
+	r = ddss_tp_start(tp);
+	if (r) {
+		/* A provider may refuse to deregister its pool once started: close frees it. */
+		ddss_tp_mem_deregister(tp, mr);
+		return r;
+	}
+	*mr_p = mr;
+	return 0;
+}
+
+int ddss_tp_start_pool(struct ddss_tp **tp_p, void *pool, size_t len, struct ddss_tp_mr **mr_p)
+{
+	struct ddss_tp *tp = *tp_p, *tcp;
+	struct ddss_tp_config cfg;
+	struct ddss_auth_key auth = { 0 };
+	struct ddss_tp_node *nodes;
+	int r = start_one(tp, pool, len, mr_p);
+
+	if (!r || !tp->chosen_auto)
+		return r;
+	DDSS_WARN("transport auto: %s cannot start (%s); falling back to tcp", tp->ops->name,
+		  strerror(-r));
+	/* The configuration outlives the transport that owns its copy. */
+	cfg = tp->cfg;
+	nodes = malloc(cfg.size * sizeof(*nodes));
+	if (!nodes)
+		return r;
+	memcpy(nodes, tp->nodes, cfg.size * sizeof(*nodes));
+	cfg.nodes = nodes;
+	if (cfg.auth) {
+		auth = *cfg.auth;
+		cfg.auth = &auth;
+	}
+	ddss_tp_close(tp);
+	*tp_p = NULL;
+	r = ddss_tp_open("tcp", &cfg, &tcp);
+	free(nodes);
+	ddss_auth_key_clear(&auth);
+	if (r)
+		return r;
+	r = start_one(tcp, pool, len, mr_p);
+	if (r) {
+		ddss_tp_close(tcp);
+		return r;
+	}
+	*tp_p = tcp;
 	return 0;
 }
 
@@ -168,6 +239,7 @@ int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,
 		tp->nodes = NULL;
 		return -ENOMEM;
 	}
+	tp->atomics = true; /* a provider without them says so in its open */
 	if (tp->cfg.connect_timeout_ms <= 0)
 		tp->cfg.connect_timeout_ms = 30000;
 	tp->cfg.auth = NULL;

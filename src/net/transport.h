@@ -257,6 +257,18 @@ struct ddss_tp {
 	 * only against other atomics, so its write-back could undo a write landing meanwhile).
 	 */
 	bool fetch_by_fadd;
+	/*
+	 * Set by the provider at open (ddss_tp_init_common: true): cas and fadd work. False on
+	 * a device without usable NIC atomics (verbs: atomic_cap NONE, or DDSS_VERBS_DISABLE=
+	 * atomics); post_cas/post_fadd then fail with -EOPNOTSUPP, and the layers above choose
+	 * paths without them (docs/transport.md, "Capabilities and fallbacks").
+	 */
+	bool atomics;
+	/* The device under the transport, for messages (verbs: its name; tcp: empty). */
+	char device[64];
+	/* Opened by the automatic choice (provider NULL, DDSS_TRANSPORT unset or auto): a
+	 * start that fails may fall back to tcp (ddss_tp_start_pool). */
+	bool chosen_auto;
 };
 
 /** How many incoming connections this transport turned away in their handshake (wrong
@@ -273,6 +285,15 @@ const struct ddss_tp_ops *ddss_tp_find(const char *name);
  * device is usable, else tcp). Missing ops are answered with -EOPNOTSUPP.
  */
 int ddss_tp_open(const char *provider, const struct ddss_tp_config *cfg, struct ddss_tp **tp_p);
+
+/**
+ * Register @pool (@len bytes) as *@tp_p's exposed pool and start it. If that fails and
+ * the transport was chosen automatically (chosen_auto), close it and do the same with a
+ * tcp transport opened from the same configuration, logging why at warning level; *@tp_p
+ * and *@mr_p then name the new one. An explicit provider fails with the error. Call it
+ * before anything else keeps a pointer to *@tp_p.
+ */
+int ddss_tp_start_pool(struct ddss_tp **tp_p, void *pool, size_t len, struct ddss_tp_mr **mr_p);
 
 /** Validate and copy @cfg into @tp (used by providers' open). */
 int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,

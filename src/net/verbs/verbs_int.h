@@ -365,6 +365,8 @@ bool verbs_recv_sync(struct verbs_tp *vt, int ms);
 /* ---- verbs_mem.c ---- */
 int verbs_mem_open(struct verbs_tp *vt);
 void verbs_mem_close(struct verbs_tp *vt);
+/** Mark the pages of a long-lived registration MADV_DONTFORK (warns if it cannot). */
+int verbs_dontfork(void *addr, size_t len);
 /**
  * verbs_mem_prepare's slow path: a buffer too large for a staging slot (used in place when
  * a registered region covers it) or no slot free; else registered for the operation.

@@ -13,6 +13,24 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int verbs_dontfork(void *addr, size_t len)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)addr & ~(page - 1);
+	uintptr_t hi = ((uintptr_t)addr + len + page - 1) & ~(page - 1);
+
+	if (madvise((void *)lo, hi - lo, MADV_DONTFORK)) {
+		int r = -errno;
+
+		DDSS_WARN("verbs: cannot mark %zu registered bytes MADV_DONTFORK: %s", len,
+			  strerror(-r));
+		return r;
+	}
+	return 0;
+}
 
 int verbs_mem_open(struct verbs_tp *vt)
 {
@@ -24,9 +42,13 @@ int verbs_mem_open(struct verbs_tp *vt)
 	vt->stage_next = calloc(VERBS_STAGE_COUNT, sizeof(*vt->stage_next));
 	if (!vt->stage_next)
 		return -ENOMEM;
-	/* Remote atomic access lets the loopback probe of atomic byte order target a slot. */
-	vt->stage_mr = ibv_reg_mr(vt->pd, vt->stage_buf, len,
-				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+	/*
+	 * Local access only: staging slots are the local side of transfers (read data and
+	 * atomic results land here: local write). No peer and no loopback request targets
+	 * them; the byte-order probe has a page of its own (verbs_provider.c).
+	 */
+	verbs_dontfork(vt->stage_buf, len);
+	vt->stage_mr = ibv_reg_mr(vt->pd, vt->stage_buf, len, IBV_ACCESS_LOCAL_WRITE);
 	if (!vt->stage_mr) {
 		int r = -errno;
 

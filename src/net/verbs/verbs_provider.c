@@ -6,8 +6,11 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* Outstanding RDMA reads/atomics per QP we ask for (bounded by the device). */
 #define RD_ATOM_WANT 16
@@ -69,11 +72,33 @@ static void verbs_close(struct ddss_tp *tp)
 /* The vendor id the rxe driver reports (Linux drivers/infiniband/sw/rxe/rxe_param.h). */
 #define RXE_VENDOR_ID 0xffffffu
 
+/*
+ * Fork safety of registered memory. A fork makes the parent's private pages copy-on-write;
+ * on a kernel that does not copy pinned pages at fork (before 5.13), the parent's next
+ * write to a registered page moves it to a new frame the NIC never sees. The pool, the
+ * staging arena and the probe page are marked MADV_DONTFORK instead of calling
+ * ibv_fork_init(): that must come before any other verbs call of the process (an
+ * application may have made some), and it makes every registration, the per-operation
+ * ones of the application's buffers included, madvise whole pages the child then lacks.
+ */
+static const char *fork_note(void)
+{
+	switch (ibv_is_fork_initialized()) {
+	case IBV_FORK_UNNEEDED:
+		return "the kernel copies pinned pages";
+	case IBV_FORK_ENABLED:
+		return "ibv_fork_init in force";
+	default:
+		return "pool and staging not inherited (MADV_DONTFORK)";
+	}
+}
+
 /* Device limits that shape every QP. */
 static int query_device(struct verbs_tp *vt)
 {
 	struct ibv_device_attr da;
 	struct ibv_port_attr pa;
+	const char *why;
 
 	if (ibv_query_device(vt->ctx, &da) || ibv_query_port(vt->ctx, vt->listen_id->port_num, &pa))
 		return -errno;
@@ -83,18 +108,31 @@ static int query_device(struct verbs_tp *vt)
 	if (da.max_qp_init_rd_atom < vt->rd_atom)
 		vt->rd_atom = (uint8_t)da.max_qp_init_rd_atom;
 	vt->max_msg = pa.max_msg_sz ? pa.max_msg_sz : 1u << 30;
+	snprintf(vt->base.device, sizeof(vt->base.device), "%s",
+		 ibv_get_device_name(vt->ctx->device));
+	/*
+	 * Without atomics (irdma on E810, bnxt_re without PCIe AtomicOps, or the test switch)
+	 * the transport says so (base.atomics) and the layers above run without them: SRSL
+	 * locks, and the models that fetch&add a version word refused at allocation.
+	 */
 	if (da.atomic_cap == IBV_ATOMIC_NONE)
-		DDSS_WARN("verbs: %s has no atomics; compare&swap and fetch&add will fail",
-			  ibv_get_device_name(vt->ctx->device));
-	vt->has_atomics = da.atomic_cap != IBV_ATOMIC_NONE;
+		why = "no (the device reports none)";
+	else if (verbs_simulate_lack("atomics"))
+		why = "no (DDSS_VERBS_DISABLE=atomics)";
+	else
+		why = da.atomic_cap == IBV_ATOMIC_HCA ? "yes (HCA: atomic among NIC atomics)" :
+						       "yes (GLOB: atomic with CPU atomics too)";
+	vt->has_atomics = why[0] == 'y';
+	vt->base.atomics = vt->has_atomics;
 	/* Soft-RoCE (rxe; its vendor id): an 8-byte read takes 2x a fetch&add (perftest:
 	 * ib_read_lat 119 us, ib_atomic_lat 61 us in the guest). A NIC reads as fast or faster,
 	 * and serves reads of one word from many readers in parallel, atomics one by one. */
 	vt->base.fetch_by_fadd = vt->has_atomics && da.vendor_id == RXE_VENDOR_ID;
-	DDSS_INFO("verbs: rank %u on %s port %u (%d outstanding reads/atomics, atomics %s)",
-		  vt->base.cfg.rank, ibv_get_device_name(vt->ctx->device), vt->listen_id->port_num,
-		  vt->rd_atom, da.atomic_cap == IBV_ATOMIC_HCA ? "HCA" :
-		  da.atomic_cap == IBV_ATOMIC_GLOB ? "GLOB" : "none");
+	DDSS_INFO("verbs: rank %u on %s port %u: %d outstanding reads/atomics; atomics %s%s; "
+		  "fork: %s", vt->base.cfg.rank, vt->base.device, vt->listen_id->port_num,
+		  vt->rd_atom, why, vt->has_atomics ? ", byte order probed at start" :
+		  ": locks use SRSL, version/write/delta segments are refused",
+		  fork_note());
 	return 0;
 }
 
@@ -156,59 +194,106 @@ err:
 	return r;
 }
 
+/* One atomic on the loopback QP, targeting the probe page; waits for it. */
+static int probe_post(struct verbs_tp *vt, struct ibv_mr *mr, enum ibv_wr_opcode opcode,
+		      uint64_t *target, uint64_t *result, uint64_t compare_add, uint64_t swap)
+{
+	struct verbs_out *o = &vt->peers[vt->base.cfg.rank].out;
+	struct ddss_tp_req req = { .peer = vt->base.cfg.rank };
+	struct ibv_sge sge = { .addr = (uintptr_t)result, .length = 8, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { 0 };
+	int r;
+
+	wr.wr_id = (uintptr_t)&req;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = opcode;
+	wr.wr.atomic.remote_addr = (uintptr_t)target;
+	wr.wr.atomic.rkey = mr->rkey;
+	wr.wr.atomic.compare_add = compare_add;
+	wr.wr.atomic.swap = swap;
+	r = verbs_post(o, &wr);
+	if (r == 0)
+		r = verbs_wait(vt, &req, DDSS_TP_TIMEOUT_DEFAULT);
+	return r ? r : req.status;
+}
+
 /*
- * Some devices write atomic results big-endian. Find out once, through the loopback QP:
- * a compare&swap that fails returns the word unchanged, so a known word read back through
- * the NIC shows the order. Both words live in one staging slot.
+ * The byte order of atomics, found once through the loopback QP on a page of its own
+ * (registered for remote atomics only while the probe runs):
+ *  1. the result: a compare&swap that fails returns a word the CPU wrote, unchanged; some
+ *     devices (mlx5 outside host-endian mode) return it big-endian: converted from then on;
+ *  2. the target: a fetch&add of 1 on a word the CPU wrote, then a CPU load, must show the
+ *     word + 1 in host order. CPU loads, RDMA reads and writes touch the words atomics
+ *     update (lock, version, overflow words), so any other answer refuses to start.
  */
 static int probe_atomic_order(struct verbs_tp *vt)
 {
 	const uint64_t pattern = 0x0102030405060708ull;
 	struct verbs_out *o = &vt->peers[vt->base.cfg.rank].out;
-	struct ddss_tp_req req = { .peer = vt->base.cfg.rank };
-	struct ibv_sge sge;
-	struct ibv_send_wr wr = { 0 };
-	uint64_t *words;
-	uint32_t slot;
+	const char *dev = vt->base.device;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct ibv_mr *mr = NULL;
+	uint64_t *words = NULL, seen;
 	int r;
 
 	if (!vt->has_atomics)
 		return 0;
 	r = verbs_out_ensure(o);
 	if (r) {
-		DDSS_ERR("verbs: cannot connect to itself through %s: %s",
-			 ibv_get_device_name(vt->ctx->device), strerror(-r));
+		DDSS_ERR("verbs: cannot connect to itself through %s: %s", dev, strerror(-r));
 		return r;
 	}
-	if (!verbs_stage_get(vt, &slot))
+	if (posix_memalign((void **)&words, page, page))
 		return -ENOMEM;
-	words = verbs_stage_addr(vt, slot);
-	words[0] = pattern;
-	words[1] = 0;
-	sge = (struct ibv_sge){ .addr = (uintptr_t)&words[1], .length = 8,
-				.lkey = vt->stage_mr->lkey };
-	wr.wr_id = (uintptr_t)&req;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-	wr.wr.atomic.remote_addr = (uintptr_t)&words[0];
-	wr.wr.atomic.rkey = vt->stage_mr->rkey;
-	wr.wr.atomic.compare_add = ~pattern;
-	r = verbs_post(o, &wr);
-	if (r == 0)
-		r = verbs_wait(vt, &req, DDSS_TP_TIMEOUT_DEFAULT);
-	if (r == 0)
-		r = req.status;
-	if (r == 0 && words[1] == __builtin_bswap64(pattern))
+	verbs_dontfork(words, page);
+	words[0] = pattern; /* the target */
+	words[1] = 0;       /* the result */
+	mr = ibv_reg_mr(vt->pd, words, page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+	if (!mr) {
+		r = errno ? -errno : -ENOMEM;
+		DDSS_ERR("verbs: cannot register the atomic probe's page on %s: %s", dev,
+			 strerror(-r));
+		goto free_page;
+	}
+	r = probe_post(vt, mr, IBV_WR_ATOMIC_CMP_AND_SWP, &words[0], &words[1], ~pattern, 0);
+	if (r) {
+		DDSS_ERR("verbs: loopback compare&swap probe failed on %s: %s", dev, strerror(-r));
+		goto dereg;
+	}
+	seen = __atomic_load_n(&words[1], __ATOMIC_ACQUIRE);
+	if (seen == __builtin_bswap64(pattern)) {
 		vt->atomic_be = true;
-	else if (r == 0 && words[1] != pattern)
-		r = -EIO;
-	verbs_stage_put(vt, slot);
-	if (r)
-		DDSS_ERR("verbs: loopback compare&swap probe failed: %s", strerror(-r));
-	else if (vt->atomic_be)
-		DDSS_INFO("verbs: %s returns atomic results big-endian; converting",
-			  ibv_get_device_name(vt->ctx->device));
+	} else if (seen != pattern) {
+		DDSS_ERR("verbs: %s returned 0x%016llx for a compare&swap on 0x%016llx: neither "
+			 "byte order; not starting", dev, (unsigned long long)seen,
+			 (unsigned long long)pattern);
+		r = -EPROTO;
+		goto dereg;
+	}
+	words[1] = 0;
+	r = probe_post(vt, mr, IBV_WR_ATOMIC_FETCH_AND_ADD, &words[0], &words[1], 1, 0);
+	if (r) {
+		DDSS_ERR("verbs: loopback fetch&add probe failed on %s: %s", dev, strerror(-r));
+		goto dereg;
+	}
+	seen = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE);
+	if (seen != pattern + 1 || (vt->atomic_be ? be64toh(words[1]) : words[1]) != pattern) {
+		DDSS_ERR("verbs: %s's fetch&add of 1 on 0x%016llx left 0x%016llx in memory "
+			 "(returned 0x%016llx): its atomics do not use host byte order on the "
+			 "target word, which the CPU and RDMA reads also touch; not starting "
+			 "(DDSS_TRANSPORT=tcp, or DDSS_VERBS_DISABLE=atomics to run without them)",
+			 dev, (unsigned long long)pattern, (unsigned long long)seen,
+			 (unsigned long long)words[1]);
+		r = -EPROTO;
+		goto dereg;
+	}
+	DDSS_INFO("verbs: %s: atomic results %s, target words in host order", dev,
+		  vt->atomic_be ? "big-endian (converted)" : "in host order");
+dereg:
+	ibv_dereg_mr(mr);
+free_page:
+	free(words);
 	return r;
 }
 
@@ -223,6 +308,12 @@ static int verbs_start(struct ddss_tp *tp)
 		DDSS_ERR("start: register the pool first");
 		return -EINVAL;
 	}
+	/* Test switch: a device that opens but cannot start (the automatic choice's
+	 * fallback to tcp is tested with it). */
+	if (verbs_simulate_lack("start")) {
+		DDSS_ERR("verbs: not starting on %s: DDSS_VERBS_DISABLE=start", vt->base.device);
+		return -ENODEV;
+	}
 	r = verbs_conn_start(vt);
 	return r ? r : probe_atomic_order(vt);
 }
@@ -233,6 +324,7 @@ static int verbs_mem_register(struct ddss_tp *tp, void *addr, size_t len, bool e
 	struct verbs_tp *vt = verbs_tp_of(tp);
 	int access = IBV_ACCESS_LOCAL_WRITE;
 	struct ddss_tp_mr *m;
+	int64_t t0;
 
 	if (!addr || !len || !mr_p)
 		return -EINVAL;
@@ -244,6 +336,9 @@ static int verbs_mem_register(struct ddss_tp *tp, void *addr, size_t len, bool e
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
+	if (expose) /* the pool is ours, page-aligned: not the application's memory */
+		verbs_dontfork(addr, len);
+	t0 = ddss_now_ns();
 	m->mr = ibv_reg_mr(vt->pd, addr, len, access);
 	if (!m->mr) {
 		int r = errno ? -errno : -ENOMEM;
@@ -254,6 +349,10 @@ static int verbs_mem_register(struct ddss_tp *tp, void *addr, size_t len, bool e
 		return r;
 	}
 	m->exposed = expose;
+	/* Pinning is most of the cost, so huge pages show here (DDSS_HUGEPAGES, docs). */
+	if (expose)
+		DDSS_INFO("verbs: pool of %zu MiB registered on %s in %.1f ms", len >> 20,
+			  vt->base.device, (double)(ddss_now_ns() - t0) / 1e6);
 	pthread_mutex_lock(&vt->mr_mu);
 	m->next = vt->mrs;
 	vt->mrs = m;
