@@ -456,7 +456,7 @@ static const char *completion_name(void)
 {
 	const char *c = getenv("DDSS_COMPLETION");
 
-	return c && *c ? c : "event";
+	return c && *c ? c : "adaptive";
 }
 
 /* The three targets' quotients at one size. */

@@ -884,7 +884,7 @@ static const char *completion_name(void)
 {
 	const char *c = getenv("DDSS_COMPLETION");
 
-	return c && *c ? c : "event";
+	return c && *c ? c : "adaptive";
 }
 
 /* The raw atomic a scheme's lock costs, for the ratio: srsl has none, cas stands in. */

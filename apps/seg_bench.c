@@ -178,7 +178,7 @@ static const char *completion_name(void)
 {
 	const char *c = getenv("DDSS_COMPLETION");
 
-	return c && *c ? c : "event";
+	return c && *c ? c : "adaptive";
 }
 
 static void report(struct ddss_ctx *ctx, const struct bench_opts *o, const size_t *sizes,

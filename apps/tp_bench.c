@@ -242,11 +242,11 @@ static int measure(struct ddss_net *net, const struct bench_opts *o)
 		printf("transport,completion,op,size,median_us,p99_us,mean_us,ratio_to_raw\n");
 	else
 		printf("transport=%s completion=%s size=%zu samples=%zu per op, %s\n%-18s %10s %10s %10s %8s\n",
-		       ddss_net_transport_name(net), getenv("DDSS_COMPLETION") ? getenv("DDSS_COMPLETION") : "event",
+		       ddss_net_transport_name(net), getenv("DDSS_COMPLETION") ? getenv("DDSS_COMPLETION") : "adaptive",
 		       o->size, n, o->pin ? "ranks pinned to CPUs 0 and 1" : "unpinned",
 		       "op", "median_us", "p99_us", "mean_us", "x_raw");
 	for (int k = 0; k < B_COUNT; k++) {
-		const char *comp = getenv("DDSS_COMPLETION") ? getenv("DDSS_COMPLETION") : "event";
+		const char *comp = getenv("DDSS_COMPLETION") ? getenv("DDSS_COMPLETION") : "adaptive";
 		double ratio;
 
 		if (!op_on[k]) {

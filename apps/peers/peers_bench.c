@@ -718,7 +718,7 @@ static unsigned ratios(const struct pb *pb, struct ratio *out)
 static void report_csv(FILE *f, const struct pb *pb)
 {
 	const char *mode = daemon_mode() ? "daemon" : "direct";
-	const char *tp = env_or("DDSS_TRANSPORT", "tcp"), *comp = env_or("DDSS_COMPLETION", "event");
+	const char *tp = env_or("DDSS_TRANSPORT", "tcp"), *comp = env_or("DDSS_COMPLETION", "adaptive");
 	size_t n = (size_t)pb->o.iters * pb->o.rounds;
 	struct ratio rt[16];
 	unsigned nr = ratios(pb, rt);
@@ -753,7 +753,7 @@ static void report_csv(FILE *f, const struct pb *pb)
 
 static void report_text(const struct pb *pb)
 {
-	const char *tp = env_or("DDSS_TRANSPORT", "tcp"), *comp = env_or("DDSS_COMPLETION", "event");
+	const char *tp = env_or("DDSS_TRANSPORT", "tcp"), *comp = env_or("DDSS_COMPLETION", "adaptive");
 	struct ratio rt[16];
 	unsigned nr = ratios(pb, rt);
 
