@@ -37,7 +37,7 @@ enum tcp_order {
 	TCP_ORDER_STRONG = 0, /* each connection in order, a READ sampled in its turn */
 	TCP_ORDER_WEAK,       /* test mode: as late as InfiniBand RC allows (tcp_serve.c) */
 };
-/* Weak order: how long a READ stays unsampled and an atomic's reply is held. */
+/* Weak order: how long a READ that a later request overtook stays unsampled. */
 #define TCP_WEAK_HOLD_NS 1000000LL
 /* Weak order: a served connection is not read while it holds this many replies. */
 #define TCP_WEAK_MAX_HELD 256u

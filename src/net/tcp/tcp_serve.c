@@ -20,17 +20,20 @@
  *  - replies stay in order (the initiator matches them by sequence number): a reply
  *    behind a held one waits behind it;
  *  - a request with the fence flag (TCP_WIRE_F_FENCE) first releases everything held on
- *    its connection, before any of its own bytes land or it executes;
- *  - otherwise held replies are released at the end of a progress round, once they were
- *    held TCP_WEAK_HOLD_NS *and* one more whole round has served every ready connection.
- *    Released READs sample the pool then, newest first (an earlier READ samples after a
- *    later one, which an unfenced READ may pass).
- * The hold is long next to a round trip (tens of microseconds here): a lock released too
- * early (its CAS or message not fenced behind the READ of a get) is taken by another rank,
- * or by the home's own threads, which write under it before the READ samples, and the
- * coherence suite sees a torn or too new copy. Every READ and atomic pays up to the hold
- * in latency. Operations of a rank on its own pool run inline on its CPU
- * (tcp_provider.c), at once: they are not weakened.
+ *    its connection (READs sampled), before any of its own bytes land or it executes;
+ *  - otherwise held replies are released at the end of a progress round, once one more
+ *    whole round has served every ready connection; a READ that a later request of its
+ *    connection has overtaken (executed, or, a READ, sampled first) is held on until
+ *    TCP_WEAK_HOLD_NS after that. Released READs sample the pool newest first: an earlier
+ *    READ samples after a later one, which an unfenced READ may pass.
+ * Why overtaken READs wait so long: a missing fence shows only if a third party acts on
+ * what overtook the READ before the READ samples. A lock's release CAS or message not
+ * fenced behind a get's READ frees the lock; another rank must take it (an atomic's reply,
+ * one round here) and land its put (a round trip or two, tens of microseconds each) in
+ * that window, and the suites then see a torn or too new copy. A READ nothing overtook
+ * (a blocking read) and an atomic's reply come back after one round, so the suites keep
+ * their pace and their contention. Operations of a rank on its own pool run inline on its
+ * CPU (tcp_provider.c), at once: they are not weakened.
  */
 #include "net/tcp/tcp.h"
 #include "core/log.h"
@@ -58,7 +61,7 @@ struct tcp_held {
 	bool late;               /* a READ or atomic not released yet */
 	bool read;               /* a READ: sampled when released */
 	uint64_t round;          /* t->round when held */
-	int64_t since_ns;
+	int64_t due_ns;          /* a READ overtaken: not released before (0: not overtaken) */
 	unsigned char data[];
 };
 
@@ -199,7 +202,7 @@ static int weak_hold(struct tcp_tp *t, struct tcp_served *s, const struct tcp_wi
 	if (!h)
 		return -ENOMEM;
 	*h = (struct tcp_held){ .rep = *rep, .off = s->cur.off, .late = late, .read = read,
-				.round = t->round, .since_ns = late ? ddss_now_ns() : 0 };
+				.round = t->round };
 	if (s->held_tail)
 		s->held_tail->next = h;
 	else
@@ -251,32 +254,47 @@ static int weak_send(struct tcp_tp *t, struct tcp_served *s)
 	return served_watch(t, s);
 }
 
+/* A request behind the held READs has executed: they are overtaken, and wait on. */
+static void weak_overtaken(struct tcp_served *s, int64_t now)
+{
+	for (struct tcp_held *h = s->held_head; h; h = h->next)
+		if (h->late && h->read && !h->due_ns)
+			h->due_ns = now + TCP_WEAK_HOLD_NS;
+}
+
 /*
- * Release held replies: every one (@all: a fenced request is next), else those held
- * TCP_WEAK_HOLD_NS and for a whole round since; sample the released READs, newest first,
- * and send what is ready.
+ * Release held replies: every one (@all: a fenced request is next), else those held for a
+ * whole round, overtaken READs only once their hold is over. The released READs sample
+ * the pool newest first; an older READ still held is overtaken by the sampling of a newer
+ * one. Then send what is ready.
  */
 static int weak_release(struct tcp_tp *t, struct tcp_served *s, bool all)
 {
 	int64_t now = all ? 0 : ddss_now_ns();
-	struct tcp_held *batch = NULL;
+	struct tcp_held *newest = NULL;
+	bool sampled = false;
 
 	/* Declared dead meanwhile: it may not read the pool any more. */
 	if (ddss_tp_peer_refused(&t->base, s->peer))
 		return -EHOSTDOWN;
 	for (struct tcp_held *h = s->held_head; h; h = h->next) {
-		if (!h->late)
-			continue;
-		/* Held in order, so the first one still due ends the batch. */
-		if (!all && (h->round >= t->round || now - h->since_ns < TCP_WEAK_HOLD_NS))
-			break;
-		h->rev = batch;
-		batch = h;
+		if (h->late) {
+			h->rev = newest;
+			newest = h;
+		}
 	}
 	DDSS_POOL_ACCESS_BEGIN();
-	for (struct tcp_held *h = batch; h; h = h->rev) {
-		if (h->read)
+	for (struct tcp_held *h = newest; h; h = h->rev) {
+		if (!all) {
+			if (h->read && sampled && !h->due_ns)
+				h->due_ns = now + TCP_WEAK_HOLD_NS;
+			if (h->round >= t->round || now < h->due_ns)
+				continue;
+		}
+		if (h->read) {
 			memcpy(h->data, t->pool + h->off, h->rep.len);
+			sampled = true;
+		}
 		h->late = false;
 	}
 	DDSS_POOL_ACCESS_END();
@@ -373,11 +391,13 @@ static int served_step(struct tcp_tp *t, struct tcp_served *s)
 		s->rx_start += TCP_WIRE_HDR_LEN;
 		avail -= TCP_WIRE_HDR_LEN;
 		/* Weak order: a fenced request waits for every earlier READ and atomic, before
-		 * any of its bytes land. */
+		 * any of its bytes land; any other but a READ overtakes the held READs. */
 		if ((s->cur.flags & TCP_WIRE_F_FENCE) && s->held_head) {
 			r = weak_release(t, s, true);
 			if (r)
 				return r;
+		} else if (s->held_head && s->cur.kind != TCP_K_READ) {
+			weak_overtaken(s, ddss_now_ns());
 		}
 	}
 	if (s->payload_got < s->cur.len) {
@@ -544,7 +564,7 @@ static void weak_round_end(struct tcp_tp *t)
 }
 
 /*
- * Weak order: wait for events, but only until the oldest held reply is due (a round with
+ * Weak order: wait for events, but only until the first held reply is due (a round with
  * no events still ends: what it held is released).
  */
 static int weak_wait(struct tcp_tp *t, struct epoll_event *evs, int max)
@@ -554,13 +574,9 @@ static int weak_wait(struct tcp_tp *t, struct epoll_event *evs, int max)
 	int n;
 
 	for (struct tcp_served *s = t->weak_list; s; s = s->weak_next) {
-		for (struct tcp_held *h = s->held_head; h; h = h->next) {
-			if (h->late) {
-				if (h->since_ns + TCP_WEAK_HOLD_NS < due)
-					due = h->since_ns + TCP_WEAK_HOLD_NS;
-				break;
-			}
-		}
+		for (struct tcp_held *h = s->held_head; h; h = h->next)
+			if (h->late && h->due_ns < due)
+				due = h->due_ns;
 	}
 	if (due == INT64_MAX)
 		return epoll_wait(t->epfd, evs, max, -1);
