@@ -1,5 +1,7 @@
 /*
- * Fabric events: a thread reads the device's asynchronous events (ibv_get_async_event).
+ * Fabric events: the cm thread also reads the device's asynchronous events
+ * (ibv_get_async_event; it polls the device's async fd beside the rdma_cm channel, so no
+ * helper thread is added), and handles them here.
  *
  *  - PORT_ERR on our port: logged; every outgoing QP fails with -ENETDOWN at once (its
  *    outstanding operations complete with it) and new operations fail with -ENETDOWN
@@ -10,17 +12,16 @@
  *    receive buffers; its teardown waits for it (verbs_conn.c, served_quiesce).
  *  - QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR: logged; an outgoing QP fails (reconnects later).
  *
- * The thread stops with the others, on the stop eventfd.
+ * The cm thread is also the one that waits for a last-WQE event (served QP teardown): it
+ * reads the events itself meanwhile.
  */
 #include "net/verbs/verbs_int.h"
 #include "core/log.h"
-#include "net/thread_files.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <string.h>
-#include <time.h>
 
 #define RING (sizeof(((struct verbs_tp *)0)->last_wqe) / sizeof(uint32_t))
 
@@ -28,33 +29,31 @@ static void note_last_wqe(struct verbs_tp *vt, uint32_t qp_num)
 {
 	pthread_mutex_lock(&vt->ev_mu);
 	vt->last_wqe[vt->last_wqe_n++ % RING] = qp_num;
-	pthread_cond_broadcast(&vt->ev_cv);
 	pthread_mutex_unlock(&vt->ev_mu);
 }
 
 bool verbs_async_wait_last_wqe(struct verbs_tp *vt, uint32_t qp_num, int ms)
 {
-	struct timespec ts;
+	struct pollfd pfd = { .fd = vt->ctx->async_fd, .events = POLLIN };
+	int64_t until = ddss_now_ns() + (int64_t)ms * 1000000;
 	bool seen = false;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)ms * 1000000;
-	ts.tv_sec += ts.tv_nsec / 1000000000;
-	ts.tv_nsec %= 1000000000;
-	pthread_mutex_lock(&vt->ev_mu);
 	for (;;) {
+		int64_t left = (until - ddss_now_ns()) / 1000000;
+
+		pthread_mutex_lock(&vt->ev_mu);
 		for (unsigned i = 0; i < RING && i < vt->last_wqe_n && !seen; i++)
 			seen = vt->last_wqe[i] == qp_num;
-		if (seen || !vt->async_running ||
-		    pthread_cond_timedwait(&vt->ev_cv, &vt->ev_mu, &ts))
-			break;
+		if (seen) /* forget it: the number may come back on a later QP */
+			for (unsigned i = 0; i < RING; i++)
+				if (vt->last_wqe[i] == qp_num)
+					vt->last_wqe[i] = 0;
+		pthread_mutex_unlock(&vt->ev_mu);
+		if (seen || left <= 0)
+			return seen;
+		if (poll(&pfd, 1, (int)left) > 0)
+			verbs_async_handle(vt);
 	}
-	/* Forget it: the number may come back on a later QP. */
-	for (unsigned i = 0; i < RING; i++)
-		if (vt->last_wqe[i] == qp_num)
-			vt->last_wqe[i] = 0;
-	pthread_mutex_unlock(&vt->ev_mu);
-	return seen;
 }
 
 /* An outgoing QP that broke by itself: fail it (it reconnects on next use). */
@@ -120,59 +119,21 @@ static void handle(struct verbs_tp *vt, const struct ibv_async_event *ev, uint8_
 	}
 }
 
-static void *async_main(void *arg)
+void verbs_async_handle(struct verbs_tp *vt)
 {
-	struct verbs_tp *vt = arg;
-	struct pollfd pfd[2] = {
-		{ .fd = vt->stop_fd, .events = POLLIN },
-		{ .fd = vt->ctx->async_fd, .events = POLLIN },
-	};
-	uint8_t port = vt->listen_id->port_num;
 	struct ibv_async_event ev;
 
-	ddss_log_set_rank(vt->base.cfg.rank);
-	ddss_tp_thread_files(&vt->base);
-	for (;;) {
-		if (poll(pfd, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			break;
-		}
-		if (pfd[0].revents)
-			break;
-		while (ibv_get_async_event(vt->ctx, &ev) == 0) {
-			handle(vt, &ev, port);
-			ibv_ack_async_event(&ev);
-		}
+	while (ibv_get_async_event(vt->ctx, &ev) == 0) {
+		handle(vt, &ev, vt->port);
+		ibv_ack_async_event(&ev);
 	}
-	return NULL;
 }
 
-int verbs_async_start(struct verbs_tp *vt)
+int verbs_async_open(struct verbs_tp *vt)
 {
-	int fd = vt->ctx->async_fd, r;
+	int fd = vt->ctx->async_fd;
 
 	/* Read until empty on each wake-up: the fd must not block. */
-	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK))
-		return -errno;
-	pthread_mutex_lock(&vt->ev_mu);
-	vt->async_running = true;
-	pthread_mutex_unlock(&vt->ev_mu);
-	r = -pthread_create(&vt->async_thread, NULL, async_main, vt);
-	if (r) {
-		vt->async_running = false;
-		DDSS_ERR("verbs: cannot start the event thread: %s", strerror(-r));
-	}
-	return r;
-}
-
-void verbs_async_join(struct verbs_tp *vt)
-{
-	if (!vt->async_running)
-		return;
-	pthread_join(vt->async_thread, NULL); /* the stop eventfd is already readable */
-	pthread_mutex_lock(&vt->ev_mu);
-	vt->async_running = false;
-	pthread_cond_broadcast(&vt->ev_cv);
-	pthread_mutex_unlock(&vt->ev_mu);
+	vt->port = vt->listen_id->port_num;
+	return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) ? -errno : 0;
 }

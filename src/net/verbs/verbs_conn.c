@@ -166,7 +166,6 @@ int verbs_conn_open(struct verbs_tp *vt)
 
 	pthread_mutex_init(&vt->served_mu, NULL);
 	pthread_mutex_init(&vt->ev_mu, NULL);
-	pthread_cond_init(&vt->ev_cv, NULL);
 	ddss_auth_replay_init(&vt->replay);
 	vt->stop_fd = -1;
 	r = traffic_class(vt);
@@ -689,6 +688,9 @@ static void served_free(struct verbs_tp *vt, struct verbs_served *s, bool quiesc
 			*pp = s->next;
 			break;
 		}
+	/* Still known by its number meanwhile: messages it took before are delivered. */
+	if (s->id->qp && quiesce)
+		served_quiesce(vt, s->id->qp);
 	pthread_mutex_lock(&vt->served_mu);
 	if (s->peer && vt->served_qpn[s->peer] == s->qp_num) {
 		vt->served_qpn[s->peer] = 0;
@@ -696,8 +698,6 @@ static void served_free(struct verbs_tp *vt, struct verbs_served *s, bool quiesc
 	}
 	pthread_mutex_unlock(&vt->served_mu);
 	if (s->id->qp) {
-		if (quiesce)
-			served_quiesce(vt, s->id->qp);
 		rdma_destroy_qp(s->id);
 		if (quiesce) /* at close the buffers go with the pool */
 			verbs_recv_reclaim(vt, qp_num);
@@ -880,29 +880,33 @@ static void handle_cm_events(struct verbs_tp *vt)
 
 /*
  * Two threads, so that a message handler (on the receive thread) may connect to a peer:
- * the connection's rdma_cm steps run on the cm thread meanwhile.
+ * the connection's rdma_cm steps run on the cm thread meanwhile. The cm thread also reads
+ * the device's asynchronous events (verbs_async.c).
  */
-static bool wait_readable(struct verbs_tp *vt, int fd)
-{
-	struct pollfd pfd[2] = {
-		{ .fd = vt->stop_fd, .events = POLLIN },
-		{ .fd = fd, .events = POLLIN },
-	};
-
-	while (poll(pfd, 2, -1) < 0)
-		if (errno != EINTR)
-			return false;
-	return pfd[0].revents == 0;
-}
-
 static void *cm_main(void *arg)
 {
 	struct verbs_tp *vt = arg;
+	struct pollfd pfd[3] = {
+		{ .fd = vt->stop_fd, .events = POLLIN },
+		{ .fd = vt->cm_ch->fd, .events = POLLIN },
+		{ .fd = vt->ctx->async_fd, .events = POLLIN },
+	};
 
 	ddss_log_set_rank(vt->base.cfg.rank);
 	ddss_tp_thread_files(&vt->base);
-	while (wait_readable(vt, vt->cm_ch->fd))
-		handle_cm_events(vt);
+	for (;;) {
+		if (poll(pfd, 3, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (pfd[0].revents)
+			break;
+		if (pfd[2].revents)
+			verbs_async_handle(vt);
+		if (pfd[1].revents)
+			handle_cm_events(vt);
+	}
 	return NULL;
 }
 
@@ -966,6 +970,9 @@ int verbs_conn_start(struct verbs_tp *vt)
 		DDSS_ERR("verbs: cannot listen: %s", strerror(-r));
 		return r;
 	}
+	r = verbs_async_open(vt);
+	if (r)
+		return r;
 	r = -pthread_create(&vt->cm_thread, NULL, cm_main, vt);
 	if (r)
 		return r;
@@ -976,10 +983,7 @@ int verbs_conn_start(struct verbs_tp *vt)
 		return r;
 	}
 	vt->started = true;
-	r = verbs_async_start(vt);
-	if (r)
-		verbs_conn_stop(vt);
-	return r;
+	return 0;
 }
 
 void verbs_conn_stop(struct verbs_tp *vt)
@@ -994,7 +998,6 @@ void verbs_conn_stop(struct verbs_tp *vt)
 	pthread_join(vt->cm_thread, NULL);
 	if (vt->started)
 		pthread_join(vt->recv_thread, NULL);
-	verbs_async_join(vt);
 	vt->started = false;
 	vt->cm_thread_running = false;
 }
@@ -1033,6 +1036,5 @@ void verbs_conn_close(struct verbs_tp *vt)
 	vt->devices = NULL;
 	pthread_mutex_destroy(&vt->served_mu);
 	pthread_mutex_destroy(&vt->ev_mu);
-	pthread_cond_destroy(&vt->ev_cv);
 	ddss_auth_replay_destroy(&vt->replay);
 }

@@ -67,11 +67,11 @@
 #define VERBS_RQ_DEPTH 128u
 /*
  * Retries (docs/transport.md, "Fabric errors"): the served QP's min RNR NAK timer (IB code
- * 16 = 2.56 ms) and the sender's RNR retry count (6; 7 would mean for ever) bound an
- * underrun to ~15 ms; the local ACK timeout (IB code 16 = 4.096 us << 16 = 268 ms) and 7
+ * 28 = 163.84 ms) and the sender's RNR retry count (6; 7 would mean for ever) survive an
+ * underrun of ~1 s; the local ACK timeout (IB code 16 = 4.096 us << 16 = 268 ms) and 7
  * transport retries bound an unanswered request to ~2.1 s before a retry-exceeded error.
  */
-#define VERBS_MIN_RNR_TIMER 16
+#define VERBS_MIN_RNR_TIMER 28
 #define VERBS_RNR_RETRY 6
 #define VERBS_ACK_TIMEOUT 16
 #define VERBS_TRANSPORT_RETRY 7
@@ -187,12 +187,10 @@ struct verbs_tp {
 	uint64_t recv_epoch;         /* receive CQ polled empty this many times on request */
 	int recv_kick_fd;            /* eventfd: asks the receive thread to poll (teardown) */
 
-	/* Fabric events (verbs_async.c). */
-	pthread_t async_thread;
-	bool async_running;
+	/* Fabric events (verbs_async.c; read by the cm thread). */
+	uint8_t port;                /* ours */
 	int port_err;                /* atomic: 0, -ENETDOWN (port down), -ENODEV (device fatal) */
-	pthread_mutex_t ev_mu;       /* last_wqe; ev_cv signals each new one */
-	pthread_cond_t ev_cv;
+	pthread_mutex_t ev_mu;       /* last_wqe */
 	uint32_t last_wqe[16];       /* qp_num of recent QP_LAST_WQE_REACHED events (a ring) */
 	unsigned last_wqe_n;
 	bool no_last_wqe;            /* the device did not report one in time: do not wait again */
@@ -343,8 +341,9 @@ void verbs_out_wc_fail(struct verbs_out *o, enum ibv_wc_status st, int err);
 void verbs_out_fail_all(struct verbs_tp *vt, int err);
 
 /* ---- verbs_async.c ---- */
-int verbs_async_start(struct verbs_tp *vt);  /* the async event thread (stop_fd stops it) */
-void verbs_async_join(struct verbs_tp *vt);
+int verbs_async_open(struct verbs_tp *vt);    /* before the cm thread starts */
+/** cm thread: handle every device event pending (port, device, QP, last WQE). */
+void verbs_async_handle(struct verbs_tp *vt);
 /** cm thread: wait up to @ms for QP_LAST_WQE_REACHED on @qp_num; false if it never came. */
 bool verbs_async_wait_last_wqe(struct verbs_tp *vt, uint32_t qp_num, int ms);
 
