@@ -37,16 +37,22 @@ static void counted(struct ddss_lock *lk, const struct lock_req *rq)
 	__atomic_store_n(&sl->q_state, Q_COUNTED, __ATOMIC_RELEASE);
 }
 
+/*
+ * The lock's atomics at its home. A release whose hold may still have a READ in flight
+ * (a get's transfer, rq->fence) posts them fenced: a NIC may otherwise execute the
+ * release before the READ samples the data, and the next holder's put could land in the
+ * middle of what the get returns (docs/transport.md, "Ordering and fences").
+ */
 static int cas(struct ddss_lock *lk, const struct lock_req *rq, unsigned word, uint64_t cmp,
 	       uint64_t swp, uint64_t *old_p)
 {
-	return ddss_tp_cas(lk->tp, rq->home, rq->hdr + word, cmp, swp, old_p);
+	return ddss_tp_cas_ex(lk->tp, rq->home, rq->hdr + word, cmp, swp, lock_fenced(rq), old_p);
 }
 
 static int fadd(struct ddss_lock *lk, const struct lock_req *rq, unsigned word, uint64_t add,
 		uint64_t *old_p)
 {
-	return ddss_tp_fadd(lk->tp, rq->home, rq->hdr + word, add, old_p);
+	return ddss_tp_fadd_ex(lk->tp, rq->home, rq->hdr + word, add, lock_fenced(rq), old_p);
 }
 
 /* A wait that only lasts while a peer is between two steps of its own: bounded by the
