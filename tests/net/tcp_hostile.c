@@ -725,7 +725,7 @@ static void test_protocol_errors_close(void)
 	} cases[] = {
 		{ "unknown kind 99", 99, 0, 0, 0, -1 },
 		{ "kind 0", 0, 0, 0, 0, -1 },
-		{ "reserved byte 1", TCP_K_READ, 0, 0, 8, 1 },
+		{ "fence on a notification", TCP_K_NOTIFY, 0, 0, 0, 1 },
 		{ "reserved word at 12", TCP_K_READ, 0, 0, 8, 13 },
 		{ "REPLY as a request", TCP_K_REPLY, 0, 0, 0, -1 },
 		{ "HELLO as a request", TCP_K_HELLO, TCP_WIRE_HELLO_LEN, TCP_WIRE_HELLO_LEN, 0, -1 },
