@@ -236,7 +236,10 @@ if [ "$mode" = loss ]; then
     coh_args=(--threads 2 --iters 20 --payload 65536)
     limit=170
   fi
-  netem loss "$loss%" delay "${delay_ms}ms" "${jitter_ms}ms" ||
+  # `rate` keeps the jitter from reordering: netem then times each packet from the one
+  # queued before it. A RoCE flow is delivered in order (ECMP hashes per flow, PFC drops
+  # nothing), and rxe answers reordering with go-back-N storms no real fabric shows.
+  netem loss "$loss%" delay "${delay_ms}ms" "${jitter_ms}ms" rate 10gbit ||
     skip "tc could not add a netem qdisc on $dev_a/$dev_b"
   tc qdisc show dev "$dev_a" | sed 's/^/  /'
   total_dead=0
