@@ -14,8 +14,10 @@ if ! ls /sys/class/infiniband/* >/dev/null 2>&1; then
 fi
 rm -rf "$build"
 BUILD_DIR=$build "$top/scripts/build.sh"
-# Everything but the long soaks (label soak: `ctest --test-dir build-test -L soak`).
-ctest --test-dir "$build" --output-on-failure --timeout 900 -LE soak
+# Everything but the long soaks (label soak: `ctest --test-dir build-test -L soak`) and the
+# tests of known open problems (label open: `ctest --test-dir build-test -L open`; each
+# one's CMake entry says which issue tracks it).
+ctest --test-dir "$build" --output-on-failure --timeout 900 -LE "soak|open"
 # ThreadSanitizer: the segment, lock and tcp channel suites (8 threads x 4 ranks among them) in a separate
 # build of just what it needs, over tcp (the verbs path under TSan is future work).
 tsan=$build-tsan
