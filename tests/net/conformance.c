@@ -30,7 +30,8 @@
 #define W_THREADS 192
 #define W_CAS64 1024 /* one word per rank */
 
-#define FADD_COUNT 100000
+/* Fetch&adds per rank (--fadd-count: the lossy-link run needs fewer, docs/failure.md). */
+static unsigned fadd_count = 100000;
 #define FADD_WINDOW 64
 #define CASINC_COUNT 2000
 #define THREADS 4
@@ -280,7 +281,7 @@ static void test_fadd_concurrent_exact_sum(void)
 	barrier();
 	/* A window of requests in flight; this rank's own results must rise strictly, since
 	 * one channel executes in order. */
-	for (unsigned i = 0; i < FADD_COUNT + FADD_WINDOW; i++) {
+	for (unsigned i = 0; i < fadd_count + FADD_WINDOW; i++) {
 		struct ddss_tp_req *q = &req[i % FADD_WINDOW];
 
 		if (i >= FADD_WINDOW) {
@@ -290,7 +291,7 @@ static void test_fadd_concurrent_exact_sum(void)
 				disorder++;
 			last_old = q->result;
 		}
-		if (i < FADD_COUNT && ddss_tp_post_fadd(tp, 1, W_FADD, 1, q))
+		if (i < fadd_count && ddss_tp_post_fadd(tp, 1, W_FADD, 1, q))
 			errors++;
 	}
 	/* Additions that carry across the 32-bit halves. */
@@ -300,7 +301,7 @@ static void test_fadd_concurrent_exact_sum(void)
 	CU_ASSERT_EQUAL(disorder, 0);
 	barrier();
 	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_FADD, &total, 8), 0);
-	CU_ASSERT_EQUAL(total, (uint64_t)nranks * FADD_COUNT);
+	CU_ASSERT_EQUAL(total, (uint64_t)nranks * fadd_count);
 	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_FADD_WIDE, &wide, 8), 0);
 	CU_ASSERT_EQUAL(wide, (uint64_t)nranks * 1000 * 0xFFFFFFFFull);
 	barrier();
@@ -667,8 +668,10 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--completion=poll")) {
 			setenv("DDSS_COMPLETION", "poll", 1);
+		} else if (!strncmp(argv[i], "--fadd-count=", 13) && atoi(argv[i] + 13) > 0) {
+			fadd_count = (unsigned)atoi(argv[i] + 13);
 		} else {
-			fprintf(stderr, "usage: %s [--completion=poll]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--completion=poll] [--fadd-count=N]\n", argv[0]);
 			return 2;
 		}
 	}

@@ -6,6 +6,7 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,10 +43,36 @@ bool ddss_verbs_usable(void)
 	return usable;
 }
 
+/*
+ * Let what was sent land before the QPs go: messages and notifications return once queued,
+ * so a rank that sends its last barrier message and closes would otherwise destroy it with
+ * its QP whenever a lost packet left it waiting for a retransmit (seen with 2% loss in the
+ * fabric tests). Bounded: a dead peer's WRs would wait for their retries to run out.
+ */
+static void drain_outgoing(struct verbs_tp *vt, int timeout_ms)
+{
+	int64_t deadline = ddss_now_ns() + (int64_t)timeout_ms * 1000000;
+
+	for (uint32_t r = 1; r <= vt->base.cfg.size; r++) {
+		struct verbs_out *o = &vt->peers[r].out;
+
+		while (__atomic_load_n(&o->qp, __ATOMIC_ACQUIRE) &&
+		       !__atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) &&
+		       __atomic_load_n(&o->sq_posted, __ATOMIC_ACQUIRE) !=
+			       __atomic_load_n(&o->sq_done, __ATOMIC_ACQUIRE) &&
+		       ddss_now_ns() < deadline) {
+			if (verbs_progress(vt) == 0)
+				sched_yield();
+		}
+	}
+}
+
 static void verbs_close(struct ddss_tp *tp)
 {
 	struct verbs_tp *vt = verbs_tp_of(tp);
 
+	if (vt->peers && vt->started)
+		drain_outgoing(vt, 2000);
 	verbs_conn_stop(vt);
 	if (vt->peers) {
 		verbs_conn_close(vt);
