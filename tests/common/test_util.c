@@ -238,3 +238,21 @@ int test_listen_loopback(unsigned *port_p)
 	*port_p = ntohs(a.sin_port);
 	return s;
 }
+
+char *test_read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf;
+	long n;
+
+	if (!f)
+		return strdup("");
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = calloc(1, n > 0 ? (size_t)n + 1 : 1);
+	if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n)
+		buf[0] = 0;
+	fclose(f);
+	return buf;
+}

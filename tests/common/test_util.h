@@ -55,6 +55,9 @@ void test_thread_fail(unsigned *failures, uint32_t rank, unsigned tid, const cha
 
 /** Milliseconds on the monotonic clock. */
 double test_now_ms(void);
+
+/* The whole file at @path, NUL-terminated (malloc'd; "" if it cannot be read). */
+char *test_read_file(const char *path);
 /** A listening tcp socket on a free port of 127.0.0.1 (for a daemon's DDSS_LISTEN_FD), its
  * port in *port_p; -1 on failure. */
 int test_listen_loopback(unsigned *port_p);

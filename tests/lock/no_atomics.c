@@ -28,21 +28,8 @@ static int saved_stderr = -1;
 /* Everything logged so far (stderr goes to log_path), NUL-terminated; free it. */
 static char *log_text(void)
 {
-	FILE *f = fopen(log_path, "r");
-	char *buf;
-	long n;
-
 	fflush(stderr);
-	if (!f)
-		return strdup("");
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = calloc(1, (size_t)n + 1);
-	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n)
-		buf[0] = 0;
-	fclose(f);
-	return buf;
+	return test_read_file(log_path);
 }
 
 static bool log_has(const char *needle)
