@@ -29,6 +29,7 @@
 #define W_CASINC 128
 #define W_THREADS 192
 #define W_CAS64 1024 /* one word per rank */
+#define W_FENCE 2048 /* one word per thread of each rank */
 
 /* Fetch&adds per rank (--fadd-count: the lossy-link run needs fewer, docs/failure.md). */
 static unsigned fadd_count = 100000;
@@ -36,6 +37,7 @@ static unsigned fadd_count = 100000;
 #define CASINC_COUNT 2000
 #define THREADS 4
 #define THREAD_OPS 3000
+#define FENCE_OPS 2000
 #define NOTIFY_COUNT 5000
 #define INFLIGHT 256
 #define TAG_PING DDSS_MSG_USER_FIRST
@@ -507,6 +509,54 @@ static void test_held_posts_threads(void)
 	barrier();
 }
 
+/*
+ * Fences (DDSS_TP_FENCE): a READ, then a fenced compare&swap of the same word. The READ must
+ * return the value before the swap (a NIC may otherwise let the swap pass it), and the
+ * fenced WR must start at all: on rxe, IBV_SEND_FENCE could leave a QP that sent nothing
+ * more (verbs_caps.c); with several threads on one QP this ran into it within seconds.
+ * All ranks aim at rank 1, so its responder is busy.
+ */
+static void *fence_thread(void *p)
+{
+	struct thread_arg *a = p;
+	uint64_t word = W_FENCE + 8 * ((me - 1) * THREADS + a->id);
+
+	for (uint64_t i = 0; i < FENCE_OPS && a->errors == 0; i++) {
+		struct ddss_tp_req rd, c;
+		uint64_t seen = ~0ull;
+
+		a->errors += ddss_tp_post_read_more(tp, 1, word, &seen, 8, &rd) != 0;
+		a->errors += ddss_tp_post_cas_fenced(tp, 1, word, i, i + 1, &c) != 0;
+		if (a->errors)
+			break;
+		a->errors += ddss_tp_wait(tp, &c, WAIT_MS) != 0 || c.status != 0 || c.result != i;
+		a->errors += ddss_tp_wait(tp, &rd, WAIT_MS) != 0 || rd.status != 0 || seen != i;
+		/* Now a fenced READ behind a fetch&add: it sees the addition. */
+		a->errors += ddss_tp_post_fadd(tp, 1, word, 1, &c) != 0;
+		a->errors += ddss_tp_post_read_fenced(tp, 1, word, &seen, 8, &rd) != 0;
+		if (a->errors)
+			break;
+		a->errors += ddss_tp_wait(tp, &rd, WAIT_MS) != 0 || rd.status != 0 || seen != i + 2;
+		a->errors += ddss_tp_wait(tp, &c, WAIT_MS) != 0 || c.status != 0 || c.result != i + 1;
+		/* Back by one, so the next round's compare value is i + 1. */
+		a->errors += ddss_tp_fadd(tp, 1, word, (uint64_t)-1, NULL) != 0;
+	}
+	return NULL;
+}
+
+static void test_fenced_after_reads(void)
+{
+	uint64_t words[THREADS] = { 0 };
+
+	barrier();
+	run_threads(fence_thread);
+	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_FENCE + 8 * (me - 1) * THREADS, words,
+				     sizeof(words)), 0);
+	for (unsigned t = 0; t < THREADS; t++)
+		CU_ASSERT_EQUAL(words[t], FENCE_OPS);
+	barrier();
+}
+
 /* Every rank's values 0..@end-1 arrived from every rank, each in order, none twice. */
 static void expect_notified(uint32_t end)
 {
@@ -704,6 +754,7 @@ int main(int argc, char **argv)
 	CU_add_test(suite, "threads share channels", test_threads_share_channels);
 	CU_add_test(suite, "held posts (post_*_more)", test_held_posts);
 	CU_add_test(suite, "held posts from several threads", test_held_posts_threads);
+	CU_add_test(suite, "fenced operations behind reads and atomics", test_fenced_after_reads);
 	CU_add_test(suite, "notifications in order", test_notifications_in_order);
 	CU_add_test(suite, "notifications batched (notify_many)", test_notifications_batched);
 	CU_add_test(suite, "notify after write sees the data", test_notify_after_write_sees_data);

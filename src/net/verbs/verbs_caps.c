@@ -2,8 +2,11 @@
  * What the device can do, decided once at open, and the test switch that takes
  * capabilities away: DDSS_VERBS_DISABLE=atomics,srq (comma separated) makes the provider
  * behave as if the device lacked them, so that the fallback paths run in CI on rxe.
+ * Also how a fence is kept (verbs_fence_decide).
  */
 #include "net/verbs/verbs_int.h"
+
+#include "core/log.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,4 +25,33 @@ bool verbs_simulate_lack(const char *cap)
 		p = end ? end + 1 : NULL;
 	}
 	return false;
+}
+
+/*
+ * A fenced WR (DDSS_TP_FENCE) must not start before the QP's earlier READs and atomics
+ * have completed. A NIC keeps that with IBV_SEND_FENCE. rxe cannot be trusted to: its
+ * requester sets a wait_fence flag that its completer clears, in two tasks with no ordering
+ * between them, and a lost wake-up leaves the QP sending nothing, ever (seen in the guest:
+ * the QP's send PSN frozen, no retransmission, 3 of 16 runs of ddss-clients-bench; 0 of 16
+ * without the flag). So on rxe the poster keeps the fence itself: it waits until the QP's
+ * earlier WRs have completed, then posts without the flag. Same order, one round trip
+ * that the fence costs anyway. DDSS_VERBS_FENCE=nic or wait overrides the choice.
+ */
+const char *verbs_fence_decide(struct verbs_tp *vt, uint32_t vendor_id)
+{
+	const char *env = getenv("DDSS_VERBS_FENCE");
+
+	if (env && strcmp(env, "wait") == 0) {
+		vt->fence_by_wait = true;
+		return "kept by waiting (DDSS_VERBS_FENCE=wait)";
+	}
+	if (env && strcmp(env, "nic") == 0) {
+		vt->fence_by_wait = false;
+		return "IBV_SEND_FENCE (DDSS_VERBS_FENCE=nic)";
+	}
+	if (env && *env && strcmp(env, "auto") != 0)
+		DDSS_WARN("verbs: DDSS_VERBS_FENCE=%s is not auto, nic or wait; using auto", env);
+	vt->fence_by_wait = vendor_id == RXE_VENDOR_ID;
+	return vt->fence_by_wait ? "kept by waiting (rxe's IBV_SEND_FENCE can stall a QP)" :
+				   "IBV_SEND_FENCE";
 }

@@ -363,6 +363,31 @@ int verbs_post_slow(struct verbs_out *o, struct ibv_send_wr *wr)
 	return r;
 }
 
+/*
+ * Completions of one RC QP come in order, so sq_done reaching the sq_posted seen now means
+ * every earlier WR has completed. Later posts of other threads are not waited for. Bounded
+ * by the operation timeout, after which the connection fails (as verbs_wait_slow does).
+ */
+int verbs_wait_earlier(struct verbs_out *o)
+{
+	struct verbs_tp *vt = o->tp;
+	unsigned target = __atomic_load_n(&o->sq_posted, __ATOMIC_SEQ_CST);
+	int64_t deadline = ddss_now_ns() + (int64_t)vt->base.cfg.op_timeout_ms * 1000000;
+
+	while ((int)(__atomic_load_n(&o->sq_done, __ATOMIC_ACQUIRE) - target) < 0) {
+		int r = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE);
+
+		if (r)
+			return r;
+		if (ddss_now_ns() >= deadline) {
+			verbs_out_fail(o, -ETIMEDOUT);
+			return -ETIMEDOUT;
+		}
+		progress_step(vt, NULL, slice_ms(deadline));
+	}
+	return 0;
+}
+
 void verbs_drain(struct verbs_out *o, int timeout_ms)
 {
 	struct verbs_tp *vt = o->tp;

@@ -221,6 +221,7 @@ struct verbs_tp {
 
 	bool has_atomics;            /* the device does remote atomics at all */
 	bool atomic_be;              /* the device returns atomic results big-endian */
+	bool fence_by_wait;          /* DDSS_TP_FENCE waits in the poster, not IBV_SEND_FENCE */
 	struct verbs_peer *peers;    /* [1..size] */
 };
 
@@ -294,9 +295,14 @@ void verbs_msg_hdr_encode(uint16_t tag, uint32_t len, unsigned char out[VERBS_MS
 /** 0, or -EPROTO if the header is invalid for a message of @total bytes. */
 int verbs_msg_hdr_decode(const void *buf, size_t total, uint16_t *tag_p, uint32_t *len_p);
 
+/* The vendor id the rxe driver reports (Linux drivers/infiniband/sw/rxe/rxe_param.h). */
+#define RXE_VENDOR_ID 0xffffffu
+
 /* ---- verbs_caps.c ---- */
 /** Test switch: DDSS_VERBS_DISABLE lists @cap ("atomics", "srq"): act as if it were missing. */
 bool verbs_simulate_lack(const char *cap);
+/** How DDSS_TP_FENCE is kept on this device (sets vt->fence_by_wait); a log phrase. */
+const char *verbs_fence_decide(struct verbs_tp *vt, uint32_t vendor_id);
 
 /* ---- verbs_conn.c ---- */
 int verbs_conn_open(struct verbs_tp *vt);     /* event channel, bind, device */
@@ -330,6 +336,8 @@ void verbs_release_own_event(struct verbs_tp *vt);
 void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc);
 /** Wait until @o has no WR outstanding (after its QP moved to error), bounded. */
 void verbs_drain(struct verbs_out *o, int timeout_ms);
+/** Wait until @o's WRs posted before now have completed (a fence kept by waiting). */
+int verbs_wait_earlier(struct verbs_out *o);
 
 /**
  * A completion error on @o: retry-exceeded and flushed QPs fail the connection without

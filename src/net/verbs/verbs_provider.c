@@ -96,8 +96,6 @@ static void verbs_close(struct ddss_tp *tp)
 	free(vt);
 }
 
-/* The vendor id the rxe driver reports (Linux drivers/infiniband/sw/rxe/rxe_param.h). */
-#define RXE_VENDOR_ID 0xffffffu
 
 /*
  * Fork safety of registered memory. A fork makes the parent's private pages copy-on-write;
@@ -125,7 +123,7 @@ static int query_device(struct verbs_tp *vt)
 {
 	struct ibv_device_attr da;
 	struct ibv_port_attr pa;
-	const char *why;
+	const char *why, *fence;
 
 	if (ibv_query_device(vt->ctx, &da) || ibv_query_port(vt->ctx, vt->listen_id->port_num, &pa))
 		return -errno;
@@ -155,11 +153,13 @@ static int query_device(struct verbs_tp *vt)
 	 * ib_read_lat 119 us, ib_atomic_lat 61 us in the guest). A NIC reads as fast or faster,
 	 * and serves reads of one word from many readers in parallel, atomics one by one. */
 	vt->base.fetch_by_fadd = vt->has_atomics && da.vendor_id == RXE_VENDOR_ID;
+	fence = verbs_fence_decide(vt, da.vendor_id);
 	DDSS_INFO("verbs: rank %u on %s port %u: %d outstanding reads/atomics; atomics %s%s; "
-		  "fork: %s", vt->base.cfg.rank, vt->base.device, vt->listen_id->port_num,
-		  vt->rd_atom, why, vt->has_atomics ? ", byte order probed at start" :
+		  "fences: %s; fork: %s", vt->base.cfg.rank, vt->base.device,
+		  vt->listen_id->port_num, vt->rd_atom, why,
+		  vt->has_atomics ? ", byte order probed at start" :
 		  ": locks use SRSL, version/write/delta segments are refused",
-		  fork_note());
+		  fence, fork_note());
 	return 0;
 }
 
@@ -523,6 +523,19 @@ static inline void push_held(struct verbs_tp *vt)
 		post_held(vt, NULL);
 }
 
+/*
+ * DDSS_TP_FENCE on @o: the send flag that keeps it, or, where the device's flag cannot be
+ * trusted (fence_by_wait, verbs_caps.c), 0 once this thread's held WR is posted and @o's
+ * earlier WRs have completed. Negative: the connection failed meanwhile.
+ */
+static int fence_flag(struct verbs_tp *vt, struct verbs_out *o)
+{
+	if (!vt->fence_by_wait)
+		return IBV_SEND_FENCE;
+	push_held(vt);
+	return verbs_wait_earlier(o);
+}
+
 /* Every post of this provider: behind the thread's held WR, in one chain if to its peer. */
 static inline __attribute__((always_inline)) int post_wr(struct verbs_tp *vt, struct verbs_out *o,
 							 struct ibv_send_wr *wr)
@@ -548,13 +561,16 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 	struct ibv_sge sge;
 	struct ibv_send_wr wr = { 0 };
 	size_t done = 0;
-	int r;
+	int fence, r;
 
 	if (!local || len == 0)
 		return -EINVAL;
 	r = begin(vt, peer, off, len, req, &o);
 	if (r)
 		return r;
+	fence = flags & DDSS_TP_FENCE ? fence_flag(vt, o) : 0;
+	if (fence < 0)
+		return fence;
 	req->op = op;
 	req->local = local;
 	req->len = len;
@@ -571,8 +587,7 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 		if (r)
 			return r;
 	}
-	if (flags & DDSS_TP_FENCE)
-		wr.send_flags |= IBV_SEND_FENCE;
+	wr.send_flags |= (unsigned)fence;
 	for (;;) {
 		size_t chunk = len - done < vt->max_msg ? len - done : vt->max_msg;
 		bool last = done + chunk == len;
@@ -625,7 +640,7 @@ static inline __attribute__((always_inline)) int post_atomic(struct verbs_tp *vt
 	struct verbs_out *o;
 	struct ibv_sge sge;
 	struct ibv_send_wr wr = { 0 };
-	int r;
+	int fence, r;
 
 	if (off % 8)
 		return -EINVAL;
@@ -634,6 +649,9 @@ static inline __attribute__((always_inline)) int post_atomic(struct verbs_tp *vt
 	r = begin(vt, peer, off, 8, req, &o);
 	if (r)
 		return r;
+	fence = flags & DDSS_TP_FENCE ? fence_flag(vt, o) : 0;
+	if (fence < 0)
+		return fence;
 	req->op = op;
 	req->local = &req->result;
 	req->len = 8;
@@ -650,8 +668,7 @@ static inline __attribute__((always_inline)) int post_atomic(struct verbs_tp *vt
 	wr.wr.atomic.rkey = o->rkey;
 	wr.wr.atomic.compare_add = a;
 	wr.wr.atomic.swap = b;
-	if (flags & DDSS_TP_FENCE)
-		wr.send_flags = IBV_SEND_FENCE;
+	wr.send_flags = (unsigned)fence;
 	r = post_wr(vt, o, &wr);
 	if (r)
 		verbs_mem_finish(vt, req, false);
@@ -671,8 +688,9 @@ static int verbs_post_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint
 }
 
 /*
- * DDSS_TP_FENCE becomes IBV_SEND_FENCE: the WR starts only once the QP's earlier READs
- * and atomics have completed (a real NIC lets a later request pass them; rxe does not).
+ * DDSS_TP_FENCE: the WR starts only once the QP's earlier READs and atomics have completed
+ * (a real NIC lets a later request pass them): IBV_SEND_FENCE, or on rxe a wait in the
+ * poster (fence_flag).
  */
 static int verbs_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, uint64_t off,
 			 void *local, size_t len, uint64_t a, uint64_t b, unsigned flags,
