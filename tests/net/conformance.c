@@ -33,11 +33,12 @@
 
 /* Fetch&adds per rank (--fadd-count: the lossy-link run needs fewer, docs/failure.md). */
 static unsigned fadd_count = 100000;
+/* Rounds per thread of the fence test (--fence-ops: the lossy-link run needs fewer). */
+static unsigned fence_ops = 2000;
 #define FADD_WINDOW 64
 #define CASINC_COUNT 2000
 #define THREADS 4
 #define THREAD_OPS 3000
-#define FENCE_OPS 2000
 #define NOTIFY_COUNT 5000
 #define INFLIGHT 256
 #define TAG_PING DDSS_MSG_USER_FIRST
@@ -521,7 +522,7 @@ static void *fence_thread(void *p)
 	struct thread_arg *a = p;
 	uint64_t word = W_FENCE + 8 * ((me - 1) * THREADS + a->id);
 
-	for (uint64_t i = 0; i < FENCE_OPS && a->errors == 0; i++) {
+	for (uint64_t i = 0; i < fence_ops && a->errors == 0; i++) {
 		struct ddss_tp_req rd, c;
 		uint64_t seen = ~0ull;
 
@@ -553,7 +554,7 @@ static void test_fenced_after_reads(void)
 	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_FENCE + 8 * (me - 1) * THREADS, words,
 				     sizeof(words)), 0);
 	for (unsigned t = 0; t < THREADS; t++)
-		CU_ASSERT_EQUAL(words[t], FENCE_OPS);
+		CU_ASSERT_EQUAL(words[t], fence_ops);
 	barrier();
 }
 
@@ -720,8 +721,10 @@ int main(int argc, char **argv)
 			setenv("DDSS_COMPLETION", "poll", 1);
 		} else if (!strncmp(argv[i], "--fadd-count=", 13) && atoi(argv[i] + 13) > 0) {
 			fadd_count = (unsigned)atoi(argv[i] + 13);
+		} else if (!strncmp(argv[i], "--fence-ops=", 12) && atoi(argv[i] + 12) > 0) {
+			fence_ops = (unsigned)atoi(argv[i] + 12);
 		} else {
-			fprintf(stderr, "usage: %s [--completion=poll] [--fadd-count=N]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--completion=poll] [--fadd-count=N] [--fence-ops=N]\n", argv[0]);
 			return 2;
 		}
 	}
