@@ -517,6 +517,17 @@ static void test_held_posts_threads(void)
  * more (verbs_caps.c); with several threads on one QP this ran into it within seconds.
  * All ranks aim at rank 1, so its responder is busy.
  */
+/* One check of the fence test; on the first failure of a thread, say which one. */
+static bool fence_check(struct thread_arg *a, bool ok, const char *what, uint64_t round,
+			uint64_t got, uint64_t want)
+{
+	if (!ok && a->errors++ == 0)
+		fprintf(stderr, "rank %u thread %u round %llu: %s: got %llu, expected %llu\n", me,
+			a->id, (unsigned long long)round, what, (unsigned long long)got,
+			(unsigned long long)want);
+	return ok;
+}
+
 static void *fence_thread(void *p)
 {
 	struct thread_arg *a = p;
@@ -525,22 +536,42 @@ static void *fence_thread(void *p)
 	for (uint64_t i = 0; i < fence_ops && a->errors == 0; i++) {
 		struct ddss_tp_req rd, c;
 		uint64_t seen = ~0ull;
+		int r;
 
-		a->errors += ddss_tp_post_read_more(tp, 1, word, &seen, 8, &rd) != 0;
-		a->errors += ddss_tp_post_cas_fenced(tp, 1, word, i, i + 1, &c) != 0;
+		r = ddss_tp_post_read_more(tp, 1, word, &seen, 8, &rd);
+		if (!fence_check(a, r == 0, "post READ", i, (uint64_t)-r, 0))
+			break;
+		r = ddss_tp_post_cas_fenced(tp, 1, word, i, i + 1, &c);
+		if (!fence_check(a, r == 0, "post fenced CAS", i, (uint64_t)-r, 0))
+			break;
+		r = ddss_tp_wait(tp, &c, WAIT_MS);
+		fence_check(a, r == 0 && c.status == 0, "fenced CAS status", i,
+			    (uint64_t)-(r ? r : c.status), 0);
+		r = ddss_tp_wait(tp, &rd, WAIT_MS);
+		fence_check(a, r == 0 && rd.status == 0, "READ status", i,
+			    (uint64_t)-(r ? r : rd.status), 0);
+		fence_check(a, c.result == i, "fenced CAS old value", i, c.result, i);
+		fence_check(a, seen == i, "READ before the fenced CAS", i, seen, i);
 		if (a->errors)
 			break;
-		a->errors += ddss_tp_wait(tp, &c, WAIT_MS) != 0 || c.status != 0 || c.result != i;
-		a->errors += ddss_tp_wait(tp, &rd, WAIT_MS) != 0 || rd.status != 0 || seen != i;
 		/* Now a fenced READ behind a fetch&add: it sees the addition. */
-		a->errors += ddss_tp_post_fadd(tp, 1, word, 1, &c) != 0;
-		a->errors += ddss_tp_post_read_fenced(tp, 1, word, &seen, 8, &rd) != 0;
-		if (a->errors)
+		r = ddss_tp_post_fadd(tp, 1, word, 1, &c);
+		if (!fence_check(a, r == 0, "post fetch&add", i, (uint64_t)-r, 0))
 			break;
-		a->errors += ddss_tp_wait(tp, &rd, WAIT_MS) != 0 || rd.status != 0 || seen != i + 2;
-		a->errors += ddss_tp_wait(tp, &c, WAIT_MS) != 0 || c.status != 0 || c.result != i + 1;
+		r = ddss_tp_post_read_fenced(tp, 1, word, &seen, 8, &rd);
+		if (!fence_check(a, r == 0, "post fenced READ", i, (uint64_t)-r, 0))
+			break;
+		r = ddss_tp_wait(tp, &rd, WAIT_MS);
+		fence_check(a, r == 0 && rd.status == 0, "fenced READ status", i,
+			    (uint64_t)-(r ? r : rd.status), 0);
+		r = ddss_tp_wait(tp, &c, WAIT_MS);
+		fence_check(a, r == 0 && c.status == 0, "fetch&add status", i,
+			    (uint64_t)-(r ? r : c.status), 0);
+		fence_check(a, seen == i + 2, "fenced READ after the fetch&add", i, seen, i + 2);
+		fence_check(a, c.result == i + 1, "fetch&add old value", i, c.result, i + 1);
 		/* Back by one, so the next round's compare value is i + 1. */
-		a->errors += ddss_tp_fadd(tp, 1, word, (uint64_t)-1, NULL) != 0;
+		r = ddss_tp_fadd(tp, 1, word, (uint64_t)-1, NULL);
+		fence_check(a, r == 0, "fetch&add -1", i, (uint64_t)-r, 0);
 	}
 	return NULL;
 }
