@@ -528,6 +528,16 @@ static bool fence_check(struct thread_arg *a, bool ok, const char *what, uint64_
 	return ok;
 }
 
+/* Wait for @req; its error (or the wait's) fails the check @what. */
+static void fence_wait(struct thread_arg *a, struct ddss_tp_req *req, const char *what,
+		       uint64_t round)
+{
+	int r = ddss_tp_wait(tp, req, WAIT_MS);
+
+	fence_check(a, r == 0 && req->status == 0, what, round, (uint64_t)-(r ? r : req->status),
+		    0);
+}
+
 static void *fence_thread(void *p)
 {
 	struct thread_arg *a = p;
@@ -544,12 +554,8 @@ static void *fence_thread(void *p)
 		r = ddss_tp_post_cas_fenced(tp, 1, word, i, i + 1, &c);
 		if (!fence_check(a, r == 0, "post fenced CAS", i, (uint64_t)-r, 0))
 			break;
-		r = ddss_tp_wait(tp, &c, WAIT_MS);
-		fence_check(a, r == 0 && c.status == 0, "fenced CAS status", i,
-			    (uint64_t)-(r ? r : c.status), 0);
-		r = ddss_tp_wait(tp, &rd, WAIT_MS);
-		fence_check(a, r == 0 && rd.status == 0, "READ status", i,
-			    (uint64_t)-(r ? r : rd.status), 0);
+		fence_wait(a, &c, "fenced CAS status", i);
+		fence_wait(a, &rd, "READ status", i);
 		fence_check(a, c.result == i, "fenced CAS old value", i, c.result, i);
 		fence_check(a, seen == i, "READ before the fenced CAS", i, seen, i);
 		if (a->errors)
@@ -561,12 +567,8 @@ static void *fence_thread(void *p)
 		r = ddss_tp_post_read_fenced(tp, 1, word, &seen, 8, &rd);
 		if (!fence_check(a, r == 0, "post fenced READ", i, (uint64_t)-r, 0))
 			break;
-		r = ddss_tp_wait(tp, &rd, WAIT_MS);
-		fence_check(a, r == 0 && rd.status == 0, "fenced READ status", i,
-			    (uint64_t)-(r ? r : rd.status), 0);
-		r = ddss_tp_wait(tp, &c, WAIT_MS);
-		fence_check(a, r == 0 && c.status == 0, "fetch&add status", i,
-			    (uint64_t)-(r ? r : c.status), 0);
+		fence_wait(a, &rd, "fenced READ status", i);
+		fence_wait(a, &c, "fetch&add status", i);
 		fence_check(a, seen == i + 2, "fenced READ after the fetch&add", i, seen, i + 2);
 		fence_check(a, c.result == i + 1, "fetch&add old value", i, c.result, i + 1);
 		/* Back by one, so the next round's compare value is i + 1. */
