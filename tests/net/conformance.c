@@ -35,10 +35,11 @@
 static unsigned fadd_count = 100000;
 /* Rounds per thread of the fence test (--fence-ops: the lossy-link run needs fewer). */
 static unsigned fence_ops = 2000;
+/* Operations per thread of the threads tests (--thread-ops: the lossy-link run needs fewer). */
+static unsigned thread_ops = 3000;
 #define FADD_WINDOW 64
 #define CASINC_COUNT 2000
 #define THREADS 4
-#define THREAD_OPS 3000
 #define NOTIFY_COUNT 5000
 #define INFLIGHT 256
 #define TAG_PING DDSS_MSG_USER_FIRST
@@ -348,7 +349,7 @@ static void *thread_main(void *p)
 	unsigned char buf[256], back[256];
 	uint64_t off = slot_off(me) + 4096 + a->id * sizeof(buf);
 
-	for (unsigned i = 0; i < THREAD_OPS; i++) {
+	for (unsigned i = 0; i < thread_ops; i++) {
 		a->errors += ddss_tp_fadd(tp, 1, W_THREADS, 1, NULL) != 0;
 		if (i % 8 == 0) {
 			test_fill(buf, sizeof(buf), a->id * 1000000 + i);
@@ -384,7 +385,7 @@ static void test_threads_share_channels(void)
 	run_threads(thread_main);
 	barrier();
 	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_THREADS, &total, 8), 0);
-	CU_ASSERT_EQUAL(total, (uint64_t)nranks * THREADS * THREAD_OPS);
+	CU_ASSERT_EQUAL(total, (uint64_t)nranks * THREADS * thread_ops);
 	barrier();
 }
 
@@ -416,6 +417,14 @@ static void held_write_then(uint32_t peer, uint64_t off, unsigned seed)
 	CU_ASSERT_EQUAL(ddss_tp_write(tp, peer, word, &(uint64_t){ seed }, 8), 0);
 	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_write_more(tp, peer, off, buf, 8, &w), 0);
 	CU_ASSERT_EQUAL(ddss_tp_cas(tp, peer, word, seed, seed + 1, &old), 0);
+	if (old != seed) {
+		uint64_t now = 0;
+
+		ddss_tp_read(tp, peer, word, &now, 8);
+		fprintf(stderr, "rank %u: compare&swap at rank %u behind a held write: old %llu, "
+			"expected %u (the word now holds %llu)\n", me, peer,
+			(unsigned long long)old, seed, (unsigned long long)now);
+	}
 	CU_ASSERT_EQUAL(old, seed);
 	CU_ASSERT_EQUAL(ddss_tp_wait(tp, &w, WAIT_MS), 0);
 	CU_ASSERT_EQUAL(w.status, 0);
@@ -480,7 +489,7 @@ static void *held_thread(void *p)
 	uint64_t off = slot_off(me) + 128 * 1024 + a->id * 4096;
 	unsigned char buf[512], back[512];
 
-	for (unsigned i = 0; i < THREAD_OPS / 4; i++) {
+	for (unsigned i = 0; i < thread_ops / 4; i++) {
 		struct ddss_tp_req w, f;
 		unsigned seed = a->id * 1000000 + i;
 
@@ -506,7 +515,7 @@ static void test_held_posts_threads(void)
 	run_threads(held_thread);
 	barrier();
 	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_THREADS, &after, 8), 0);
-	CU_ASSERT_EQUAL(after - before, (uint64_t)nranks * THREADS * (THREAD_OPS / 4));
+	CU_ASSERT_EQUAL(after - before, (uint64_t)nranks * THREADS * (thread_ops / 4));
 	barrier();
 }
 
@@ -756,8 +765,11 @@ int main(int argc, char **argv)
 			fadd_count = (unsigned)atoi(argv[i] + 13);
 		} else if (!strncmp(argv[i], "--fence-ops=", 12) && atoi(argv[i] + 12) > 0) {
 			fence_ops = (unsigned)atoi(argv[i] + 12);
+		} else if (!strncmp(argv[i], "--thread-ops=", 13) && atoi(argv[i] + 13) > 0) {
+			thread_ops = (unsigned)atoi(argv[i] + 13);
 		} else {
-			fprintf(stderr, "usage: %s [--completion=poll] [--fadd-count=N] [--fence-ops=N]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--completion=poll] [--fadd-count=N] [--fence-ops=N] "
+				"[--thread-ops=N]\n", argv[0]);
 			return 2;
 		}
 	}

@@ -363,6 +363,11 @@ int verbs_post_slow(struct verbs_out *o, struct ibv_send_wr *wr)
 	return r;
 }
 
+void verbs_progress_wait(struct verbs_tp *vt, int64_t deadline)
+{
+	progress_step(vt, NULL, slice_ms(deadline));
+}
+
 /*
  * Completions of one RC QP come in order, so sq_done reaching the sq_posted seen now means
  * every earlier WR has completed. Later posts of other threads are not waited for. Bounded

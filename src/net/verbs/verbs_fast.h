@@ -143,6 +143,8 @@ static inline int verbs_post(struct verbs_out *o, struct ibv_send_wr *wr)
 	struct ibv_send_wr *bad;
 	struct ibv_qp *qp;
 
+	if (__builtin_expect(o->tp->read_guard, 0))
+		return verbs_post_guarded(o, wr);
 	if (wr->next)
 		return verbs_post_slow(o, wr);
 	if (__atomic_add_fetch(&o->sq_posted, 1, __ATOMIC_SEQ_CST) -

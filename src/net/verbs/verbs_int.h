@@ -119,6 +119,10 @@ struct verbs_out {
 	pthread_mutex_t sq_mu;
 	unsigned sq_posted;
 	unsigned sq_done;
+	/* The read/atomic guard (verbs_guard.c, rxe only): posts serialised, and sq_posted
+	 * after the last chain holding a READ/atomic, which later posts wait to complete. */
+	pthread_mutex_t guard_mu;
+	unsigned guard_tail;
 	int fail;           /* atomic: sticky error of the current connection (0 = healthy) */
 	int up;             /* atomic: established and not failed since (reports DOWN once) */
 };
@@ -222,6 +226,7 @@ struct verbs_tp {
 	bool has_atomics;            /* the device does remote atomics at all */
 	bool atomic_be;              /* the device returns atomic results big-endian */
 	bool fence_by_wait;          /* DDSS_TP_FENCE waits in the poster, not IBV_SEND_FENCE */
+	bool read_guard;             /* nothing posted behind a READ/atomic (verbs_guard.c) */
 	struct verbs_peer *peers;    /* [1..size] */
 };
 
@@ -304,6 +309,12 @@ bool verbs_simulate_lack(const char *cap);
 /** How DDSS_TP_FENCE is kept on this device (sets vt->fence_by_wait); a log phrase. */
 const char *verbs_fence_decide(struct verbs_tp *vt, uint32_t vendor_id);
 
+/* ---- verbs_guard.c ---- */
+/** Whether posts wait behind outstanding READs/atomics (sets vt->read_guard); a log phrase. */
+const char *verbs_guard_decide(struct verbs_tp *vt, uint32_t vendor_id);
+/** verbs_post with the guard on: waits (bounded) until @o has no READ/atomic outstanding. */
+int verbs_post_guarded(struct verbs_out *o, struct ibv_send_wr *wr);
+
 /* ---- verbs_conn.c ---- */
 int verbs_conn_open(struct verbs_tp *vt);     /* event channel, bind, device */
 int verbs_conn_start(struct verbs_tp *vt);    /* listen + progress thread */
@@ -336,6 +347,8 @@ void verbs_release_own_event(struct verbs_tp *vt);
 void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc);
 /** Wait until @o has no WR outstanding (after its QP moved to error), bounded. */
 void verbs_drain(struct verbs_out *o, int timeout_ms);
+/** One bounded step of waiting for any send completion (up to a slice of @deadline). */
+void verbs_progress_wait(struct verbs_tp *vt, int64_t deadline);
 /** Wait until @o's WRs posted before now have completed (a fence kept by waiting). */
 int verbs_wait_earlier(struct verbs_out *o);
 

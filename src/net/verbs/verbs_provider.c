@@ -123,7 +123,7 @@ static int query_device(struct verbs_tp *vt)
 {
 	struct ibv_device_attr da;
 	struct ibv_port_attr pa;
-	const char *why, *fence;
+	const char *why, *fence, *guard;
 
 	if (ibv_query_device(vt->ctx, &da) || ibv_query_port(vt->ctx, vt->listen_id->port_num, &pa))
 		return -errno;
@@ -154,12 +154,13 @@ static int query_device(struct verbs_tp *vt)
 	 * and serves reads of one word from many readers in parallel, atomics one by one. */
 	vt->base.fetch_by_fadd = vt->has_atomics && da.vendor_id == RXE_VENDOR_ID;
 	fence = verbs_fence_decide(vt, da.vendor_id);
+	guard = verbs_guard_decide(vt, da.vendor_id);
 	DDSS_INFO("verbs: rank %u on %s port %u: %d outstanding reads/atomics; atomics %s%s; "
-		  "fences: %s; fork: %s", vt->base.cfg.rank, vt->base.device,
-		  vt->listen_id->port_num, vt->rd_atom, why,
+		  "fences: %s; posts behind a read/atomic wait: %s; fork: %s", vt->base.cfg.rank,
+		  vt->base.device, vt->listen_id->port_num, vt->rd_atom, why,
 		  vt->has_atomics ? ", byte order probed at start" :
 		  ": locks use SRSL, version/write/delta segments are refused",
-		  fence, fork_note());
+		  fence, guard, fork_note());
 	return 0;
 }
 
@@ -193,6 +194,7 @@ static int verbs_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 		o->peer = rank;
 		pthread_mutex_init(&o->mu, NULL);
 		pthread_mutex_init(&o->sq_mu, NULL);
+		pthread_mutex_init(&o->guard_mu, NULL);
 		pthread_cond_init(&o->cv, NULL);
 	}
 	r = verbs_conn_open(vt);
