@@ -37,10 +37,11 @@ static unsigned fadd_count = 100000;
 static unsigned fence_ops = 2000;
 /* Operations per thread of the threads tests (--thread-ops: the lossy-link run needs fewer). */
 static unsigned thread_ops = 3000;
+/* Notifications per rank and peer of each notification test (--notify-count). */
+static unsigned notify_count = 5000;
 #define FADD_WINDOW 64
 #define CASINC_COUNT 2000
 #define THREADS 4
-#define NOTIFY_COUNT 5000
 #define INFLIGHT 256
 #define TAG_PING DDSS_MSG_USER_FIRST
 #define WAIT_MS 60000
@@ -620,11 +621,11 @@ static void test_notifications_in_order(void)
 	unsigned errors = 0;
 
 	barrier();
-	for (uint32_t v = 0; v < NOTIFY_COUNT; v++)
+	for (uint32_t v = 0; v < notify_count; v++)
 		for (uint32_t k = 0; k < nranks; k++)
 			errors += ddss_tp_notify(tp, rank_after(me, k), v) != 0;
 	CU_ASSERT_EQUAL(errors, 0);
-	expect_notified(NOTIFY_COUNT);
+	expect_notified(notify_count);
 	barrier();
 }
 
@@ -635,7 +636,7 @@ static void test_notifications_in_order(void)
  */
 static void test_notifications_batched(void)
 {
-	uint32_t vals[DDSS_TP_NOTIFY_BATCH + 1], first = NOTIFY_COUNT, end = 2 * NOTIFY_COUNT;
+	uint32_t vals[DDSS_TP_NOTIFY_BATCH + 1], first = notify_count, end = 2 * notify_count;
 	unsigned errors = 0, n;
 
 	barrier();
@@ -767,9 +768,11 @@ int main(int argc, char **argv)
 			fence_ops = (unsigned)atoi(argv[i] + 12);
 		} else if (!strncmp(argv[i], "--thread-ops=", 13) && atoi(argv[i] + 13) > 0) {
 			thread_ops = (unsigned)atoi(argv[i] + 13);
+		} else if (!strncmp(argv[i], "--notify-count=", 15) && atoi(argv[i] + 15) > 0) {
+			notify_count = (unsigned)atoi(argv[i] + 15);
 		} else {
 			fprintf(stderr, "usage: %s [--completion=poll] [--fadd-count=N] [--fence-ops=N] "
-				"[--thread-ops=N]\n", argv[0]);
+				"[--thread-ops=N] [--notify-count=N]\n", argv[0]);
 			return 2;
 		}
 	}

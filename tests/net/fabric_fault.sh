@@ -230,7 +230,7 @@ if [ "$mode" = loss ]; then
   if [ "$size" = long ]; then
     lock_args=(--scheme=ncosed --threads 2 --many 8 --iters 200)
     coh_args=(--threads 2 --iters 100 --payload 65536)
-    conf_args=(--fadd-count=20000 --fence-ops=400 --thread-ops=1000)
+    conf_args=(--fadd-count=20000 --fence-ops=400 --thread-ops=1000 --notify-count=2000)
     limit=300
   else
     lock_args=(--scheme=ncosed --threads 2 --many 4 --iters 40)
@@ -238,10 +238,10 @@ if [ "$mode" = loss ]; then
     # 100000 fetch&adds per rank, 64 in flight: every lost packet stalls the window for an
     # ACK timeout (268 ms), so the ranks across the link end minutes after the others and
     # their barrier gives up (the operation timeout). Fewer, for the same checks; the
-    # same for the fence test (4 threads x 5 operations a round) and the threads tests. On
-    # rxe nothing overlaps an outstanding read or atomic (verbs_guard.c), so each loss
-    # costs its operation the whole timeout.
-    conf_args=(--fadd-count=2000 --fence-ops=50 --thread-ops=300)
+    # same for the fence test (4 threads x 5 operations a round), the threads tests and the
+    # notification tests. On rxe a read or atomic overlaps nothing (verbs_guard.c), so a
+    # loss costs its operation the whole timeout.
+    conf_args=(--fadd-count=2000 --fence-ops=50 --thread-ops=300 --notify-count=1000)
     limit=170
   fi
   # `rate` keeps the jitter from reordering: netem then times each packet from the one

@@ -1,33 +1,39 @@
 /*
- * The read/atomic guard: on rxe, nothing is posted on a QP behind an outstanding READ or
- * atomic (beyond the chain it was posted in).
+ * The read/atomic guard (rxe only): a READ or atomic is posted on a QP only when nothing
+ * else is outstanding on it, and nothing is posted behind it until it has completed.
  *
- * Why: rxe (Linux 6.1, rxe_comp.c) completes a READ or atomic *successfully and without
- * its data* when loss hits in a particular way. A PSN-sequence NAK "implicitly acks" every
- * PSN before it, so the completer moves its expected PSN past a READ or atomic whose
- * response was lost. When that request is retried, the responder replays the response,
- * the completer finds its PSN behind the expected one and equal to the WQE's last PSN,
- * and completes the WQE as if acknowledged: no data copied, status success. The caller
- * then reads whatever its buffer held: a stale compare&swap result, an old read. The IB
- * spec says a NAK acks earlier SENDs and WRITEs, not READs or atomics, which still need
- * their responses; a NIC waits for them.
+ * Why: rxe's completer (Linux 6.1, rxe_comp.c) can complete a READ or atomic *successfully
+ * and without its data* after a lost packet, in two ways seen under 2% loss in the guest:
  *
- * The NAK needs three things on one QP: a READ/atomic whose response is lost, a request
- * after it that is lost, and a request after that which arrives. Posting nothing behind an
- * outstanding READ/atomic (the chain it came in, at most one WR more here, excepted) rules
- * out the third, so the replayed response arrives at the expected PSN and is copied.
- * Seen with 2% loss on the guest's rxe link: a fenced compare&swap returned 11 where the
- * word held 15 (tests/net/conformance.c), about one suite run in two.
+ * 1. A PSN-sequence NAK "implicitly acks" every PSN before it, so the completer moves its
+ *    expected PSN past a READ/atomic whose response was lost (a later request lost, one
+ *    after it arriving). The retried request's replayed response then has a PSN behind the
+ *    expected one and equal to the WQE's last PSN, and the WQE completes as if acked: no
+ *    data copied. The IB spec has such a NAK ack earlier SENDs and WRITEs only.
+ * 2. A WRITE or SEND, then an atomic, both executed, both responses lost. The retry
+ *    resends the WRITE first; the responder answers a duplicate with a plain ACK of the
+ *    last PSN it executed, the atomic's; the completer takes that ACK as the atomic's
+ *    completion (a plain ACK is handled as a write's, whatever the WQE is): no result.
  *
- * Cost: on rxe, reads and atomics to one peer no longer overlap each other or later
- * posts. DDSS_VERBS_READ_GUARD=on|off overrides the choice (auto: on for rxe only).
+ * Either way the caller reads whatever its buffer held: a fenced compare&swap returned 11
+ * where the word held 15, a compare&swap behind a held write returned another value than
+ * the word's (tests/net/conformance.c, under tests/net/fabric_fault.sh --mode loss). A NIC
+ * matches responses to requests by PSN and opcode. With nothing else outstanding, a
+ * retry starts at the READ/atomic itself and nothing follows it: neither case can arise,
+ * and the replayed response arrives at the expected PSN and is copied.
+ *
+ * Cost, on rxe only: reads and atomics to one peer overlap nothing (a held write and the
+ * atomic behind it take two round trips). DDSS_VERBS_READ_GUARD=on|off overrides the
+ * choice (auto: on for rxe).
  */
 #include "net/verbs/verbs_int.h"
 
 #include "core/log.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 const char *verbs_guard_decide(struct verbs_tp *vt, uint32_t vendor_id)
@@ -55,7 +61,7 @@ static bool wants_response(const struct ibv_send_wr *w)
 	       w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
-/* The last guarded chain holding a READ/atomic has not completed yet. */
+/* The last READ/atomic posted has not completed yet. */
 static bool response_outstanding(struct verbs_out *o)
 {
 	unsigned tail = __atomic_load_n(&o->guard_tail, __ATOMIC_ACQUIRE);
@@ -65,51 +71,95 @@ static bool response_outstanding(struct verbs_out *o)
 	       (int)(__atomic_load_n(&o->sq_posted, __ATOMIC_ACQUIRE) - tail) >= 0;
 }
 
+/* Nothing is outstanding on @o. */
+static bool idle(struct verbs_out *o)
+{
+	return __atomic_load_n(&o->sq_posted, __ATOMIC_SEQ_CST) ==
+	       __atomic_load_n(&o->sq_done, __ATOMIC_SEQ_CST);
+}
+
+/* Whether @o may take @n more WRs now (@responses: a READ/atomic among them). */
+static bool may_post(struct verbs_out *o, unsigned n, bool responses)
+{
+	if (response_outstanding(o) || (responses && !idle(o)))
+		return false;
+	return __atomic_load_n(&o->sq_posted, __ATOMIC_SEQ_CST) + n -
+		       __atomic_load_n(&o->sq_done, __ATOMIC_SEQ_CST) <= o->tp->sq_depth;
+}
+
+/* Polls of the turn before sleeping: the poster ahead is usually about to pass it on. */
+#define TURN_SPINS 64
+
+/* Until it is @ticket's turn on @o. */
+static void wait_turn(struct verbs_out *o, unsigned ticket)
+{
+	for (unsigned i = 0; i < TURN_SPINS; i++) {
+		if (__atomic_load_n(&o->guard_turn, __ATOMIC_ACQUIRE) == ticket)
+			return;
+		sched_yield();
+	}
+	pthread_mutex_lock(&o->guard_mu);
+	while (__atomic_load_n(&o->guard_turn, __ATOMIC_ACQUIRE) != ticket) {
+		struct timespec until;
+
+		/* Timed only as a safety net: the turn passes with a broadcast. */
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 10 * 1000000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&o->guard_cv, &o->guard_mu, &until);
+	}
+	pthread_mutex_unlock(&o->guard_mu);
+}
+
 /*
- * verbs_post with the guard on. Posts on @o are serialised by guard_mu, which is held only
- * around the reservation and ibv_post_send: every wait (for the outstanding response, for
- * send-queue room) happens outside it, so a completion handled by this thread while it
- * waits may post to @o itself. Bounded by the operation timeout, after which the connection
- * fails, as any wait for a WR does.
+ * verbs_post with the guard on. Posts on @o take turns in arrival order (a ticket), so a
+ * READ/atomic waiting for the QP to go idle is not starved by a stream of writes, nor a
+ * heartbeat by a stream of atomics. The poster whose turn it is waits for completions
+ * (polling the CQ); the others sleep until the turn passes. A waiter never leaves before
+ * its turn (that would stall the tickets behind it); the one ahead is bounded by the
+ * operation timeout, after which the connection fails and every turn passes at once.
+ * Send completions run no caller code, so nothing posts from inside these waits.
  */
 int verbs_post_guarded(struct verbs_out *o, struct ibv_send_wr *wr)
 {
 	struct verbs_tp *vt = o->tp;
 	int64_t deadline = ddss_now_ns() + (int64_t)vt->base.cfg.op_timeout_ms * 1000000;
+	unsigned ticket = __atomic_fetch_add(&o->guard_next, 1, __ATOMIC_SEQ_CST);
 	bool responses = false;
 	unsigned n = 0;
+	int r;
 
 	for (struct ibv_send_wr *w = wr; w; w = w->next) {
 		responses |= wants_response(w);
 		n++;
 	}
+	wait_turn(o, ticket);
+	/* Our turn: nobody else posts on @o until we pass it on. */
 	for (;;) {
-		int r = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE);
-		bool room;
-
+		r = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE);
 		if (r)
-			return r;
-		if (!response_outstanding(o)) {
-			pthread_mutex_lock(&o->guard_mu);
-			room = __atomic_load_n(&o->sq_posted, __ATOMIC_SEQ_CST) + n -
-				       __atomic_load_n(&o->sq_done, __ATOMIC_SEQ_CST) <=
-			       vt->sq_depth;
-			if (!response_outstanding(o) && room) {
-				r = verbs_post_slow(o, wr);
-				/* Every guarded post holds guard_mu: sq_posted counts our chain last. */
-				if (r == 0 && responses)
-					__atomic_store_n(&o->guard_tail,
-							 __atomic_load_n(&o->sq_posted, __ATOMIC_SEQ_CST),
-							 __ATOMIC_RELEASE);
-				pthread_mutex_unlock(&o->guard_mu);
-				return r;
-			}
-			pthread_mutex_unlock(&o->guard_mu);
+			break;
+		if (may_post(o, n, responses)) {
+			r = verbs_post_slow(o, wr);
+			if (r == 0 && responses)
+				__atomic_store_n(&o->guard_tail,
+						 __atomic_load_n(&o->sq_posted, __ATOMIC_SEQ_CST),
+						 __ATOMIC_RELEASE);
+			break;
 		}
 		if (ddss_now_ns() >= deadline) {
 			verbs_out_fail(o, -ETIMEDOUT);
-			return -ETIMEDOUT;
+			r = -ETIMEDOUT;
+			break;
 		}
 		verbs_progress_wait(vt, deadline);
 	}
+	pthread_mutex_lock(&o->guard_mu);
+	__atomic_store_n(&o->guard_turn, ticket + 1, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&o->guard_cv);
+	pthread_mutex_unlock(&o->guard_mu);
+	return r;
 }

@@ -119,9 +119,13 @@ struct verbs_out {
 	pthread_mutex_t sq_mu;
 	unsigned sq_posted;
 	unsigned sq_done;
-	/* The read/atomic guard (verbs_guard.c, rxe only): posts serialised, and sq_posted
-	 * after the last chain holding a READ/atomic, which later posts wait to complete. */
+	/* The read/atomic guard (verbs_guard.c, rxe only): posts take turns (guard_next is
+	 * the next ticket, guard_turn the one whose turn it is; guard_mu/guard_cv); guard_tail
+	 * is sq_posted after the last READ/atomic, which later posts wait to complete. */
 	pthread_mutex_t guard_mu;
+	pthread_cond_t guard_cv;
+	unsigned guard_next;
+	unsigned guard_turn;
 	unsigned guard_tail;
 	int fail;           /* atomic: sticky error of the current connection (0 = healthy) */
 	int up;             /* atomic: established and not failed since (reports DOWN once) */
@@ -226,7 +230,7 @@ struct verbs_tp {
 	bool has_atomics;            /* the device does remote atomics at all */
 	bool atomic_be;              /* the device returns atomic results big-endian */
 	bool fence_by_wait;          /* DDSS_TP_FENCE waits in the poster, not IBV_SEND_FENCE */
-	bool read_guard;             /* nothing posted behind a READ/atomic (verbs_guard.c) */
+	bool read_guard;             /* READs/atomics alone on their QP (verbs_guard.c) */
 	struct verbs_peer *peers;    /* [1..size] */
 };
 
@@ -312,7 +316,7 @@ const char *verbs_fence_decide(struct verbs_tp *vt, uint32_t vendor_id);
 /* ---- verbs_guard.c ---- */
 /** Whether posts wait behind outstanding READs/atomics (sets vt->read_guard); a log phrase. */
 const char *verbs_guard_decide(struct verbs_tp *vt, uint32_t vendor_id);
-/** verbs_post with the guard on: waits (bounded) until @o has no READ/atomic outstanding. */
+/** verbs_post with the guard on: READs/atomics alone on the QP (waits, bounded). */
 int verbs_post_guarded(struct verbs_out *o, struct ibv_send_wr *wr);
 
 /* ---- verbs_conn.c ---- */

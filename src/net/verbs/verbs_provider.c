@@ -156,7 +156,7 @@ static int query_device(struct verbs_tp *vt)
 	fence = verbs_fence_decide(vt, da.vendor_id);
 	guard = verbs_guard_decide(vt, da.vendor_id);
 	DDSS_INFO("verbs: rank %u on %s port %u: %d outstanding reads/atomics; atomics %s%s; "
-		  "fences: %s; posts behind a read/atomic wait: %s; fork: %s", vt->base.cfg.rank,
+		  "fences: %s; reads/atomics alone on the QP: %s; fork: %s", vt->base.cfg.rank,
 		  vt->base.device, vt->listen_id->port_num, vt->rd_atom, why,
 		  vt->has_atomics ? ", byte order probed at start" :
 		  ": locks use SRSL, version/write/delta segments are refused",
@@ -195,6 +195,7 @@ static int verbs_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 		pthread_mutex_init(&o->mu, NULL);
 		pthread_mutex_init(&o->sq_mu, NULL);
 		pthread_mutex_init(&o->guard_mu, NULL);
+		pthread_cond_init(&o->guard_cv, NULL);
 		pthread_cond_init(&o->cv, NULL);
 	}
 	r = verbs_conn_open(vt);
@@ -543,7 +544,8 @@ static inline __attribute__((always_inline)) int post_wr(struct verbs_tp *vt, st
 							 struct ibv_send_wr *wr)
 {
 	if (__builtin_expect(held.o != NULL, 0)) {
-		if (held.o == o)
+		/* With the read guard a READ/atomic goes alone (verbs_guard.c): no chain. */
+		if (held.o == o && !vt->read_guard)
 			return post_held(vt, wr);
 		post_held(vt, NULL);
 	}
