@@ -323,7 +323,7 @@ static int out_connect(struct verbs_out *o)
 {
 	struct verbs_tp *vt = o->tp;
 	struct ibv_qp_init_attr a;
-	uint8_t ack_timeout = VERBS_ACK_TIMEOUT;
+	uint8_t ack_timeout = vt->ack_timeout;
 	unsigned char hello[VERBS_AUTH_REQ_LEN > VERBS_HELLO_LEN ? VERBS_AUTH_REQ_LEN
 								   : VERBS_HELLO_LEN];
 	struct rdma_conn_param cp = {

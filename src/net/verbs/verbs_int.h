@@ -74,6 +74,13 @@
 #define VERBS_MIN_RNR_TIMER 28
 #define VERBS_RNR_RETRY 6
 #define VERBS_ACK_TIMEOUT 16
+/*
+ * rxe's ACK timeout: IB code 14 = 67 ms. On rxe a read or atomic overlaps nothing
+ * (verbs_guard.c), so every lost packet costs its operation a whole timeout, and 268 ms
+ * per loss made the 2% loss runs several times slower. rxe's transport retry count of 7
+ * never runs out (rxe_comp.c), so a shorter timer makes no error out of a flap.
+ */
+#define VERBS_ACK_TIMEOUT_RXE 14
 #define VERBS_TRANSPORT_RETRY 7
 /* Teardown of a served QP: how long to wait for its last WQE / its receives to flush. */
 #define VERBS_TEARDOWN_MS 1000
@@ -231,6 +238,7 @@ struct verbs_tp {
 	bool atomic_be;              /* the device returns atomic results big-endian */
 	bool fence_by_wait;          /* DDSS_TP_FENCE waits in the poster, not IBV_SEND_FENCE */
 	bool read_guard;             /* READs/atomics alone on their QP (verbs_guard.c) */
+	uint8_t ack_timeout;         /* local ACK timeout, IB code (VERBS_ACK_TIMEOUT*) */
 	struct verbs_peer *peers;    /* [1..size] */
 };
 
