@@ -72,6 +72,14 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 		if (!up)
 			continue;
 		silent = ddss_now_ns() - __atomic_load_n(&net->last_heard[r], __ATOMIC_RELAXED);
+		if (silent > bound && __atomic_load_n(&net->leaving, __ATOMIC_ACQUIRE)) {
+			/* Past the final barrier, where a lost disconnect (a lossy fabric) leaves
+			 * the coordinator waiting: the rank has left; there is nothing to recover. */
+			DDSS_INFO("rank %u silent for %lld ms after the final barrier: gone", r,
+				  (long long)(silent / 1000000));
+			ddss_tp_peer_refuse(net->tp, r);
+			continue;
+		}
 		if (silent > bound) {
 			DDSS_WARN("rank %u silent for %lld ms (peer timeout %d ms): declared dead", r,
 				  (long long)(silent / 1000000), net->env.peer_timeout_ms);

@@ -182,6 +182,8 @@ int ddss_net_wait_others_gone(struct ddss_net *net, int timeout_ms)
 	uint32_t r = 1;
 	int err = 0;
 
+	/* Everyone passed the final barrier: from now on a silent rank has left, not died. */
+	__atomic_store_n(&net->leaving, true, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&net->mu);
 	while (r <= net->env.size) {
 		if (r == net->env.rank || net->peer_state[r] != DDSS_TP_PEER_UP) {

@@ -35,6 +35,7 @@ struct ddss_net {
 	bool heartbeat_running;
 	bool heartbeat_stop;        /* under mu */
 	unsigned peers_declared_dead; /* atomic */
+	bool leaving;               /* atomic: past the final barrier (ddss_net_wait_others_gone) */
 	uint8_t *dead_pending;      /* [rank] (atomic): ddss_net_declare_dead asked */
 	bool dead_requested;        /* under mu: some dead_pending is set */
 };

@@ -2,12 +2,13 @@
  * What the device can do, decided once at open, and the test switch that takes
  * capabilities away: DDSS_VERBS_DISABLE=atomics,srq (comma separated) makes the provider
  * behave as if the device lacked them, so that the fallback paths run in CI on rxe.
- * Also how a fence is kept (verbs_fence_decide).
+ * Also how a fence is kept (verbs_fence_decide) and the ACK timeout (verbs_ack_timeout_decide).
  */
 #include "net/verbs/verbs_int.h"
 
 #include "core/log.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,4 +55,30 @@ const char *verbs_fence_decide(struct verbs_tp *vt, uint32_t vendor_id)
 	vt->fence_by_wait = vendor_id == RXE_VENDOR_ID;
 	return vt->fence_by_wait ? "kept by waiting (rxe's IBV_SEND_FENCE can stall a QP)" :
 				   "IBV_SEND_FENCE";
+}
+
+/*
+ * The local ACK timeout (IB code: 4.096 us << code): VERBS_ACK_TIMEOUT, or on rxe
+ * VERBS_ACK_TIMEOUT_RXE (verbs_int.h says why); DDSS_VERBS_ACK_TIMEOUT=1..31 overrides it
+ * (a fabric with long round trips, or an experiment). -EINVAL for anything else.
+ */
+int verbs_ack_timeout_decide(struct verbs_tp *vt, uint32_t vendor_id)
+{
+	const char *s = getenv("DDSS_VERBS_ACK_TIMEOUT");
+	char *end;
+	long v;
+
+	vt->ack_timeout = vendor_id == RXE_VENDOR_ID ? VERBS_ACK_TIMEOUT_RXE : VERBS_ACK_TIMEOUT;
+	if (!s || !*s)
+		return 0;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < 1 || v > 31) {
+		DDSS_ERR("verbs: DDSS_VERBS_ACK_TIMEOUT=%s: want an IB timeout code from 1 to 31 "
+			 "(4.096 us << code; default %u here)", s, vt->ack_timeout);
+		return -EINVAL;
+	}
+	vt->ack_timeout = (uint8_t)v;
+	DDSS_INFO("verbs: ACK timeout code %ld (%.1f ms)", v, 4.096e-3 * (double)(1L << v));
+	return 0;
 }

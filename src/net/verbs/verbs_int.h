@@ -320,6 +320,8 @@ int verbs_msg_hdr_decode(const void *buf, size_t total, uint16_t *tag_p, uint32_
 bool verbs_simulate_lack(const char *cap);
 /** How DDSS_TP_FENCE is kept on this device (sets vt->fence_by_wait); a log phrase. */
 const char *verbs_fence_decide(struct verbs_tp *vt, uint32_t vendor_id);
+/** The local ACK timeout (sets vt->ack_timeout); -EINVAL for a bad DDSS_VERBS_ACK_TIMEOUT. */
+int verbs_ack_timeout_decide(struct verbs_tp *vt, uint32_t vendor_id);
 
 /* ---- verbs_guard.c ---- */
 /** Whether posts wait behind outstanding READs/atomics (sets vt->read_guard); a log phrase. */

@@ -155,7 +155,8 @@ static int query_device(struct verbs_tp *vt)
 	vt->base.fetch_by_fadd = vt->has_atomics && da.vendor_id == RXE_VENDOR_ID;
 	fence = verbs_fence_decide(vt, da.vendor_id);
 	guard = verbs_guard_decide(vt, da.vendor_id);
-	vt->ack_timeout = da.vendor_id == RXE_VENDOR_ID ? VERBS_ACK_TIMEOUT_RXE : VERBS_ACK_TIMEOUT;
+	if (verbs_ack_timeout_decide(vt, da.vendor_id))
+		return -EINVAL;
 	DDSS_INFO("verbs: rank %u on %s port %u: %d outstanding reads/atomics; atomics %s%s; "
 		  "fences: %s; reads/atomics alone on the QP: %s; fork: %s", vt->base.cfg.rank,
 		  vt->base.device, vt->listen_id->port_num, vt->rd_atom, why,
