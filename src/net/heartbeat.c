@@ -53,6 +53,9 @@ static void refuse_pending(struct ddss_net *net)
 			ddss_tp_peer_refuse(net->tp, r);
 }
 
+/* The longest a heartbeat post may wait behind other posts to its peer. */
+#define HEARTBEAT_POST_BOUND_MS 200
+
 /* One round: declare the silent dead, send everyone else a heartbeat. */
 static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 {
@@ -98,6 +101,9 @@ static void *heartbeat_main(void *arg)
 	uint64_t seq = 0;
 
 	ddss_log_set_rank(net->env.rank);
+	/* A heartbeat that cannot go within this is skipped: this thread must go on to
+	 * declare a silent peer dead even while sends to it are stuck. */
+	ddss_tp_set_thread_post_bound(HEARTBEAT_POST_BOUND_MS);
 	ddss_tp_thread_files(net->tp);
 	pthread_mutex_lock(&net->mu);
 	while (!net->heartbeat_stop) {

@@ -364,3 +364,15 @@ int ddss_tp_fadd_ex(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t ad
 		*old_p = req.result;
 	return r;
 }
+
+static __thread int thread_post_bound_ms;
+
+void ddss_tp_set_thread_post_bound(int ms)
+{
+	thread_post_bound_ms = ms > 0 ? ms : 0;
+}
+
+int ddss_tp_thread_post_bound(void)
+{
+	return thread_post_bound_ms;
+}

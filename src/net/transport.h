@@ -449,6 +449,16 @@ static inline int ddss_tp_notify_many(struct ddss_tp *tp, uint32_t peer, const u
 	}
 	return 0;
 }
+/**
+ * This thread's posts wait at most @ms for other posts to the same peer (0: no bound, the
+ * default); past it a post gives up with -EAGAIN. For a thread that must keep running
+ * whatever one peer does, like the heartbeat thread (a provider that makes posts take
+ * turns, verbs on rxe, could otherwise hold it behind a request to a peer that died).
+ */
+void ddss_tp_set_thread_post_bound(int ms);
+/** The calling thread's bound set above, in ms (0: none). */
+int ddss_tp_thread_post_bound(void);
+
 static inline int ddss_tp_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const void *buf,
 				   size_t len)
 {

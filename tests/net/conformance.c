@@ -753,6 +753,15 @@ static void test_many_in_flight(void)
 	barrier();
 }
 
+/* --only=SUBSTR: the tests whose name contains it (e.g. the lost-response run). */
+static const char *only;
+
+static void add_test(CU_pSuite suite, const char *name, CU_TestFunc fn)
+{
+	if (!only || strstr(name, only))
+		CU_add_test(suite, name, fn);
+}
+
 int main(int argc, char **argv)
 {
 	char suite_name[64];
@@ -770,9 +779,11 @@ int main(int argc, char **argv)
 			thread_ops = (unsigned)atoi(argv[i] + 13);
 		} else if (!strncmp(argv[i], "--notify-count=", 15) && atoi(argv[i] + 15) > 0) {
 			notify_count = (unsigned)atoi(argv[i] + 15);
+		} else if (!strncmp(argv[i], "--only=", 7)) {
+			only = argv[i] + 7;
 		} else {
 			fprintf(stderr, "usage: %s [--completion=poll] [--fadd-count=N] [--fence-ops=N] "
-				"[--thread-ops=N] [--notify-count=N]\n", argv[0]);
+				"[--thread-ops=N] [--notify-count=N] [--only=SUBSTR]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -796,21 +807,21 @@ int main(int argc, char **argv)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	suite = CU_add_suite(suite_name, NULL, NULL);
-	CU_add_test(suite, "read/write 1 B .. 4 MiB", test_read_write_sizes);
-	CU_add_test(suite, "unaligned offsets keep neighbours", test_unaligned_with_guards);
-	CU_add_test(suite, "out-of-range access rejected", test_out_of_range_rejected);
-	CU_add_test(suite, "compare&swap success and failure", test_cas_success_and_failure);
-	CU_add_test(suite, "fetch&add from all ranks, exact sum", test_fadd_concurrent_exact_sum);
-	CU_add_test(suite, "compare&swap increment loop", test_cas_loop_increments);
-	CU_add_test(suite, "threads share channels", test_threads_share_channels);
-	CU_add_test(suite, "held posts (post_*_more)", test_held_posts);
-	CU_add_test(suite, "held posts from several threads", test_held_posts_threads);
-	CU_add_test(suite, "fenced operations behind reads and atomics", test_fenced_after_reads);
-	CU_add_test(suite, "notifications in order", test_notifications_in_order);
-	CU_add_test(suite, "notifications batched (notify_many)", test_notifications_batched);
-	CU_add_test(suite, "notify after write sees the data", test_notify_after_write_sees_data);
-	CU_add_test(suite, "control messages", test_control_messages);
-	CU_add_test(suite, "many operations in flight", test_many_in_flight);
+	add_test(suite, "read/write 1 B .. 4 MiB", test_read_write_sizes);
+	add_test(suite, "unaligned offsets keep neighbours", test_unaligned_with_guards);
+	add_test(suite, "out-of-range access rejected", test_out_of_range_rejected);
+	add_test(suite, "compare&swap success and failure", test_cas_success_and_failure);
+	add_test(suite, "fetch&add from all ranks, exact sum", test_fadd_concurrent_exact_sum);
+	add_test(suite, "compare&swap increment loop", test_cas_loop_increments);
+	add_test(suite, "threads share channels", test_threads_share_channels);
+	add_test(suite, "held posts (post_*_more)", test_held_posts);
+	add_test(suite, "held posts from several threads", test_held_posts_threads);
+	add_test(suite, "fenced operations behind reads and atomics", test_fenced_after_reads);
+	add_test(suite, "notifications in order", test_notifications_in_order);
+	add_test(suite, "notifications batched (notify_many)", test_notifications_batched);
+	add_test(suite, "notify after write sees the data", test_notify_after_write_sees_data);
+	add_test(suite, "control messages", test_control_messages);
+	add_test(suite, "many operations in flight", test_many_in_flight);
 	failed = test_run_all();
 	CU_cleanup_registry();
 

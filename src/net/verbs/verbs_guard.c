@@ -3,7 +3,8 @@
  * else is outstanding on it, and nothing is posted behind it until it has completed.
  *
  * Why: rxe's completer (Linux 6.1, rxe_comp.c) can complete a READ or atomic *successfully
- * and without its data* after a lost packet, in two ways seen under 2% loss in the guest:
+ * and without its data* after a lost packet, in two ways (read in its source; their
+ * results were seen under 2% loss in the guest):
  *
  * 1. A PSN-sequence NAK "implicitly acks" every PSN before it, so the completer moves its
  *    expected PSN past a READ/atomic whose response was lost (a later request lost, one
@@ -33,8 +34,8 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
+#include <time.h>
 
 const char *verbs_guard_decide(struct verbs_tp *vt, uint32_t vendor_id)
 {
@@ -78,31 +79,56 @@ static bool idle(struct verbs_out *o)
 	       __atomic_load_n(&o->sq_done, __ATOMIC_SEQ_CST);
 }
 
-/* Whether @o may take @n more WRs now (@responses: a READ/atomic among them). */
-static bool may_post(struct verbs_out *o, unsigned n, bool responses)
-{
-	if (response_outstanding(o) || (responses && !idle(o)))
-		return false;
-	return __atomic_load_n(&o->sq_posted, __ATOMIC_SEQ_CST) + n -
-		       __atomic_load_n(&o->sq_done, __ATOMIC_SEQ_CST) <= o->tp->sq_depth;
-}
-
 /* Polls of the turn before sleeping: the poster ahead is usually about to pass it on. */
 #define TURN_SPINS 64
 
-/* Until it is @ticket's turn on @o. */
-static void wait_turn(struct verbs_out *o, unsigned ticket)
+/* guard_mu held: the turn goes to @next, or past it over tickets whose waiters left. */
+static void give_turn_locked(struct verbs_out *o, unsigned next)
 {
+	for (unsigned i = 0; i < o->guard_nleft;) {
+		if (o->guard_left[i] == next) {
+			o->guard_left[i] = o->guard_left[--o->guard_nleft];
+			next++;
+			i = 0;
+		} else {
+			i++;
+		}
+	}
+	__atomic_store_n(&o->guard_turn, next, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&o->guard_cv);
+}
+
+static void pass_turn(struct verbs_out *o, unsigned ticket)
+{
+	pthread_mutex_lock(&o->guard_mu);
+	give_turn_locked(o, ticket + 1);
+	pthread_mutex_unlock(&o->guard_mu);
+}
+
+/*
+ * Until it is @ticket's turn on @o: 0; or, past @deadline (0: none), -EAGAIN with the
+ * ticket left behind (the turn skips it) unless the turn came meanwhile.
+ */
+static int wait_turn(struct verbs_out *o, unsigned ticket, int64_t deadline)
+{
+	int r = 0;
+
 	for (unsigned i = 0; i < TURN_SPINS; i++) {
 		if (__atomic_load_n(&o->guard_turn, __ATOMIC_ACQUIRE) == ticket)
-			return;
+			return 0;
 		sched_yield();
 	}
 	pthread_mutex_lock(&o->guard_mu);
 	while (__atomic_load_n(&o->guard_turn, __ATOMIC_ACQUIRE) != ticket) {
 		struct timespec until;
 
-		/* Timed only as a safety net: the turn passes with a broadcast. */
+		if (deadline && ddss_now_ns() >= deadline &&
+		    o->guard_nleft < sizeof(o->guard_left) / sizeof(o->guard_left[0])) {
+			o->guard_left[o->guard_nleft++] = ticket;
+			r = -EAGAIN;
+			break;
+		}
+		/* Timed as a safety net and for @deadline: the turn passes with a broadcast. */
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_nsec += 10 * 1000000;
 		if (until.tv_nsec >= 1000000000) {
@@ -112,21 +138,36 @@ static void wait_turn(struct verbs_out *o, unsigned ticket)
 		pthread_cond_timedwait(&o->guard_cv, &o->guard_mu, &until);
 	}
 	pthread_mutex_unlock(&o->guard_mu);
+	return r;
+}
+
+/* Whether @o may take @n more WRs now (@responses: a READ/atomic among them). */
+static bool may_post(struct verbs_out *o, unsigned n, bool responses)
+{
+	if (response_outstanding(o) || (responses && !idle(o)))
+		return false;
+	return __atomic_load_n(&o->sq_posted, __ATOMIC_SEQ_CST) + n -
+		       __atomic_load_n(&o->sq_done, __ATOMIC_SEQ_CST) <= o->tp->sq_depth;
 }
 
 /*
  * verbs_post with the guard on. Posts on @o take turns in arrival order (a ticket), so a
  * READ/atomic waiting for the QP to go idle is not starved by a stream of writes, nor a
  * heartbeat by a stream of atomics. The poster whose turn it is waits for completions
- * (polling the CQ); the others sleep until the turn passes. A waiter never leaves before
- * its turn (that would stall the tickets behind it); the one ahead is bounded by the
- * operation timeout, after which the connection fails and every turn passes at once.
- * Send completions run no caller code, so nothing posts from inside these waits.
+ * (polling the CQ); the others sleep until the turn passes. Bounded by the operation
+ * timeout, after which the connection fails and every turn passes at once; a thread with
+ * a post bound (ddss_tp_set_thread_post_bound: the heartbeat thread) gives up sooner with
+ * -EAGAIN, leaving its ticket to be skipped, so that it never sits behind a request to a
+ * peer that died. Send completions run no caller code, so nothing posts from inside these
+ * waits.
  */
 int verbs_post_guarded(struct verbs_out *o, struct ibv_send_wr *wr)
 {
 	struct verbs_tp *vt = o->tp;
-	int64_t deadline = ddss_now_ns() + (int64_t)vt->base.cfg.op_timeout_ms * 1000000;
+	int64_t now = ddss_now_ns();
+	int64_t deadline = now + (int64_t)vt->base.cfg.op_timeout_ms * 1000000;
+	int bound_ms = ddss_tp_thread_post_bound();
+	int64_t give_up = bound_ms ? now + (int64_t)bound_ms * 1000000 : 0;
 	unsigned ticket = __atomic_fetch_add(&o->guard_next, 1, __ATOMIC_SEQ_CST);
 	bool responses = false;
 	unsigned n = 0;
@@ -136,7 +177,9 @@ int verbs_post_guarded(struct verbs_out *o, struct ibv_send_wr *wr)
 		responses |= wants_response(w);
 		n++;
 	}
-	wait_turn(o, ticket);
+	r = wait_turn(o, ticket, give_up);
+	if (r)
+		return r;
 	/* Our turn: nobody else posts on @o until we pass it on. */
 	for (;;) {
 		r = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE);
@@ -150,16 +193,18 @@ int verbs_post_guarded(struct verbs_out *o, struct ibv_send_wr *wr)
 						 __ATOMIC_RELEASE);
 			break;
 		}
-		if (ddss_now_ns() >= deadline) {
+		now = ddss_now_ns();
+		if (give_up && now >= give_up) {
+			r = -EAGAIN;
+			break;
+		}
+		if (now >= deadline) {
 			verbs_out_fail(o, -ETIMEDOUT);
 			r = -ETIMEDOUT;
 			break;
 		}
-		verbs_progress_wait(vt, deadline);
+		verbs_progress_wait(vt, give_up && give_up < deadline ? give_up : deadline);
 	}
-	pthread_mutex_lock(&o->guard_mu);
-	__atomic_store_n(&o->guard_turn, ticket + 1, __ATOMIC_RELEASE);
-	pthread_cond_broadcast(&o->guard_cv);
-	pthread_mutex_unlock(&o->guard_mu);
+	pass_turn(o, ticket);
 	return r;
 }

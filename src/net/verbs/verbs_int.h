@@ -134,6 +134,8 @@ struct verbs_out {
 	unsigned guard_next;
 	unsigned guard_turn;
 	unsigned guard_tail;
+	unsigned guard_left[16];    /* tickets whose bounded waiters gave up (guard_mu) */
+	unsigned guard_nleft;
 	int fail;           /* atomic: sticky error of the current connection (0 = healthy) */
 	int up;             /* atomic: established and not failed since (reports DOWN once) */
 };
