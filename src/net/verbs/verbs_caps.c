@@ -38,20 +38,33 @@ bool verbs_simulate_lack(const char *cap)
  * earlier WRs have completed, then posts without the flag. Same order, one round trip
  * that the fence costs anyway. DDSS_VERBS_FENCE=nic or wait overrides the choice.
  */
+/*
+ * A switch of the form NAME=auto|@a|@b: 1 for @a, 2 for @b, 0 for auto (unset, empty or
+ * anything else, which is warned about).
+ */
+int verbs_env_choice(const char *name, const char *a, const char *b)
+{
+	const char *env = getenv(name);
+
+	if (env && strcmp(env, a) == 0)
+		return 1;
+	if (env && strcmp(env, b) == 0)
+		return 2;
+	if (env && *env && strcmp(env, "auto") != 0)
+		DDSS_WARN("verbs: %s=%s is not auto, %s or %s; using auto", name, env, a, b);
+	return 0;
+}
+
 const char *verbs_fence_decide(struct verbs_tp *vt, uint32_t vendor_id)
 {
-	const char *env = getenv("DDSS_VERBS_FENCE");
-
-	if (env && strcmp(env, "wait") == 0) {
+	switch (verbs_env_choice("DDSS_VERBS_FENCE", "wait", "nic")) {
+	case 1:
 		vt->fence_by_wait = true;
 		return "kept by waiting (DDSS_VERBS_FENCE=wait)";
-	}
-	if (env && strcmp(env, "nic") == 0) {
+	case 2:
 		vt->fence_by_wait = false;
 		return "IBV_SEND_FENCE (DDSS_VERBS_FENCE=nic)";
 	}
-	if (env && *env && strcmp(env, "auto") != 0)
-		DDSS_WARN("verbs: DDSS_VERBS_FENCE=%s is not auto, nic or wait; using auto", env);
 	vt->fence_by_wait = vendor_id == RXE_VENDOR_ID;
 	return vt->fence_by_wait ? "kept by waiting (rxe's IBV_SEND_FENCE can stall a QP)" :
 				   "IBV_SEND_FENCE";

@@ -39,18 +39,14 @@
 
 const char *verbs_guard_decide(struct verbs_tp *vt, uint32_t vendor_id)
 {
-	const char *env = getenv("DDSS_VERBS_READ_GUARD");
-
-	if (env && strcmp(env, "on") == 0) {
+	switch (verbs_env_choice("DDSS_VERBS_READ_GUARD", "on", "off")) {
+	case 1:
 		vt->read_guard = true;
 		return "on (DDSS_VERBS_READ_GUARD=on)";
-	}
-	if (env && strcmp(env, "off") == 0) {
+	case 2:
 		vt->read_guard = false;
 		return "off (DDSS_VERBS_READ_GUARD=off)";
 	}
-	if (env && *env && strcmp(env, "auto") != 0)
-		DDSS_WARN("verbs: DDSS_VERBS_READ_GUARD=%s is not auto, on or off; using auto", env);
 	vt->read_guard = vendor_id == RXE_VENDOR_ID;
 	return vt->read_guard ? "on (rxe can complete them without data after a lost packet)" :
 				"off";

@@ -320,6 +320,8 @@ int verbs_msg_hdr_decode(const void *buf, size_t total, uint16_t *tag_p, uint32_
 /* ---- verbs_caps.c ---- */
 /** Test switch: DDSS_VERBS_DISABLE lists @cap ("atomics", "srq"): act as if it were missing. */
 bool verbs_simulate_lack(const char *cap);
+/** NAME=auto|@a|@b: 1 for @a, 2 for @b, 0 for auto (anything else is warned about). */
+int verbs_env_choice(const char *name, const char *a, const char *b);
 /** How DDSS_TP_FENCE is kept on this device (sets vt->fence_by_wait); a log phrase. */
 const char *verbs_fence_decide(struct verbs_tp *vt, uint32_t vendor_id);
 /** The local ACK timeout (sets vt->ack_timeout); -EINVAL for a bad DDSS_VERBS_ACK_TIMEOUT. */
