@@ -375,6 +375,63 @@ DDSS_API int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key);
  */
 DDSS_API int ddss_lock_fence_ss(ddss_ctx_t *ctx, ddss_key_t key, uint64_t *fence);
 
+/* ---- statistics ---- */
+
+/** The kinds of call ddss_stats_get() counts (index of ddss_stats.ops and .bytes). */
+enum ddss_stat_op {
+	DDSS_STAT_GET = 0,   /* ddss_get, ddss_get_versioned */
+	DDSS_STAT_PUT,       /* ddss_put */
+	DDSS_STAT_ASYNC_GET, /* ddss_async_get (counted when posted) */
+	DDSS_STAT_ASYNC_PUT, /* ddss_async_put (counted when posted) */
+	DDSS_STAT_ALLOCATE,  /* ddss_allocate_ss */
+	DDSS_STAT_LOOKUP,    /* ddss_lookup_ss */
+	DDSS_STAT_RELEASE,   /* ddss_release_ss */
+	DDSS_STAT_LOCK,      /* ddss_acquire_lock_ss, ddss_acquire_lock_timed_ss */
+	DDSS_STAT_TRY_LOCK,  /* ddss_try_lock_ss */
+	DDSS_STAT_UNLOCK,    /* ddss_release_lock_ss */
+	DDSS_STAT_FENCE,     /* ddss_lock_fence_ss */
+	DDSS_STAT_BARRIER,   /* ddss_barrier */
+	DDSS_STAT_NOPS
+};
+
+/** Errors are counted by errno value below this bound; larger ones in errors[0]. */
+#define DDSS_STAT_NERRNO 134
+
+/**
+ * struct ddss_stats - what a context has done since ddss_init (ddss_stats_get(3)).
+ *
+ * Every counter only grows. A call is counted once: in ops[] and bytes[] when it returns
+ * 0, in errors[] by its errno when it fails (so a try-lock that finds the lock taken counts
+ * one errors[EBUSY]).
+ */
+struct ddss_stats {
+	uint64_t ops[DDSS_STAT_NOPS];   /* calls that succeeded, by kind */
+	uint64_t bytes[DDSS_STAT_NOPS]; /* payload bytes they moved (gets and puts) */
+	uint64_t lock_contended;  /* acquisitions that found the lock held and waited */
+	uint64_t lock_recovered;  /* acquisitions that waited on the recovery of a dead rank */
+	uint64_t retries;         /* lock-free reads retried because a writer overlapped */
+	uint64_t timeouts;        /* requests a peer did not answer within the op timeout */
+	uint64_t cache_hits;      /* gets served from the coherence cache */
+	uint64_t cache_misses;    /* caching gets that had to fetch from the home */
+	uint64_t errors[DDSS_STAT_NERRNO]; /* failed calls by errno; [0]: errno >= bound */
+	uint64_t reserved[8];     /* zero; room for counters added later */
+};
+
+/**
+ * ddss_stats_get() - copy @ctx's counters into *@stats_p.
+ *
+ * Cheap (relaxed loads) and safe to call from any thread while others run operations; the
+ * copy is not a snapshot of one instant. In daemon mode, ops, bytes and errors are this
+ * process's own calls; the lock, retry, timeout and cache counters are the daemon's, summed
+ * over all its clients (ddss-info --daemon shows them too).
+ *
+ * Returns 0, -EINVAL (NULL argument).
+ */
+DDSS_API int ddss_stats_get(ddss_ctx_t *ctx, struct ddss_stats *stats_p);
+
+/** ddss_stat_op_name() - "get", "put", ... for an enum ddss_stat_op; "?" if out of range. */
+DDSS_API const char *ddss_stat_op_name(int op);
+
 /* ---- errors and version ---- */
 
 /**
