@@ -202,8 +202,12 @@ int coh_lock(struct coh_call *c, bool *taken_p)
 	int r = ddss_lock_acquire_implicit(c->ctx, c->d);
 
 	*taken_p = r == 0;
-	if (r == DDSS_LOCK_SHARED && c->is_put)
+	c->inside = r > 0;
+	if (r == DDSS_LOCK_SHARED && c->is_put) {
+		ddss_lock_inside_done(c->ctx, c->d->key);
+		c->inside = false;
 		return -EDEADLK;
+	}
 	if (r > 0)
 		r = 0; /* inside the user's hold */
 	if (!r && ddss_coh_inside_hook)
@@ -278,6 +282,8 @@ int coh_unlock(struct coh_call *c, bool taken, struct coh_pending *p, int r)
 	if (taken)
 		r2 = ddss_lock_release_implicit(c->ctx, c->d->key, &fence);
 	r3 = coh_pending_wait(p);
+	if (c->inside) /* after the transfers: the next call inside sees them done */
+		ddss_lock_inside_done(c->ctx, c->d->key);
 	return r ? r : r3 ? r3 : r2;
 }
 

@@ -23,6 +23,7 @@ struct coh_call {
 	bool is_put;
 	unsigned back;     /* get: versions back (delta only) */
 	uint64_t version;  /* get: the version returned */
+	bool inside;       /* runs inside the caller's hold (coh_lock; ddss_lock_inside_done) */
 };
 
 struct coh_model {

@@ -49,6 +49,14 @@ struct ddss_seg_desc;
 int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, const struct ddss_seg_desc *d);
 
 /*
+ * The hold is the context's (or in the daemon, a client's), shared by its threads: when
+ * ddss_lock_acquire_implicit returns > 0, the call is let in alone (another thread's get or
+ * put inside the same hold waits, and so does the user's release, until it is done) and
+ * must end with ddss_lock_inside_done once its transfers have completed.
+ */
+void ddss_lock_inside_done(ddss_ctx_t *ctx, ddss_key_t key);
+
+/*
  * A transfer the holder posted to the segment's home just before releasing. The release
  * runs without waiting for it: operations from one rank to one peer execute in the order
  * posted, so the release's own atomic lands after it, and whoever takes the lock through

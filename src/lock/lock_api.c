@@ -288,8 +288,17 @@ static int take_slot(struct ddss_lock *lk, ddss_key_t key, bool implicit, unsign
 
 	pthread_mutex_lock(&lk->mu);
 	for (;;) {
-		*held_p = implicit ? lock_user_mode(lock_holds_find(lk, key)) : 0;
-		if (!*held_p)
+		struct lock_hold *h = implicit ? lock_holds_find(lk, key) : NULL;
+
+		*held_p = lock_user_mode(h);
+		if (*held_p && h->inside_busy) {
+			/* Another thread's get/put runs inside the hold: one at a time. */
+			pthread_cond_wait(&lk->cv, &lk->mu);
+			continue;
+		}
+		if (*held_p)
+			h->inside_busy = true;
+		else
 			r = lock_slot_take_locked(lk, slot_p);
 		if (r != -ENOLCK || drained || !(lk->nposted || lk->fin_len || lk->fin_busy))
 			break;
@@ -453,6 +462,19 @@ int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, const struct ddss_seg_desc *d)
 	return acquire(ctx, d->key, DDSS_LOCK_EXCLUSIVE, false, -1, true, d);
 }
 
+void ddss_lock_inside_done(ddss_ctx_t *ctx, ddss_key_t key)
+{
+	struct ddss_lock *lk = ctx->lock;
+	struct lock_hold *h;
+
+	pthread_mutex_lock(&lk->mu);
+	h = lock_holds_find(lk, key);
+	if (h)
+		h->inside_busy = false;
+	pthread_cond_broadcast(&lk->cv);
+	pthread_mutex_unlock(&lk->mu);
+}
+
 int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode,
 			       int timeout_ms)
 {
@@ -502,6 +524,11 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 	lk = ctx->lock;
 	pthread_mutex_lock(&lk->mu);
 	h = lock_holds_find(lk, key);
+	/* A get/put that runs inside the user's hold finishes before the hold is given up. */
+	while (!implicit && h && h->inside_busy) {
+		pthread_cond_wait(&lk->cv, &lk->mu);
+		h = lock_holds_find(lk, key);
+	}
 	/* A get/put's own hold and the user's holds are released only by their owners. */
 	if (h && (implicit ? !(h->excl && h->implicit) : h->excl && h->implicit))
 		h = NULL;

@@ -414,6 +414,8 @@ struct lock_hold {
 	int xslot;        /* ... with this waiter slot */
 	bool srsl;        /* taken with the SRSL scheme */
 	bool implicit;    /* the exclusive hold is a get/put's own (src/coherence) */
+	bool inside_busy; /* a get/put of this owner runs inside this user hold: the next one,
+			   * and the user's release, wait on lk->cv (ddss_lock_inside_done) */
 	uint32_t shared;  /* shared holds */
 	bool reset;       /* a shared hold saw S >= LOCK_S_RESET: reset the word on release */
 	uint32_t xseq;    /* which exclusive hold this is (a fence got for an earlier one

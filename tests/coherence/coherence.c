@@ -1162,6 +1162,77 @@ static void test_caller_holds(void)
 	drop(version);
 }
 
+/*
+ * Threads of one rank inside its hold: while one thread holds a write segment's lock and
+ * puts, the others' gets and puts run inside that same hold (the lock is the context's,
+ * ddss_acquire_lock_ss(3)). They must still not overlap one another: each put marks the
+ * version word as it starts, and a get or put that found the mark of a put from its own
+ * rank failed with -EIO ("a put died mid-way"). The reconfiguration demo's monitor thread
+ * writing a load while its process's agent moved the server hit this.
+ */
+enum { INSIDE_ROUNDS = 150, INSIDE_WORDS = 8 };
+static ddss_key_t inside_key;
+
+static void *inside_holder(void *arg)
+{
+	struct wk *w = arg;
+	uint64_t p[INSIDE_WORDS];
+	int r;
+
+	for (unsigned i = 0; i < INSIDE_ROUNDS; i++) {
+		if ((r = ddss_acquire_lock_ss(ctx, inside_key, DDSS_LOCK_EXCLUSIVE))) {
+			wfail(w, "lock: %s", ddss_strerror(r));
+			break;
+		}
+		for (unsigned k = 0; k < 2; k++) {
+			payload_make(p, INSIDE_WORDS, (uint64_t)i * 8 + k + 1);
+			if ((r = ddss_put(ctx, inside_key, 0, p, sizeof(p))))
+				wfail(w, "put in my hold: %s", ddss_strerror(r));
+		}
+		if ((r = ddss_release_lock_ss(ctx, inside_key)))
+			wfail(w, "unlock: %s", ddss_strerror(r));
+	}
+	return NULL;
+}
+
+static void *inside_other(void *arg)
+{
+	struct wk *w = arg;
+	uint64_t p[INSIDE_WORDS], seq;
+	int r;
+
+	for (unsigned i = 0; i < 2 * INSIDE_ROUNDS; i++) {
+		if (i % 2) {
+			payload_make(p, INSIDE_WORDS, 1000000 + w->tid * 100000 + i);
+			if ((r = ddss_put(ctx, inside_key, 0, p, sizeof(p))))
+				wfail(w, "put beside the holder: %s", ddss_strerror(r));
+		} else if ((r = ddss_get(ctx, inside_key, 0, p, sizeof(p)))) {
+			wfail(w, "get beside the holder: %s", ddss_strerror(r));
+		} else if (!payload_ok(p, INSIDE_WORDS, &seq)) {
+			wfail(w, "torn get beside the holder (seq %llu)", (unsigned long long)seq);
+		}
+	}
+	return NULL;
+}
+
+static void *inside_worker(void *arg)
+{
+	struct wk *w = arg;
+
+	return w->tid == 0 ? inside_holder(w) : inside_other(w);
+}
+
+static void test_threads_inside_hold(void)
+{
+	struct wk w[3];
+
+	inside_key = seg("inside-write", INSIDE_WORDS * 8, 2, DDSS_COHERENCE_WRITE, 0, 0);
+	if (me == 1)
+		EXPECT_EQ(run_workers(w, 3, inside_worker, NULL), 0,
+			  "failed calls of threads inside one hold");
+	drop(inside_key);
+}
+
 /* ---- the cache is bounded ---- */
 
 static void test_cache_bound(void)
@@ -1216,7 +1287,7 @@ static bool needs_atomics(void (*fn)(void))
 	       fn == test_delta_exact || fn == test_holder_does_not_block ||
 	       fn == test_version_transfers || fn == test_version_never_stale ||
 	       fn == test_version_transfers_read || fn == test_version_never_stale_read ||
-	       fn == test_caller_holds || fn == test_cache_bound;
+	       fn == test_caller_holds || fn == test_threads_inside_hold || fn == test_cache_bound;
 }
 
 int main(int argc, char **argv)
@@ -1306,6 +1377,8 @@ int main(int argc, char **argv)
 			{ "temporal: real clock, writer running, no copy older than t",
 			  test_temporal_real },
 			{ "implicit locks inside the caller's hold; -EDEADLK", test_caller_holds },
+			{ "write: threads inside one hold never overlap (no -EIO, no torn get)",
+			  test_threads_inside_hold },
 			{ "cache: bounded; released segments leave it", test_cache_bound },
 		};
 
