@@ -18,6 +18,7 @@ pkgs=(
   openmpi-bin libopenmpi-dev         # peer benchmark: MPI one-sided RMA
   gnuplot-nox                        # benchmark plots
   clang                              # libFuzzer targets (scripts/fuzz.sh)
+  man-db groff-base mandoc           # manual pages: man -l and mandoc lint (tests/man)
 )
 if dpkg -s "${pkgs[@]}" >/dev/null 2>&1; then
   exit 0
