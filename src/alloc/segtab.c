@@ -4,11 +4,9 @@
  * an old key would need a million reuses of its own slot to alias a new segment.
  */
 #include "alloc/segtab.h"
-#include "coherence/coherence.h"
 #include "core/key.h"
 #include "core/log.h"
 #include "core/wire.h"
-#include "lock/lock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -33,6 +31,7 @@ struct slot {
 struct ddss_segtab {
 	pthread_mutex_t mu;
 	struct ddss_pool *pool;
+	struct ddss_segtab_hooks hooks;
 	uint32_t rank, group_size;
 	size_t cachers_len;
 	struct slot *slots;
@@ -46,7 +45,7 @@ struct ddss_segtab {
 };
 
 int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_size,
-		       struct ddss_segtab **tab_p)
+		       const struct ddss_segtab_hooks *hooks, struct ddss_segtab **tab_p)
 {
 	struct ddss_segtab *tab = calloc(1, sizeof(*tab));
 
@@ -54,6 +53,7 @@ int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_siz
 		return -ENOMEM;
 	pthread_mutex_init(&tab->mu, NULL);
 	tab->pool = pool;
+	tab->hooks = *hooks;
 	tab->rank = rank;
 	tab->group_size = group_size;
 	tab->cachers_len = (group_size + 7) / 8;
@@ -134,7 +134,7 @@ static void fill_loc(struct ddss_segtab *tab, uint32_t i, struct ddss_seg_loc *l
 
 static bool words_idle(struct ddss_segtab *tab, uint64_t hdr_off)
 {
-	return ddss_lock_words_idle((uint8_t *)ddss_pool_base(tab->pool) + hdr_off);
+	return tab->hooks.words_idle((uint8_t *)ddss_pool_base(tab->pool) + hdr_off);
 }
 
 /* mu held: free the draining segments whose lock words have gone idle. */
@@ -198,7 +198,7 @@ int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, uint32_t coherence
 
 	if (size == 0)
 		return -EINVAL;
-	r = ddss_coh_data_len(coherence, param, size, &data_len);
+	r = tab->hooks.data_len(coherence, param, size, &data_len);
 	if (r)
 		return r;
 	if (data_len > ddss_pool_len(tab->pool))

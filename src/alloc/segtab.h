@@ -37,8 +37,21 @@ struct ddss_seg_loc {
 	uint32_t param;     /* the model's parameter (delta x, temporal t) */
 };
 
+/*
+ * What the table needs to know from the layers above it (coherence, lock), which register
+ * it when they create the table: the table never calls upward by name.
+ */
+struct ddss_segtab_hooks {
+	/* Pool bytes for the data of a segment of @size under model @coherence / @param;
+	 * -EINVAL for a model or parameter the layer above refuses. */
+	int (*data_len)(uint32_t coherence, uint32_t param, uint64_t size, uint64_t *len_p);
+	/* Whether the lock words of the header at @hdr are idle: a released segment's memory
+	 * is freed only then, so late lock traffic never lands in a new segment. */
+	bool (*words_idle)(const void *hdr);
+};
+
 int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_size,
-		       struct ddss_segtab **tab_p);
+		       const struct ddss_segtab_hooks *hooks, struct ddss_segtab **tab_p);
 void ddss_segtab_destroy(struct ddss_segtab *tab);
 
 /**

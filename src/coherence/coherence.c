@@ -5,7 +5,6 @@
 #include "coherence/model.h"
 #include "core/ctx.h"
 #include "core/log.h"
-#include "daemon/client_api.h"
 #include "lock/lock.h"
 
 #include <errno.h>
@@ -135,20 +134,10 @@ void ddss_coh_forget(struct ddss_coh *coh, uint64_t key)
 	coh_cache_forget(coh->cache, key);
 }
 
-void ddss_coh_stats_get(ddss_ctx_t *ctx, struct ddss_coh_stats *stats_p)
+void ddss_coh_counters(ddss_ctx_t *ctx, struct ddss_coh_stats *stats_p)
 {
 	struct ddss_coh *coh = ctx->coh;
 
-	if (ctx->client) {
-		/* Daemon mode: the cache and its counters are the daemon's (shared by its
-		 * clients). Zeros if it cannot tell. */
-		uint64_t v[5] = { 0 };
-
-		ddss_cl_coh_stats(ctx->client, v);
-		*stats_p = (struct ddss_coh_stats){ .fetches = v[0], .hits = v[1], .retries = v[2],
-						    .locked = v[3], .cached = v[4] };
-		return;
-	}
 	stats_p->fetches = __atomic_load_n(&coh->fetches, __ATOMIC_RELAXED);
 	stats_p->hits = __atomic_load_n(&coh->hits, __ATOMIC_RELAXED);
 	stats_p->retries = __atomic_load_n(&coh->retries, __ATOMIC_RELAXED);

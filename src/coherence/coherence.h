@@ -67,7 +67,11 @@ struct ddss_coh_stats {
 	uint64_t cached;   /* bytes in the cache now */
 };
 
+/* This context's counters, or in daemon mode the daemon's, shared by its clients (defined
+ * with the public API, src/api/stats.c, which asks the mode's table). */
 void ddss_coh_stats_get(ddss_ctx_t *ctx, struct ddss_coh_stats *stats_p);
+/* Direct mode: this context's own counters. */
+void ddss_coh_counters(ddss_ctx_t *ctx, struct ddss_coh_stats *stats_p);
 
 /** Replace the clock temporal segments age their copies with (NULL: CLOCK_MONOTONIC). */
 void ddss_coh_set_clock(ddss_ctx_t *ctx, int64_t (*now_ns)(void *arg), void *arg);

@@ -3,9 +3,9 @@
  * coherence model does the rest (src/coherence). The descriptor's reference is held until
  * the transfer is over, so a release waits for it (see core/seg_cache.h).
  */
+#include "core/access.h"
 #include "coherence/coherence.h"
 #include "core/ctx.h"
-#include "daemon/client_api.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -42,12 +42,7 @@ static int transfer(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, s
 {
 	const struct ddss_seg_desc *d;
 	uint64_t at;
-	int r;
-
-	if (ctx && ctx->client)
-		return is_put ? ddss_cl_put(ctx->client, key, offset, buf, len) :
-				ddss_cl_get(ctx->client, key, offset, buf, len, back, version_p);
-	r = prepare(ctx, key, offset, buf, len, &d, &at);
+	int r = prepare(ctx, key, offset, buf, len, &d, &at);
 
 	if (r)
 		return r;
@@ -57,24 +52,30 @@ static int transfer(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, s
 	return r;
 }
 
-int ddss_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len)
-{
-	return transfer(ctx, key, offset, buf, len, false, 0, NULL);
-}
-
-int ddss_get_versioned(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
-		       unsigned back, uint64_t *version_p)
+int ddss_access_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
+		    unsigned back, uint64_t *version_p)
 {
 	return transfer(ctx, key, offset, buf, len, false, back, version_p);
 }
 
-int ddss_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *buf, size_t len)
+int ddss_access_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *buf, size_t len)
 {
 	return transfer(ctx, key, offset, (void *)buf, len, true, 0, NULL);
 }
 
-static int start(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
-		 bool is_put, ddss_req_t **req_p)
+int ddss_req_completed(int status, ddss_req_t **req_p)
+{
+	struct ddss_req *req = malloc(sizeof(*req));
+
+	if (!req)
+		return -ENOMEM;
+	*req = (struct ddss_req){ .desc = NULL, .status = status };
+	*req_p = req;
+	return 0;
+}
+
+int ddss_access_start(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
+		      bool is_put, ddss_req_t **req_p)
 {
 	struct ddss_req *req;
 	uint64_t at;
@@ -82,19 +83,6 @@ static int start(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size
 
 	if (!req_p)
 		return -EINVAL;
-	if (ctx && ctx->client) {
-		/* The daemon runs the call now (docs/daemon.md): its result waits in @req. */
-		r = is_put ? ddss_cl_put(ctx->client, key, offset, buf, len) :
-			     ddss_cl_get(ctx->client, key, offset, buf, len, 0, NULL);
-		if (r == -EINVAL || r == -ESTALE || r == -ERANGE)
-			return r; /* found before anything started, as in direct mode */
-		req = malloc(sizeof(*req));
-		if (!req)
-			return -ENOMEM;
-		*req = (struct ddss_req){ .desc = NULL, .status = r };
-		*req_p = req;
-		return 0;
-	}
 	req = malloc(sizeof(*req));
 	if (!req)
 		return -ENOMEM;
@@ -119,18 +107,6 @@ static int start(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size
 	return 0;
 }
 
-int ddss_async_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len,
-		   ddss_req_t **req_p)
-{
-	return start(ctx, key, offset, buf, len, false, req_p);
-}
-
-int ddss_async_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *buf, size_t len,
-		   ddss_req_t **req_p)
-{
-	return start(ctx, key, offset, (void *)buf, len, true, req_p);
-}
-
 static int finish(struct ddss_req *req)
 {
 	int r = req->desc ? req->tp.status : req->status;
@@ -141,7 +117,7 @@ static int finish(struct ddss_req *req)
 	return r;
 }
 
-int ddss_wait_ss(ddss_ctx_t *ctx, ddss_req_t *req)
+int ddss_req_wait(ddss_ctx_t *ctx, ddss_req_t *req)
 {
 	int r;
 
@@ -157,7 +133,7 @@ int ddss_wait_ss(ddss_ctx_t *ctx, ddss_req_t *req)
 	return r ? r : finish(req);
 }
 
-int ddss_test_ss(ddss_ctx_t *ctx, ddss_req_t *req)
+int ddss_req_test(ddss_ctx_t *ctx, ddss_req_t *req)
 {
 	int r;
 

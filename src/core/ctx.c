@@ -8,7 +8,7 @@
 #include "core/log.h"
 #include "core/rpc.h"
 #include "core/key.h"
-#include "daemon/client_api.h"
+#include "core/ops.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -152,82 +152,31 @@ static void ctx_free(struct ddss_ctx *ctx)
 
 bool ddss_ctx_share_pool;
 
+const struct ddss_segtab_hooks ddss_segtab_hooks = {
+	.data_len = ddss_coh_data_len,
+	.words_idle = ddss_lock_words_idle,
+};
+
 size_t ddss_ctx_epoch_off(void)
 {
 	return ddss_lock_area_len();
 }
 
-/* The mode @attr asks for, overridden by DDSS_MODE. */
-static int choose_mode(const struct ddss_attr *attr, enum ddss_mode *mode_p)
+int ddss_ctx_check_attr(const struct ddss_attr *attr)
 {
-	const char *s = getenv("DDSS_MODE");
+	struct ddss_net_env unused = { 0 };
+	struct ctx_conf conf = { 0 };
 
-	if (attr->mode > DDSS_MODE_DAEMON)
-		return -EINVAL;
-	*mode_p = attr->mode ? attr->mode : DDSS_MODE_DIRECT;
-	if (s && *s) {
-		if (!strcmp(s, "direct"))
-			*mode_p = DDSS_MODE_DIRECT;
-		else if (!strcmp(s, "daemon"))
-			*mode_p = DDSS_MODE_DAEMON;
-		else {
-			DDSS_ERR("DDSS_MODE=%s: expected direct or daemon", s);
-			return -EINVAL;
-		}
-	}
-	return 0;
+	return configure(attr, &unused, &conf);
 }
 
-/* Daemon mode: a context that only forwards to the node's ddssd. */
-static int attach(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
+int ddss_ctx_open(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 {
-	const char *path = getenv("DDSS_DAEMON_SOCKET");
-	struct ddss_ctx *ctx;
-	long timeout;
-	int r;
-
-	if (!path || !*path)
-		path = attr->daemon_socket ? attr->daemon_socket : "/tmp/ddssd.sock";
-	r = ddss_env_long("DDSS_CONNECT_TIMEOUT_MS", 1, INT32_MAX,
-			  attr->connect_timeout_ms ? attr->connect_timeout_ms : 30000, &timeout);
-	if (r)
-		return r;
-	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx)
-		return -ENOMEM;
-	r = ddss_client_attach(path, (int)timeout, &ctx->client);
-	if (r) {
-		free(ctx);
-		return r;
-	}
-	ctx->rank = ddss_client_rank(ctx->client);
-	ctx->size = ddss_client_size(ctx->client);
-	ddss_log_set_rank(ctx->rank);
-	*ctx_p = ctx;
-	return 0;
-}
-
-int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
-{
-	struct ddss_attr dflt = { 0 };
 	struct ddss_net_env env;
 	struct ddss_ctx *ctx;
 	struct ctx_conf conf = { 0 };
-	enum ddss_mode mode;
 	int r;
 
-	if (!ctx_p)
-		return -EINVAL;
-	r = choose_mode(attr ? attr : &dflt, &mode);
-	if (r)
-		return r;
-	if (mode == DDSS_MODE_DAEMON) {
-		/* The daemon has its own settings; the caller's are still checked. */
-		struct ddss_net_env unused = { 0 };
-
-		r = configure(attr ? attr : &dflt, &unused, &conf);
-		return r ? r : attach(attr ? attr : &dflt, ctx_p);
-	}
 	r = ddss_net_env_load(&env);
 	if (r)
 		return r;
@@ -238,7 +187,7 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 		ddss_net_env_free(&env);
 		return -EINVAL;
 	}
-	r = configure(attr ? attr : &dflt, &env, &conf);
+	r = configure(attr, &env, &conf);
 	if (r) {
 		ddss_net_env_free(&env);
 		return r;
@@ -249,6 +198,7 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&ctx->ack_mu, NULL);
+	ctx->ops = &ddss_direct_ops;
 	ctx->rank = env.rank;
 	ctx->size = env.size;
 	ctx->next_home = env.rank; /* ranks start their round robin at different places */
@@ -271,7 +221,8 @@ int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 	ctx->tp = ddss_net_tp(ctx->net);
 	r = ctx_check_caps(ctx, &conf);
 	if (!r)
-		r = ddss_segtab_create(ctx->pool, ctx->rank, ctx->size, &ctx->segtab);
+		r = ddss_segtab_create(ctx->pool, ctx->rank, ctx->size, &ddss_segtab_hooks,
+				       &ctx->segtab);
 	if (!r)
 		ddss_segtab_watch_releases(ctx->segtab, (uint64_t *)(
 			(uint8_t *)ddss_pool_base(ctx->pool) + ddss_ctx_epoch_off()));
@@ -297,18 +248,10 @@ fail:
 	return r;
 }
 
-int ddss_finalize(ddss_ctx_t *ctx)
+int ddss_ctx_close(ddss_ctx_t *ctx)
 {
-	int r;
+	int r = ddss_net_barrier(ctx->net, -1);
 
-	if (!ctx)
-		return -EINVAL;
-	if (ctx->client) {
-		ddss_client_detach(ctx->client);
-		free(ctx);
-		return 0;
-	}
-	r = ddss_net_barrier(ctx->net, -1);
 	/*
 	 * Rank 1 coordinates the barrier: it leaves last. A rank still waiting for the
 	 * barrier's release could otherwise see rank 1's connection close before the release
@@ -322,22 +265,8 @@ int ddss_finalize(ddss_ctx_t *ctx)
 	return r;
 }
 
-uint32_t ddss_rank(const ddss_ctx_t *ctx)
+int ddss_ctx_barrier(ddss_ctx_t *ctx)
 {
-	return ctx ? ctx->rank : 0;
-}
-
-uint32_t ddss_size(const ddss_ctx_t *ctx)
-{
-	return ctx ? ctx->size : 0;
-}
-
-int ddss_barrier(ddss_ctx_t *ctx)
-{
-	if (!ctx)
-		return -EINVAL;
-	if (ctx->client)
-		return ddss_cl_barrier(ctx->client); /* the daemon's own barrier flushes */
 	/* Releases that returned before they landed at their home (a posted CAS, an SRSL
 	 * message): land them first, so every rank finds those locks free after the barrier
 	 * (another rank's try would say -EBUSY). */

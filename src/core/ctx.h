@@ -16,9 +16,14 @@
 
 struct ddss_coh;
 
+struct ddss_ops;
+
 struct ddss_ctx {
-	/* Daemon mode: the attachment to the node's ddssd. Every public call forwards to it
-	 * (src/daemon/client_api.h) and nothing below is used; NULL in direct mode. */
+	const struct ddss_ops *ops;     /* the mode's calls, chosen once (core/ops.h) */
+	struct ddss_stats stats;        /* counted by the public API (src/api): ops, bytes,
+					 * errors; relaxed atomic adds */
+	/* Daemon mode: the attachment to the node's ddssd, used by daemon/client_ops.c only;
+	 * nothing below is used then. NULL in direct mode. */
 	struct ddss_client *client;
 	struct ddss_net *net;
 	struct ddss_tp *tp;
@@ -41,6 +46,14 @@ struct ddss_ctx {
  * (docs/daemon.md "Local reads").
  */
 extern bool ddss_ctx_share_pool;
+
+/* What the segment table asks of coherence and lock (alloc/segtab.h), registered by the
+ * context when it creates the table. */
+extern const struct ddss_segtab_hooks ddss_segtab_hooks;
+
+/* core/ctx.c: direct mode's finalize (frees @ctx) and barrier, behind ddss_direct_ops. */
+int ddss_ctx_close(struct ddss_ctx *ctx);
+int ddss_ctx_barrier(struct ddss_ctx *ctx);
 
 /* The pool offset of the release epoch word (ddss_segtab_watch_releases): right after the
  * lock module's waiter records, in the pool's reserved head. */

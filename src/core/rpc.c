@@ -9,6 +9,7 @@
 #include "core/rpc.h"
 #include "core/log.h"
 #include "core/wire.h"
+#include "net/transport.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -198,6 +199,7 @@ int ddss_rpc_call(struct ddss_rpc *rpc, uint32_t peer, uint16_t op, const void *
 
 		if (now >= deadline) {
 			r = -ETIMEDOUT;
+			ddss_tp_count_timeout(ddss_net_tp(rpc->net));
 			break;
 		}
 		if (peer_down(rpc, peer)) {

@@ -7,7 +7,7 @@
 #include "core/key.h"
 #include "core/log.h"
 #include "core/proto.h"
-#include "daemon/client_api.h"
+#include "core/segment.h"
 #include "core/wire.h"
 #include "coherence/coherence.h"
 
@@ -202,23 +202,20 @@ static int alloc_named(struct ddss_ctx *ctx, uint32_t home, size_t nbytes,
 	if (r) {
 		DDSS_WARN("named segment '%s': directory rank %u did not take it: %s", name,
 			  ddss_name_home(name, ctx->size), ddss_strerror(r));
-		ddss_release_ss(ctx, key);
+		ddss_segment_release(ctx, key);
 		return r;
 	}
 	*key_p = key;
 	return 0;
 }
 
-int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr *attr,
-		     ddss_key_t *key_p)
+int ddss_segment_allocate(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr *attr,
+			  ddss_key_t *key_p)
 {
 	struct ddss_seg_attr dflt = { 0 };
 	struct coh_choice model;
 	uint64_t data_len;
 	uint32_t home;
-
-	if (ctx && ctx->client)
-		return ddss_cl_allocate(ctx->client, nbytes, attr, key_p);
 	int r;
 
 	if (!ctx || !key_p || nbytes == 0)
@@ -244,12 +241,10 @@ int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr 
 	return alloc_at(ctx, home, nbytes, &model, NULL, key_p);
 }
 
-int ddss_lookup_ss(ddss_ctx_t *ctx, const char *name, ddss_key_t *key_p)
+int ddss_segment_lookup(ddss_ctx_t *ctx, const char *name, ddss_key_t *key_p)
 {
 	int r;
 
-	if (ctx && ctx->client)
-		return ddss_cl_lookup(ctx->client, name, key_p);
 	if (!ctx || !name || !key_p)
 		return -EINVAL;
 	r = check_name(name);
@@ -276,15 +271,13 @@ static void invalidate_cachers(struct ddss_ctx *ctx, uint64_t key, const uint8_t
 	}
 }
 
-int ddss_release_ss(ddss_ctx_t *ctx, ddss_key_t key)
+int ddss_segment_release(ddss_ctx_t *ctx, ddss_key_t key)
 {
 	struct ddss_key_parts k;
 	uint8_t body[8], reply[DDSS_RPC_BODY_MAX];
 	size_t got = 0;
 	int r;
 
-	if (ctx && ctx->client)
-		return ddss_cl_release(ctx->client, key);
 	if (!ctx)
 		return -EINVAL;
 	if (ddss_key_parse(key, &k) || k.rank > ctx->size)
@@ -304,13 +297,11 @@ int ddss_release_ss(ddss_ctx_t *ctx, ddss_key_t key)
 				     -1));
 }
 
-int ddss_stat_ss(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_seg_info *info_p)
+int ddss_segment_stat(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_seg_info *info_p)
 {
 	const struct ddss_seg_desc *d;
 	int r;
 
-	if (ctx && ctx->client)
-		return ddss_cl_stat(ctx->client, key, info_p);
 	if (!ctx || !info_p)
 		return -EINVAL;
 	r = ddss_ctx_desc(ctx, key, &d);

@@ -189,3 +189,26 @@ int ddss_cl_coh_stats(struct ddss_client *cl, uint64_t stats[5])
 		memcpy(stats, a.stats, sizeof(a.stats));
 	return r;
 }
+
+int ddss_cl_stats(struct ddss_client *cl, struct ddss_stats *st)
+{
+	struct dmsg_req q = { .op = DOP_STATS, .len = sizeof(*st) };
+	struct dmsg_resp a;
+
+	return ddss_client_call(cl, &q, NULL, 0, st, &a);
+}
+
+int ddss_daemon_stats_read(const char *socket_path, int timeout_ms, struct ddss_stats *out)
+{
+	struct ddss_client *cl;
+	int r;
+
+	if (!socket_path || !out)
+		return -EINVAL;
+	r = ddss_client_attach(socket_path, timeout_ms, &cl);
+	if (r)
+		return r;
+	r = ddss_cl_stats(cl, out);
+	ddss_client_detach(cl);
+	return r;
+}

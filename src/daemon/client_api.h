@@ -1,7 +1,7 @@
 /*
  * Daemon mode: each public call of a context attached to a daemon, forwarded to it
  * (client_api.c). Same arguments and results as the ddss_* call of the same name; the
- * public call hands over when ctx->client is set (core/ctx.h).
+ * daemon mode's table (client_ops.c, core/ops.h) calls them.
  */
 #ifndef DDSS_DAEMON_CLIENT_API_H
 #define DDSS_DAEMON_CLIENT_API_H
@@ -25,6 +25,11 @@ int ddss_cl_unlock(struct ddss_client *cl, ddss_key_t key);
 int ddss_cl_lock_fence(struct ddss_client *cl, ddss_key_t key, uint64_t *fence_p);
 /* The daemon's coherence counters (fetches, hits, retries, locked, cached). */
 int ddss_cl_coh_stats(struct ddss_client *cl, uint64_t stats[5]);
+/* The daemon's statistics: its clients' totals (DOP_STATS). */
+int ddss_cl_stats(struct ddss_client *cl, struct ddss_stats *st);
+/* The same from outside a group (ddss-info --daemon): attach to the ddssd at
+ * @socket_path for the one call. -ENOENT / -ECONNREFUSED: no daemon there. */
+int ddss_daemon_stats_read(const char *socket_path, int timeout_ms, struct ddss_stats *out);
 /* The daemon times @iters of call @what (enum dbench_what) itself: ddss-daemon-bench. */
 int ddss_cl_bench(struct ddss_client *cl, uint32_t what, ddss_key_t key, uint32_t iters,
 		  uint64_t *ns_median_p, uint64_t *ns_p99_p);

@@ -68,6 +68,7 @@ enum dproto_op {
 	DOP_BENCH,     /* the daemon times @iters calls of @mode itself (ddss-daemon-bench) */
 	DOP_COH_STATS, /* the daemon's coherence counters (struct ddss_coh_stats order) */
 	DOP_LOCK_FENCE, /* ddss_lock_fence_ss: the number in @fence */
+	DOP_STATS,     /* the daemon's struct ddss_stats (its clients' totals) as the payload */
 	DOP_MAX
 };
 

@@ -194,6 +194,11 @@ void ddss_serve_call(struct ddss_server *srv, ddss_ctx_t *ctx, struct ddss_chan 
 		r = 0;
 		break;
 	}
+	case DOP_STATS:
+		r = q->len == sizeof(struct ddss_stats) ? payload(chan, q, &p) : -EINVAL;
+		if (!r)
+			r = ddss_stats_get(ctx, p);
+		break;
 	default:
 		r = -EPROTO;
 	}

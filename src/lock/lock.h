@@ -39,6 +39,19 @@ void ddss_lock_flush_releases(struct ddss_lock *lock);
 int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key);
 
 /*
+ * Direct mode's lock calls, behind ddss_direct_ops (core/ops.h): ddss_acquire_lock_ss
+ * (@timeout_ms -1), ddss_acquire_lock_timed_ss, ddss_try_lock_ss (@try_only),
+ * ddss_release_lock_ss and ddss_lock_fence_ss, with their arguments and results.
+ */
+int ddss_lock_acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bool try_only,
+		      int timeout_ms);
+int ddss_lock_release(ddss_ctx_t *ctx, ddss_key_t key);
+int ddss_lock_fence(ddss_ctx_t *ctx, ddss_key_t key, uint64_t *fence_p);
+/* User acquisitions (not a get/put's own) that found the lock held and queued (NCOSED,
+ * DQNL; SRSL's waits are its home's and are not counted). */
+uint64_t ddss_lock_contended(ddss_ctx_t *ctx);
+
+/*
  * The exclusive lock a get or put takes for itself (src/coherence), on the segment of @d
  * (which the caller keeps referenced until the release). The user's release calls do not
  * see it, and it does not see theirs. Returns 0 (taken), or, taking nothing, the mode in

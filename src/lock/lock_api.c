@@ -6,7 +6,6 @@
 #include "core/ctx.h"
 #include "core/key.h"
 #include "core/log.h"
-#include "daemon/client_api.h"
 #include "lock/lock_int.h"
 #include "lock/srsl.h"
 
@@ -258,6 +257,8 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 			h->reset = true;
 		if (h && !x)
 			lock_slot_put_locked(lk, rq->slot, SLOT_FREE); /* shared holds need none */
+		if (h && !implicit && (rq->pred || (x && rq->count)))
+			__atomic_add_fetch(&lk->contended, 1, __ATOMIC_RELAXED);
 		lock_posted_reap_locked(lk); /* our operations came after earlier releases' */
 		pthread_mutex_unlock(&lk->mu);
 		if (!h) {
@@ -450,16 +451,20 @@ int ddss_lock_held(ddss_ctx_t *ctx, ddss_key_t key)
 	return mode;
 }
 
-int ddss_acquire_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
+int ddss_lock_acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bool try_only,
+		      int timeout_ms)
 {
-	if (ctx && ctx->client)
-		return ddss_cl_lock(ctx->client, key, mode, DOP_LOCK, -1);
-	return acquire(ctx, key, mode, false, -1, false, NULL);
+	return acquire(ctx, key, mode, try_only, try_only ? 0 : timeout_ms, false, NULL);
 }
 
 int ddss_lock_acquire_implicit(ddss_ctx_t *ctx, const struct ddss_seg_desc *d)
 {
 	return acquire(ctx, d->key, DDSS_LOCK_EXCLUSIVE, false, -1, true, d);
+}
+
+uint64_t ddss_lock_contended(ddss_ctx_t *ctx)
+{
+	return __atomic_load_n(&ctx->lock->contended, __ATOMIC_RELAXED);
 }
 
 void ddss_lock_inside_done(ddss_ctx_t *ctx, ddss_key_t key)
@@ -473,23 +478,6 @@ void ddss_lock_inside_done(ddss_ctx_t *ctx, ddss_key_t key)
 		h->inside_busy = false;
 	pthread_cond_broadcast(&lk->cv);
 	pthread_mutex_unlock(&lk->mu);
-}
-
-int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode,
-			       int timeout_ms)
-{
-	if (timeout_ms < 0)
-		return -EINVAL;
-	if (ctx && ctx->client)
-		return ddss_cl_lock(ctx->client, key, mode, DOP_LOCK_TIMED, timeout_ms);
-	return acquire(ctx, key, mode, false, timeout_ms, false, NULL);
-}
-
-int ddss_try_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode)
-{
-	if (ctx && ctx->client)
-		return ddss_cl_lock(ctx->client, key, mode, DOP_TRY_LOCK, 0);
-	return acquire(ctx, key, mode, true, 0, false, NULL);
 }
 
 /* An empty exclusive acquire and release: swaps S out and resets D (see LOCK_S_RESET). */
@@ -591,10 +579,8 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 	return r ? r : stale;
 }
 
-int ddss_release_lock_ss(ddss_ctx_t *ctx, ddss_key_t key)
+int ddss_lock_release(ddss_ctx_t *ctx, ddss_key_t key)
 {
-	if (ctx && ctx->client)
-		return ddss_cl_unlock(ctx->client, key);
 	return release(ctx, key, false, NULL);
 }
 

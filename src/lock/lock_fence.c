@@ -13,7 +13,6 @@
 #include "alloc/segtab.h"
 #include "core/ctx.h"
 #include "core/log.h"
-#include "daemon/client_api.h"
 #include "lock/lock_int.h"
 
 #include <errno.h>
@@ -86,11 +85,9 @@ static int fence(ddss_ctx_t *ctx, ddss_key_t key, uint64_t *fence_p)
 	return r;
 }
 
-int ddss_lock_fence_ss(ddss_ctx_t *ctx, ddss_key_t key, uint64_t *fence_p)
+int ddss_lock_fence(ddss_ctx_t *ctx, ddss_key_t key, uint64_t *fence_p)
 {
 	if (!ctx || !fence_p)
 		return -EINVAL;
-	if (ctx->client)
-		return ddss_cl_lock_fence(ctx->client, key, fence_p);
 	return fence(ctx, key, fence_p);
 }

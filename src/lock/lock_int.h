@@ -248,6 +248,7 @@ struct ddss_lock {
 	struct lock_agents *agents; /* lock_agent.c */
 	struct lock_censuses *censuses; /* lock_census.c */
 	struct ddss_lock_recovery_stats rstats; /* atomic counters */
+	uint64_t contended;        /* atomic: user acquisitions that queued behind a holder */
 };
 
 /* lock_slot.c */

@@ -248,6 +248,8 @@ struct ddss_tp {
 	uint8_t *refused;           /* [rank] (atomic): declared dead, never served again */
 	struct ddss_auth_key auth;  /* owned copy of *cfg.auth (cfg.auth points here) */
 	unsigned long handshakes_failed; /* atomic: incoming connections turned away */
+	uint64_t timeouts;          /* atomic: requests a peer left unanswered past the
+				     * operation timeout (ddss_tp_count_timeout; ddss_stats) */
 	bool formed;                /* atomic: every rank has been up (a group barrier passed) */
 	/*
 	 * Set by the provider at open: a fetch&add of 0 returns an 8-byte word sooner than a
@@ -270,6 +272,12 @@ struct ddss_tp {
 	 * start that fails may fall back to tcp (ddss_tp_start_pool). */
 	bool chosen_auto;
 };
+
+/** Count a request the peer did not answer within the operation timeout. */
+static inline void ddss_tp_count_timeout(struct ddss_tp *tp)
+{
+	__atomic_add_fetch(&tp->timeouts, 1, __ATOMIC_RELAXED);
+}
 
 /** How many incoming connections this transport turned away in their handshake (wrong
  * group or secret, declared dead, malformed, or hung up before the end). */

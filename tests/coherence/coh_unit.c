@@ -8,6 +8,7 @@
 #include "alloc/segtab.h"
 #include "coherence/coh_cache.h"
 #include "coherence/coherence.h"
+#include "core/ctx.h"
 #include "common/test_util.h"
 
 #include <CUnit/CUnit.h>
@@ -81,7 +82,7 @@ static void test_segtab(void)
 	struct ddss_pool_stats st0, st1;
 
 	CU_ASSERT_FATAL(ddss_pool_create(8 * MiB, 0, &pool) == 0);
-	CU_ASSERT_FATAL(ddss_segtab_create(pool, 1, 4, &tab) == 0);
+	CU_ASSERT_FATAL(ddss_segtab_create(pool, 1, 4, &ddss_segtab_hooks, &tab) == 0);
 	CU_ASSERT_EQUAL(ddss_pool_stats(pool, &st0), 0);
 	CU_ASSERT_EQUAL(ddss_segtab_alloc(tab, 64, 99, 0, NULL, 2, &loc), -EINVAL);
 	CU_ASSERT_EQUAL(ddss_segtab_alloc(tab, 64, DDSS_COHERENCE_DELTA, 0, NULL, 2, &loc), -EINVAL);
@@ -117,7 +118,7 @@ static void test_segtab_draining(void)
 	uint64_t *w;
 
 	CU_ASSERT_FATAL(ddss_pool_create(8 * MiB, 0, &pool) == 0);
-	CU_ASSERT_FATAL(ddss_segtab_create(pool, 1, 4, &tab) == 0);
+	CU_ASSERT_FATAL(ddss_segtab_create(pool, 1, 4, &ddss_segtab_hooks, &tab) == 0);
 	CU_ASSERT_EQUAL(ddss_pool_stats(pool, &st0), 0);
 	CU_ASSERT_FATAL(ddss_segtab_alloc(tab, 64, DDSS_COHERENCE_NULL, 0, NULL, 2, &a) == 0);
 	/* An exclusive holder (waiter id 2:5) sits in the tail half of the lock word. */

@@ -754,6 +754,7 @@ static void expire(struct tcp_chan *ch, struct ddss_tp_req *req)
 {
 	DDSS_WARN("operation to rank %u timed out after %d ms", ch->peer,
 		  ch->tp->base.cfg.op_timeout_ms);
+	ddss_tp_count_timeout(&ch->tp->base);
 	pthread_mutex_lock(&ch->send_mu);
 	if (!ddss_tp_req_done(req))
 		chan_fail(ch, -ETIMEDOUT);

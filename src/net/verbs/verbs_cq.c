@@ -313,6 +313,7 @@ int verbs_wait_slow(struct verbs_tp *vt, struct ddss_tp_req *req, int timeout_ms
 			DDSS_WARN("verbs: operation to rank %u outstanding for %d ms; failing the peer",
 				  req->peer, ms);
 			verbs_out_fail(&vt->peers[req->peer].out, -ETIMEDOUT);
+			ddss_tp_count_timeout(&vt->base);
 			failed_peer = true;
 			deadline = ddss_now_ns() + 5000 * 1000000ll;
 		}
@@ -386,6 +387,7 @@ int verbs_wait_earlier(struct verbs_out *o)
 			return r;
 		if (ddss_now_ns() >= deadline) {
 			verbs_out_fail(o, -ETIMEDOUT);
+			ddss_tp_count_timeout(&vt->base);
 			return -ETIMEDOUT;
 		}
 		progress_step(vt, NULL, slice_ms(deadline));

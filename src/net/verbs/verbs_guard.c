@@ -196,6 +196,7 @@ int verbs_post_guarded(struct verbs_out *o, struct ibv_send_wr *wr)
 		}
 		if (now >= deadline) {
 			verbs_out_fail(o, -ETIMEDOUT);
+			ddss_tp_count_timeout(&vt->base);
 			r = -ETIMEDOUT;
 			break;
 		}
