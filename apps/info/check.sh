@@ -12,6 +12,9 @@
 #                                          answering with a round trip in us
 #   missing DDSSRUN DDSS_INFO              3 ranks, the third never starts: the others give
 #                                          up after the connect timeout (3 s), saying why
+#   daemon DDSSRUN DDSS_INFO DDSS_HELLO    2 ranks in daemon mode, each client runs
+#                                          ddss-hello then ddss-info --daemon: the daemon's
+#                                          totals count hello's calls; no daemon: status 1
 #   guest DDSS_INFO DDSSRUN                under scripts/rdma-exec --two-devices: both
 #                                          devices usable (rxe0 and rxe1 in the guest), and
 #                                          --group over verbs across them
@@ -101,6 +104,22 @@ missing)
 	[ $rc != 124 ] || fail "ddssrun had to kill it: ddss-info --group did not give up"
 	[ $took -le 30 ] || fail "took $took s to give up (connect timeout 3 s)"
 	expect "cannot join the group: " "no rank said why it could not join"
+	;;
+daemon)
+	ddssrun=$1 info=$2 hello=$3
+	# shellcheck disable=SC2016 # expanded by the client's shell
+	run "$ddssrun" -n 2 --daemon --timeout 60 -- \
+		sh -c '"$0" >/dev/null && exec "$1" --daemon' "$hello" "$info"
+	[ $rc = 0 ] || fail "exit status $rc"
+	for r in 1 2; do
+		expect "^\\[$r\\] ddss-info: DDSS .*, ddssd at .*ddssd-$r\\.sock: " "rank $r: no header"
+		expect "^\\[$r\\]   get +[1-9][0-9]*; [1-9][0-9]* bytes\$" "rank $r: hello's get not counted"
+		expect "^\\[$r\\]   barrier +[1-9]" "rank $r: hello's barriers not counted"
+		expect "^\\[$r\\]   lock contended: +[0-9]+\$" "rank $r: no lock counters"
+	done
+	run "$info" --daemon "${TMPDIR:-/tmp}/ddss-info-no-such.sock"
+	[ $rc = 1 ] || fail "no daemon: exit status $rc, not 1"
+	expect "^ddss-info: no ddssd answers at " "no daemon: not said"
 	;;
 guest)
 	info=$1 ddssrun=$2

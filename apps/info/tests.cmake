@@ -12,9 +12,12 @@ add_test(NAME info_group_tcp COMMAND ${info_check} group $<TARGET_FILE:ddssrun>
          $<TARGET_FILE:ddss-info> 3 tcp)
 add_test(NAME info_group_missing_tcp COMMAND ${info_check} missing $<TARGET_FILE:ddssrun>
          $<TARGET_FILE:ddss-info>)
+# --daemon: a daemon's totals count its clients' calls; no daemon, a clear error.
+add_test(NAME info_daemon_tcp COMMAND ${info_check} daemon $<TARGET_FILE:ddssrun>
+         $<TARGET_FILE:ddss-info> $<TARGET_FILE:ddss-hello>)
 set_tests_properties(info_report info_config_complete info_group_tcp info_group_missing_tcp
-  PROPERTIES LABELS integration TIMEOUT 60 SKIP_RETURN_CODE 77)
-set_tests_properties(info_group_tcp info_group_missing_tcp PROPERTIES
+  info_daemon_tcp PROPERTIES LABELS integration TIMEOUT 60 SKIP_RETURN_CODE 77)
+set_tests_properties(info_group_tcp info_group_missing_tcp info_daemon_tcp PROPERTIES
   ENVIRONMENT "DDSS_LOG_LEVEL=warn")
 # Next to an RDMA device, or in the Soft-RoCE guest with its two devices: both usable,
 # with their capabilities, and --group over verbs across them.
