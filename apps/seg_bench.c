@@ -20,6 +20,7 @@
  * (event | poll). Prints medians, the added cost and the ratio to raw, then p99 and mean.
  * Exit status: 0, 1 if an operation failed, 2 on bad usage or a group of other than 2 ranks.
  */
+#include "core/access.h"
 #include "core/ctx.h"
 
 #include "bench_util.h"
@@ -236,6 +237,82 @@ static void report(struct ddss_ctx *ctx, const struct bench_opts *o, const size_
 	       TARGET_US);
 }
 
+/*
+ * The public API's own cost at 1 B: ddss_get / ddss_put (the mode's table and the
+ * statistics counters) against the direct-mode calls behind the table, interleaved in
+ * blocks as above. Then the run's counters, as ddss_stats_get reports them.
+ */
+enum api_op { A_GET, A_IMPL_GET, A_PUT, A_IMPL_PUT, A_COUNT };
+
+static int api_op(struct bench *b, enum api_op op)
+{
+	switch (op) {
+	case A_GET:
+		return ddss_get(b->ctx, b->key, 0, b->buf, 1);
+	case A_IMPL_GET:
+		return ddss_access_get(b->ctx, b->key, 0, b->buf, 1, 0, NULL);
+	case A_PUT:
+		return ddss_put(b->ctx, b->key, 0, b->buf, 1);
+	case A_IMPL_PUT:
+		return ddss_access_put(b->ctx, b->key, 0, b->buf, 1);
+	default:
+		return -EINVAL;
+	}
+}
+
+static int measure_api(struct bench *b, const struct bench_opts *o, double us_per_tick)
+{
+	size_t n = (size_t)o->iters * o->rounds;
+	struct op_stat st[A_COUNT];
+	struct ddss_stats ds;
+	double *lat[A_COUNT];
+	int rc = 0;
+
+	for (int k = 0; k < A_COUNT; k++)
+		if (!(lat[k] = calloc(n, sizeof(double))))
+			rc = -ENOMEM;
+	for (unsigned r = 0; !rc && r < o->rounds; r++)
+		for (unsigned blk = 0; !rc && blk < o->iters; blk += BLOCK)
+			for (int k = 0; !rc && k < A_COUNT; k++)
+				for (unsigned i = blk; !rc && i < o->iters && i < blk + BLOCK; i++) {
+					uint64_t t0 = bench_ticks();
+
+					rc = api_op(b, (enum api_op)k);
+					lat[k][(size_t)r * o->iters + i] = (double)(bench_ticks() - t0);
+				}
+	for (int k = 0; k < A_COUNT; k++) {
+		if (!rc) {
+			summarize(lat[k], n, &st[k]);
+			st[k].med *= us_per_tick;
+		}
+		free(lat[k]);
+	}
+	if (rc) {
+		fprintf(stderr, "ddss-seg-bench: API layer run failed: %s\n", ddss_strerror(rc));
+		return 1;
+	}
+	printf("API layer at 1 B (mode table + statistics counters), medians: get %.3f us vs "
+	       "%.3f us behind it (%+.3f us, %+.2f%%); put %.3f us vs %.3f us (%+.3f us, "
+	       "%+.2f%%)\n", st[A_GET].med, st[A_IMPL_GET].med, st[A_GET].med - st[A_IMPL_GET].med,
+	       100.0 * (st[A_GET].med / st[A_IMPL_GET].med - 1.0), st[A_PUT].med,
+	       st[A_IMPL_PUT].med, st[A_PUT].med - st[A_IMPL_PUT].med,
+	       100.0 * (st[A_PUT].med / st[A_IMPL_PUT].med - 1.0));
+	if (!ddss_stats_get(b->ctx, &ds)) {
+		uint64_t errors = 0;
+
+		for (unsigned e = 0; e < DDSS_STAT_NERRNO; e++)
+			errors += ds.errors[e];
+		printf("ddss_stats_get after the run: get %llu (%llu B), put %llu (%llu B), "
+		       "errors %llu, timeouts %llu\n",
+		       (unsigned long long)ds.ops[DDSS_STAT_GET],
+		       (unsigned long long)ds.bytes[DDSS_STAT_GET],
+		       (unsigned long long)ds.ops[DDSS_STAT_PUT],
+		       (unsigned long long)ds.bytes[DDSS_STAT_PUT], (unsigned long long)errors,
+		       (unsigned long long)ds.timeouts);
+	}
+	return 0;
+}
+
 static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 {
 	struct ddss_seg_attr sa = { .placement = DDSS_PLACE_RANK, .rank = HOME };
@@ -293,6 +370,8 @@ static int measure(struct ddss_ctx *ctx, const struct bench_opts *o)
 				st[s][k].mean *= us_per_tick;
 			}
 		report(ctx, o, sizes, nsizes, st);
+		if (!o->csv)
+			rc = measure_api(&b, o, us_per_tick);
 	}
 out_release:
 	r = ddss_release_ss(ctx, b.key);
