@@ -450,7 +450,24 @@ struct lat_result {
 	double raw[RAW_COUNT];             /* medians, ticks until converted */
 	double lock[NSCHEMES][L_COUNT];
 	size_t n;                          /* samples per lock operation and scheme */
+	/* ncosed exclusive lock + unlock through the public API (mode table, counters) and
+	 * through the direct calls behind the table, interleaved: the API layer's cost. */
+	double api_pair, impl_pair;
 };
+
+/* Exclusive lock + unlock by the direct-mode calls behind the public API's table. */
+static double lat_impl_pair(struct lb *lb)
+{
+	uint64_t t0 = bench_ticks();
+	int r = ddss_lock_acquire(lb->ctx, lb->key, DDSS_LOCK_EXCLUSIVE, false, -1);
+
+	if (r)
+		fail("uncontended exclusive acquire (behind the API)", r);
+	r = ddss_lock_release(lb->ctx, lb->key);
+	if (r)
+		fail("uncontended release (behind the API)", r);
+	return (double)(bench_ticks() - t0);
+}
 
 static void lat_lock_pair(struct lb *lb, enum ddss_lock_mode mode, double *lock, double *unlock)
 {
@@ -488,7 +505,7 @@ static double lat_raw(struct lb *lb, int op)
 
 /* One block of every operation under scheme @s, at rank 1; samples [i0, i1) of the round. */
 static void lat_block(struct lb *lb, int s, size_t base, unsigned i0, unsigned i1,
-		      double *raw[RAW_COUNT], double *lat[NSCHEMES][L_COUNT])
+		      double *raw[RAW_COUNT], double *lat[NSCHEMES][L_COUNT], double *impl)
 {
 	for (int k = 0; k < 4; k++)
 		for (unsigned i = i0; i < i1; i++) {
@@ -506,8 +523,14 @@ static void lat_block(struct lb *lb, int s, size_t base, unsigned i0, unsigned i
 				raw[RAW_FADD][j * NSCHEMES + s] = lat_raw(lb, RAW_FADD);
 				break;
 			default:
+				/* ncosed: also the pair behind the API, first on every other
+				 * sample, so what ran just before is the same for both. */
+				if (s == 0 && j % 2)
+					impl[j] = lat_impl_pair(lb);
 				lat_lock_pair(lb, DDSS_LOCK_EXCLUSIVE, &lat[s][L_X_LOCK][j],
 					      &lat[s][L_X_UNLOCK][j]);
+				if (s == 0 && !(j % 2))
+					impl[j] = lat_impl_pair(lb);
 			}
 		}
 }
@@ -516,7 +539,7 @@ static void measure_latency(struct lb *lb, struct lat_result *res)
 {
 	const struct bench_opts *o = &lb->o.b;
 	size_t n = (size_t)o->iters * o->rounds;
-	double *raw[RAW_COUNT], *lat[NSCHEMES][L_COUNT], d;
+	double *raw[RAW_COUNT], *lat[NSCHEMES][L_COUNT], *impl, d;
 	bool me = lb->rank == HOLDER;
 
 	for (int k = 0; k < RAW_COUNT; k++)
@@ -524,6 +547,7 @@ static void measure_latency(struct lb *lb, struct lat_result *res)
 	for (int s = 0; s < NSCHEMES; s++)
 		for (int k = 0; k < L_COUNT; k++)
 			lat[s][k] = samples(me ? n : 0);
+	impl = samples(me ? n : 0);
 	for (int s = 0; s < NSCHEMES; s++) {
 		set_phase("uncontended latency, warm-up, scheme %s", scheme_names[s]);
 		switch_scheme(lb, s);
@@ -548,7 +572,7 @@ static void measure_latency(struct lb *lb, struct lat_result *res)
 				if (!me)
 					continue;
 				busy(0, "uncontended latency block (lock/unlock, raw cas/fadd)");
-				lat_block(lb, s, (size_t)r * o->iters, blk, end, raw, lat);
+				lat_block(lb, s, (size_t)r * o->iters, blk, end, raw, lat, impl);
 				idle(0);
 			}
 	res->n = n;
@@ -556,6 +580,18 @@ static void measure_latency(struct lb *lb, struct lat_result *res)
 		res->raw[k] = me ? median(raw[k], n * NSCHEMES) : NAN;
 		free(raw[k]);
 	}
+	if (me) {
+		/* The API pair: the same samples as ncosed's X_lock + X_unlock, summed per
+		 * sample (before median() sorts them apart), against the pairs behind it. */
+		double *pair = samples(n);
+
+		for (size_t j = 0; j < n; j++)
+			pair[j] = lat[0][L_X_LOCK][j] + lat[0][L_X_UNLOCK][j];
+		res->api_pair = median(pair, n);
+		res->impl_pair = median(impl, n);
+		free(pair);
+	}
+	free(impl);
 	for (int s = 0; s < NSCHEMES; s++)
 		for (int k = 0; k < L_COUNT; k++) {
 			res->lock[s][k] = me ? median(lat[s][k], n) : NAN;
@@ -955,8 +991,11 @@ static void report(struct lb *lb, const struct lat_result *a, const struct casca
 	xs = a->lock[0][L_S_LOCK] / a->raw[RAW_FADD];
 	xx = a->lock[0][L_X_LOCK] / a->raw[RAW_CAS];
 	printf("target: ncosed uncontended lock within 10%% of one raw atomic round trip: "
-	       "S %.3f, X %.3f -> %s\n\n", xs, xx,
+	       "S %.3f, X %.3f -> %s\n", xs, xx,
 	       xs <= LAT_TARGET && xx <= LAT_TARGET ? "met" : "NOT met");
+	printf("API layer (mode table + statistics counters), ncosed X lock + unlock medians: "
+	       "%.3f us vs %.3f us behind it (%+.3f us, %+.2f%%)\n\n", a->api_pair, a->impl_pair,
+	       a->api_pair - a->impl_pair, 100.0 * (a->api_pair / a->impl_pair - 1.0));
 
 	printf("(b) lock cascades (N-CoSED paper 4.3, Fig. 7; DQNL paper 5.3, Fig. 4): rank 1 holds "
 	       "the lock exclusively, W waiters (threads round robin over ranks %s) request it and "
@@ -1213,6 +1252,8 @@ int main(int argc, char **argv)
 		upt = us_per_tick(&lb);
 		for (int k = 0; k < RAW_COUNT; k++)
 			a.raw[k] *= upt;
+		a.api_pair *= upt;
+		a.impl_pair *= upt;
 		for (int s = 0; s < NSCHEMES; s++) {
 			for (int k = 0; k < L_COUNT; k++)
 				a.lock[s][k] *= upt;
