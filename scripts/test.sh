@@ -39,5 +39,6 @@ cmake --build "$asan" -j"$(nproc)" >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$asan" -L "unit|integration|stress" \
   -E "lock_model_spin|peers_bench_smoke|outside_link_tcp|lock_busy_fault" --output-on-failure --timeout 900
-# libFuzzer: every decoder of peer- or client-supplied bytes, 15 s each (tests/fuzz).
-"$top/scripts/fuzz.sh" 15 || [ $? -eq 77 ] # 77: no clang here (said why)
+# libFuzzer: every decoder of peer- or client-supplied bytes, 10 s each (tests/fuzz; longer
+# runs by hand: scripts/fuzz.sh SECONDS).
+"$top/scripts/fuzz.sh" 10 || [ $? -eq 77 ] # 77: no clang here (said why)
