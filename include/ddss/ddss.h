@@ -77,7 +77,8 @@ enum ddss_mode {
  */
 struct ddss_attr {
 	size_t pool_size;          /* bytes of shared memory this rank serves; 0: 64 MiB */
-	const char *transport;     /* "tcp" or "verbs"; NULL: tcp */
+	const char *transport;     /* "tcp", "verbs" or "auto"; NULL: auto (verbs when a
+				    * device has an active port, else tcp; ddssrun sets tcp) */
 	enum ddss_completion completion;
 	int op_timeout_ms;         /* one operation; 0: 30000 */
 	int connect_timeout_ms;    /* first contact with a peer, barriers; 0: 30000 */
@@ -104,8 +105,10 @@ DDSS_API void ddss_attr_init(struct ddss_attr *attr);
  * @ctx_p: the new context.
  *
  * Returns 0, -EINVAL (bad attr or environment), -ENOMEM, -ENODEV (transport unavailable),
- * -ETIMEDOUT; in daemon mode -ENOENT / -ECONNREFUSED (no daemon at the socket), -EPROTO
- * (a daemon of another version). In daemon mode the call only attaches to the daemon (it
+ * -ENOENT (a transport this build lacks, an unreadable DDSS_NODES_FILE), -ETIMEDOUT, or
+ * the system's error (-EADDRINUSE...); in daemon mode -ENOENT / -ECONNREFUSED (no daemon at
+ * the socket), -EPROTO (a daemon of another version), and every later call -ENOTCONN once
+ * the daemon is gone. In daemon mode the call only attaches to the daemon (it
  * is not collective: the daemons' own start was).
  */
 DDSS_API int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p);
@@ -182,7 +185,8 @@ struct ddss_seg_attr {
  * With a name, exactly one caller in the group creates the segment (placed as that caller
  * asked); every caller, concurrent ones included, gets the same key. Returns 0, -EINVAL,
  * -ENAMETOOLONG, -ENOMEM (the home's pool is full), -ENOSPC (too many segments at the
- * home), -EHOSTDOWN / -ETIMEDOUT (the home or the name's directory rank is unreachable).
+ * home), -EOPNOTSUPP (write, version or delta model on a transport without NIC atomics),
+ * -EHOSTDOWN / -ETIMEDOUT (the home or the name's directory rank is unreachable).
  */
 DDSS_API int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr *attr,
 			      ddss_key_t *key_p);
@@ -322,7 +326,8 @@ DDSS_API int ddss_acquire_lock_ss(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_loc
  * ddss_acquire_lock_timed_ss() - ddss_acquire_lock_ss() waiting at most @timeout_ms
  * (>= 0). -ETIMEDOUT if the lock was not granted by then: the request is withdrawn (if it
  * is granted later, the library releases it at once, in the background); call again when
- * it suits you. Otherwise the errors of ddss_acquire_lock_ss().
+ * it suits you. -EINVAL for a negative @timeout_ms. Otherwise the errors of
+ * ddss_acquire_lock_ss().
  */
 DDSS_API int ddss_acquire_lock_timed_ss(ddss_ctx_t *ctx, ddss_key_t key,
 					enum ddss_lock_mode mode, int timeout_ms);
