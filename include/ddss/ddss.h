@@ -412,8 +412,10 @@ enum ddss_stat_op {
 struct ddss_stats {
 	uint64_t ops[DDSS_STAT_NOPS];   /* calls that succeeded, by kind */
 	uint64_t bytes[DDSS_STAT_NOPS]; /* payload bytes they moved (gets and puts) */
-	uint64_t lock_contended;  /* acquisitions that found the lock held and waited */
-	uint64_t lock_recovered;  /* acquisitions that waited on the recovery of a dead rank */
+	uint64_t lock_contended;  /* the caller's acquisitions that queued behind a holder
+				   * (N-CoSED, DQNL; SRSL's waits are its home's) */
+	uint64_t lock_recovered;  /* requests that failed behind a dead rank and queued
+				   * again once the home recovered the lock */
 	uint64_t retries;         /* lock-free reads retried because a writer overlapped */
 	uint64_t timeouts;        /* requests a peer did not answer within the op timeout */
 	uint64_t cache_hits;      /* gets served from the coherence cache */
