@@ -174,6 +174,29 @@ static void say_ready(int fd)
 	close(fd);
 }
 
+/* The clients' totals (ddss_stats_get of the daemon's context; ddss-info --daemon reads
+ * them while it runs), logged as the daemon stops. */
+static void log_totals(ddss_ctx_t *ctx)
+{
+	struct ddss_stats st;
+	uint64_t errors = 0;
+
+	if (ddss_stats_get(ctx, &st))
+		return;
+	for (unsigned e = 0; e < DDSS_STAT_NERRNO; e++)
+		errors += st.errors[e];
+	DDSS_INFO("clients' totals: get %llu (%llu B), put %llu (%llu B), lock %llu "
+		  "(%llu contended), unlock %llu, failed calls %llu, timeouts %llu",
+		  (unsigned long long)st.ops[DDSS_STAT_GET],
+		  (unsigned long long)st.bytes[DDSS_STAT_GET],
+		  (unsigned long long)st.ops[DDSS_STAT_PUT],
+		  (unsigned long long)st.bytes[DDSS_STAT_PUT],
+		  (unsigned long long)st.ops[DDSS_STAT_LOCK],
+		  (unsigned long long)st.lock_contended,
+		  (unsigned long long)st.ops[DDSS_STAT_UNLOCK], (unsigned long long)errors,
+		  (unsigned long long)st.timeouts);
+}
+
 int main(int argc, char **argv)
 {
 	struct ddss_attr attr;
@@ -237,6 +260,7 @@ int main(int argc, char **argv)
 			 busy);
 		_exit(1);
 	}
+	log_totals(ctx);
 	r = ddss_finalize(ctx);
 	if (r)
 		DDSS_WARN("leaving the group: %s", ddss_strerror(r));
