@@ -271,6 +271,7 @@ static enum verdict r_secret(const struct var *v, char *out, size_t len)
 	bool is_file = !strcmp(v->name, "DDSS_SECRET_FILE");
 	const char *s = getenv(v->name);
 	struct ddss_auth_key key;
+	char *saved;
 	int r;
 
 	if (!s) {
@@ -281,8 +282,15 @@ static enum verdict r_secret(const struct var *v, char *out, size_t len)
 		snprintf(out, len, "(set, not shown; DDSS_SECRET_FILE wins)");
 		return V_OK;
 	}
+	/* Loading takes DDSS_SECRET out of the environment; --group still needs it. */
+	saved = getenv("DDSS_SECRET") ? strdup(getenv("DDSS_SECRET")) : NULL;
 	r = ddss_auth_key_load(NULL, &key);
 	ddss_auth_key_clear(&key);
+	if (saved) {
+		setenv("DDSS_SECRET", saved, 1);
+		explicit_bzero(saved, strlen(saved));
+		free(saved);
+	}
 	if (is_file)
 		snprintf(out, len, "%s%s%s", s, r ? ": " : "", r ? strerror(-r) : "");
 	else

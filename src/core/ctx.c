@@ -110,8 +110,8 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env,
 		env->connect_timeout_ms = attr->connect_timeout_ms;
 	if (attr->peer_timeout_ms && !getenv("DDSS_PEER_TIMEOUT_MS"))
 		env->peer_timeout_ms = attr->peer_timeout_ms < 0 ? 0 : attr->peer_timeout_ms;
-	if (attr->secret) {
-		r = ddss_auth_key_load(attr->secret, &env->auth); /* the environment still wins */
+	if (attr->secret && !env->auth.on) { /* the environment's secret wins */
+		r = ddss_auth_key_load(attr->secret, &env->auth);
 		if (r)
 			return r;
 	}

@@ -3,6 +3,9 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +19,34 @@ _Static_assert(DDSS_AUTH_KEY_LEN == crypto_auth_KEYBYTES, "group key is a crypto
 /* Domain separation: the same secret used elsewhere never yields this key. */
 static const char KEY_CONTEXT[] = "ddss group key v1";
 
-/* Read at most DDSS_AUTH_SECRET_MAX + 1 bytes of @path into @buf; the length or -errno. */
+/*
+ * Read at most DDSS_AUTH_SECRET_MAX + 1 bytes of @path into @buf; the length or -errno.
+ * A file the group or others may read or write is refused (-EACCES): its secret is not one.
+ */
 static long read_secret_file(const char *path, unsigned char *buf)
 {
-	FILE *f = fopen(path, "rb");
-	size_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	ssize_t got;
+	size_t n = 0;
 
-	if (!f)
+	if (fd < 0)
 		return -ENOENT;
-	n = fread(buf, 1, DDSS_AUTH_SECRET_MAX + 1, f);
-	fclose(f);
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		DDSS_ERR("DDSS_SECRET_FILE=%s: not a regular file", path);
+		return -EINVAL;
+	}
+	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+		close(fd);
+		DDSS_ERR("DDSS_SECRET_FILE=%s: the group or others may read or write it (mode %03o); "
+			 "chmod 600 it", path, (unsigned)(st.st_mode & 0777));
+		return -EACCES;
+	}
+	while (n < DDSS_AUTH_SECRET_MAX + 1 &&
+	       (got = read(fd, buf + n, DDSS_AUTH_SECRET_MAX + 1 - n)) > 0)
+		n += (size_t)got;
+	close(fd);
 	/* An editor's trailing newline is not part of the secret. */
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
 		n--;
@@ -41,17 +62,29 @@ int ddss_auth_key_load(const char *attr_secret, struct ddss_auth_key *key)
 	int r = 0;
 
 	memset(key, 0, sizeof(*key));
-	if (file && *file) {
+	if (file && !*file) {
+		/* Set but empty: a mistake (an unset variable in a script), not "no secret". */
+		DDSS_ERR("DDSS_SECRET_FILE is set but empty");
+		return -EINVAL;
+	}
+	if (env) {
+		/* Read once, then out of the environment: children do not inherit it. */
+		n = (long)strnlen(env, DDSS_AUTH_SECRET_MAX + 1);
+		memcpy(buf, env, (size_t)n);
+		sodium_memzero((void *)env, (size_t)n);
+		unsetenv("DDSS_SECRET");
+	}
+	if (file) {
 		what = "DDSS_SECRET_FILE";
 		n = read_secret_file(file, buf);
-		if (n < 0) {
+		if (n == -ENOENT)
 			DDSS_ERR("cannot read DDSS_SECRET_FILE=%s", file);
+		if (n < 0) {
+			sodium_memzero(buf, sizeof(buf));
 			return (int)n;
 		}
 	} else if (env) {
 		what = "DDSS_SECRET";
-		n = (long)strnlen(env, DDSS_AUTH_SECRET_MAX + 1);
-		memcpy(buf, env, (size_t)n);
 	} else if (attr_secret) {
 		what = "ddss_attr.secret";
 		n = (long)strnlen(attr_secret, DDSS_AUTH_SECRET_MAX + 1);

@@ -9,9 +9,11 @@
 #include <CUnit/CUnit.h>
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,6 +55,57 @@ static void test_key_load(void)
 	CU_ASSERT_EQUAL(ddss_auth_key_load(NULL, &c), -EINVAL);
 	CU_ASSERT_FALSE(c.on);
 	unsetenv("DDSS_SECRET");
+}
+
+/*
+ * Hostile (issue 29): a secret lying where others can see it is refused or removed. A
+ * secret file the group or others may read or write, a DDSS_SECRET_FILE set but empty (an
+ * unset variable in a script: it used to mean "no secret"), and DDSS_SECRET left in the
+ * environment for every child to inherit.
+ */
+static void test_secret_hygiene(void)
+{
+	struct ddss_auth_key a = key_of("s1"), c;
+	static const mode_t open_modes[] = { 0640, 0604, 0620, 0602, 0660, 0644 };
+	char path[] = "/tmp/ddss-auth-XXXXXX";
+	int fd = mkstemp(path);
+
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write(fd, "s1", 2), 2);
+	close(fd);
+	setenv("DDSS_SECRET_FILE", path, 1);
+	for (size_t i = 0; i < sizeof(open_modes) / sizeof(open_modes[0]); i++) {
+		CU_ASSERT_EQUAL(chmod(path, open_modes[i]), 0);
+		c.on = true;
+		CU_ASSERT_EQUAL(ddss_auth_key_load(NULL, &c), -EACCES);
+		CU_ASSERT_FALSE(c.on);
+	}
+	CU_ASSERT_EQUAL(chmod(path, 0400), 0);
+	CU_ASSERT_EQUAL(ddss_auth_key_load(NULL, &c), 0);
+	CU_ASSERT(c.on && memcmp(c.key, a.key, sizeof(a.key)) == 0);
+	unlink(path);
+	/* Set but empty is an error, not "no secret", even with a secret elsewhere. */
+	setenv("DDSS_SECRET_FILE", "", 1);
+	CU_ASSERT_EQUAL(ddss_auth_key_load("s1", &c), -EINVAL);
+	CU_ASSERT_FALSE(c.on);
+	unsetenv("DDSS_SECRET_FILE");
+	/* DDSS_SECRET is read once and leaves the environment. */
+	setenv("DDSS_SECRET", "s1", 1);
+	CU_ASSERT_EQUAL(ddss_auth_key_load(NULL, &c), 0);
+	CU_ASSERT(c.on && memcmp(c.key, a.key, sizeof(a.key)) == 0);
+	CU_ASSERT_PTR_NULL(getenv("DDSS_SECRET"));
+	/* ... also when the file wins over it. */
+	fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(write(fd, "s1", 2), 2);
+	close(fd);
+	setenv("DDSS_SECRET_FILE", path, 1);
+	setenv("DDSS_SECRET", "s2", 1);
+	CU_ASSERT_EQUAL(ddss_auth_key_load(NULL, &c), 0);
+	CU_ASSERT(memcmp(c.key, a.key, sizeof(a.key)) == 0);
+	CU_ASSERT_PTR_NULL(getenv("DDSS_SECRET"));
+	unlink(path);
+	unsetenv("DDSS_SECRET_FILE");
 }
 
 static void test_proofs(void)
@@ -141,6 +194,8 @@ int main(void)
 		return 1;
 	s = CU_add_suite("auth", NULL, NULL);
 	CU_add_test(s, "group key from secret, env, file", test_key_load);
+	CU_add_test(s, "secret hygiene: open files refused, empty file variable, env consumed",
+		    test_secret_hygiene);
 	CU_add_test(s, "proofs bind key, role and transcript", test_proofs);
 	CU_add_test(s, "authenticators: once, in their window", test_replay);
 	failed = test_run_all();
