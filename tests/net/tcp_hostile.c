@@ -201,17 +201,38 @@ static void encode_hello_frame(const struct tcp_wire_hello *hello,
 	tcp_wire_encode_hello(hello, out + TCP_WIRE_HDR_LEN);
 }
 
-/* The ack's status, with the target's hello in *peer_p; NO_ANSWER if none came. */
+/* The raw hello bytes of the last refusal recv_ack saw. */
+static unsigned char refusal_hello[TCP_WIRE_HELLO_LEN];
+
+/*
+ * The ack's status, with the target's hello in *peer_p; NO_ANSWER if none came. A refusal's
+ * hello is not decoded (it must be all zeros: see refusal_says_nothing), only kept raw.
+ */
 static int recv_ack(int fd, struct tcp_wire_hello *peer_p)
 {
 	unsigned char buf[HELLO_FRAME_LEN];
 	struct tcp_wire_hdr ack;
 
 	if (recv_all(fd, buf, sizeof(buf)) || tcp_wire_decode_hdr(buf, &ack) ||
-	    ack.kind != TCP_K_HELLO_ACK || ack.len != TCP_WIRE_HELLO_LEN ||
-	    tcp_wire_decode_hello(buf + TCP_WIRE_HDR_LEN, peer_p))
+	    ack.kind != TCP_K_HELLO_ACK || ack.len != TCP_WIRE_HELLO_LEN)
 		return NO_ANSWER;
-	return ack.status;
+	if (ack.status) {
+		memcpy(refusal_hello, buf + TCP_WIRE_HDR_LEN, sizeof(refusal_hello));
+		memset(peer_p, 0, sizeof(*peer_p)); /* nothing learned */
+		return ack.status;
+	}
+	if (tcp_wire_decode_hello(buf + TCP_WIRE_HDR_LEN, peer_p))
+		return NO_ANSWER;
+	return 0;
+}
+
+/* Issue 29: a refused peer learns the status and nothing else (no group id, size, rank). */
+static bool refusal_says_nothing(void)
+{
+	for (size_t i = 0; i < sizeof(refusal_hello); i++)
+		if (refusal_hello[i])
+			return false;
+	return true;
 }
 
 /* Send @hello; returns the ack's status (or NO_ANSWER), the target's hello in *peer_p. */
@@ -489,6 +510,7 @@ static void test_refused_hellos(void)
 		set_hello_field(&hello, cases[i].field, cases[i].value);
 		fd = connect_raw();
 		CU_ASSERT_FATAL(fd >= 0);
+		memset(refusal_hello, 0xee, sizeof(refusal_hello));
 		st = send_hello(fd, &hello, &peer);
 		if (cases[i].field == F_VERSION && st == -EPROTONOSUPPORT)
 			st = -EPROTO;
@@ -496,8 +518,11 @@ static void test_refused_hellos(void)
 			fprintf(stderr, "  %s: ack status %d, expected %d\n", cases[i].name, st,
 				cases[i].want);
 		CU_ASSERT_EQUAL(st, cases[i].want);
-		/* A non-member learns nothing about our pool... */
+		/* A non-member learns nothing about our pool, or about us at all... */
 		CU_ASSERT_EQUAL(peer.pool_len, 0);
+		if (!refusal_says_nothing())
+			fprintf(stderr, "  %s: the refusal carries our hello\n", cases[i].name);
+		CU_ASSERT(refusal_says_nothing());
 		/* ...and is not served. */
 		CU_ASSERT_EQUAL(wait_closed(fd), 0);
 		CU_ASSERT(pool_unchanged());

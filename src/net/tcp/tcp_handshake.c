@@ -20,13 +20,19 @@
 
 #define FRAME_LEN (TCP_WIRE_HDR_LEN + TCP_WIRE_HELLO_LEN)
 
+/*
+ * A refusal (@status != 0) carries a hello of zeros: a peer that is turned away learns the
+ * status and nothing else (not our group id, size or rank, which would let it try again
+ * as a member).
+ */
 static int send_frame(int fd, uint8_t kind, int status, const struct tcp_wire_hello *hello)
 {
 	struct tcp_wire_hdr h = { .kind = kind, .len = TCP_WIRE_HELLO_LEN, .status = status };
-	unsigned char buf[FRAME_LEN];
+	unsigned char buf[FRAME_LEN] = { 0 };
 
 	tcp_wire_encode_hdr(&h, buf);
-	tcp_wire_encode_hello(hello, buf + TCP_WIRE_HDR_LEN);
+	if (!status)
+		tcp_wire_encode_hello(hello, buf + TCP_WIRE_HDR_LEN);
 	return send(fd, buf, sizeof(buf), MSG_NOSIGNAL) == (ssize_t)sizeof(buf) ? 0 : -ECONNRESET;
 }
 
@@ -186,7 +192,7 @@ int tcp_handshake_accept(struct tcp_tp *t, int fd, uint32_t *peer_p, uint64_t *p
 	if (r == -ETIMEDOUT || r == -ECONNRESET)
 		return r; /* nobody to answer */
 	status = r || status ? -EPROTO : check_hello(t, &hello);
-	me = my_hello(cfg, status ? 0 : hello.from_rank);
+	me = my_hello(cfg, hello.from_rank);
 	/* Only a member learns anything about our pool; with a secret, only after its proof. */
 	if (!status && !cfg->auth)
 		me.pool_len = t->pool_len;
