@@ -27,6 +27,8 @@
  *   DDSS_LISTEN_FD  (tcp only) fd 3, an already bound and listening TCP socket on
  *                   this rank's DDSS_NODES entry; using it avoids a race for the port
  *   DDSS_GROUP      random 64-bit hex id, identical for all ranks of one run
+ *   DDSS_SECRET     a random group secret for the run, unless DDSS_SECRET_FILE or
+ *                   DDSS_SECRET is already set (then the ranks inherit that one)
  * An inherited DDSS_NODES_FILE (and, for verbs, DDSS_LISTEN_FD) is removed so it
  * cannot contradict DDSS_NODES. For verbs the ports are only reserved as numbers:
  * rdma_cm has its own port space, so the sockets are closed before the ranks start.
@@ -96,6 +98,7 @@ enum {
     PREFIX_MAX = 32,               /* "[1024.256] ", "[ddssd 1024] "; room for any int */
     NAME_MAX_LEN = 40,             /* "rank 1024 client 256"; room for any int */
     GROUP_ID_LEN = 16,             /* hex digits of a 64-bit id */
+    SECRET_BYTES = 32,             /* of the group secret made for a run */
 };
 
 /* A 64 KiB line plus its newline must fit, so it is never split. */
@@ -134,6 +137,7 @@ struct launch {
     char hosts[MAX_HOSTS][INET_ADDRSTRLEN]; /* rank r listens on hosts[(r-1) % nhosts] */
     char *nodes;
     char group[GROUP_ID_LEN + 1];
+    char secret[2 * SECRET_BYTES + 1]; /* generated for the run; "" when the user gave one */
     int *listen_fds;                /* tcp: one per rank, until all ranks are forked */
     char **prog_argv;
     bool daemon;
@@ -560,6 +564,33 @@ static bool make_group_id(char out[GROUP_ID_LEN + 1])
     return true;
 }
 
+/*
+ * A random group secret for the run (secure by default, docs/security.md), unless the
+ * user configured one (DDSS_SECRET_FILE or DDSS_SECRET in our environment: the ranks
+ * inherit it). Ranks and daemons get it in DDSS_SECRET, which the library removes from
+ * their environment as it reads it; clients need none.
+ */
+static bool make_secret(struct launch *l)
+{
+    unsigned char b[SECRET_BYTES];
+    ssize_t n;
+    if (getenv("DDSS_SECRET_FILE") || getenv("DDSS_SECRET")) {
+        l->secret[0] = 0;
+        return true;
+    }
+    do {
+        n = getrandom(b, sizeof b, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof b) {
+        say("ddssrun: getrandom: %s\n", n < 0 ? strerror(errno) : "short read");
+        return false;
+    }
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(l->secret + 2 * i, 3, "%02x", b[i]);
+    explicit_bzero(b, sizeof b);
+    return true;
+}
+
 /* Called when no daemon runs any more; one that was killed left its socket behind. */
 static void remove_sock_dir(struct launch *l)
 {
@@ -610,7 +641,8 @@ static bool prepare_launch(const struct options *opt, struct launch *l)
     };
     l->nhosts = parse_hosts(opt->host, l->hosts);
     raise_fd_limit(child_count(opt), &l->saved_nofile);
-    if (!make_group_id(l->group) || !reserve_ports(l) || (l->daemon && !make_sock_dir(l))) {
+    if (!make_group_id(l->group) || !make_secret(l) || !reserve_ports(l) ||
+        (l->daemon && !make_sock_dir(l))) {
         free_launch(l);
         return false;
     }
@@ -643,6 +675,8 @@ static void set_rank_env(const struct launch *l, int rank)
     else
         unsetenv("DDSS_LISTEN_FD");
     unsetenv("DDSS_NODES_FILE");
+    if (l->secret[0])
+        setenv("DDSS_SECRET", l->secret, 1);
 }
 
 static void set_child_env(const struct launch *l, const struct child *c)
@@ -660,6 +694,8 @@ static void set_child_env(const struct launch *l, const struct child *c)
         return;
     }
     unsetenv("DDSS_LISTEN_FD");
+    if (l->secret[0])
+        unsetenv("DDSS_SECRET"); /* the daemon is the rank; a client needs no secret */
     setenv("DDSS_MODE", "daemon", 1);
     setenv_int("DDSS_CLIENT", c->client);
     setenv_int("DDSS_CLIENTS", l->clients);

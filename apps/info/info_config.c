@@ -298,6 +298,23 @@ static enum verdict r_secret(const struct var *v, char *out, size_t len)
 	return r ? V_INVALID : V_OK;
 }
 
+/* net/exposure.c: exactly "1" opts out of "no secret, no listening beyond loopback". */
+static enum verdict r_insecure(const struct var *v, char *out, size_t len)
+{
+	const char *s = env_set(v->name);
+
+	if (!s) {
+		snprintf(out, len, "%s", v->dflt_text);
+		return V_OK;
+	}
+	if (strcmp(s, "1")) {
+		snprintf(out, len, "%s: only 1 opts out; ignored", s);
+		return V_INVALID;
+	}
+	snprintf(out, len, "1: a rank without a secret may listen anywhere (warned)");
+	return V_OK;
+}
+
 /* core/log.c: unknown words mean warn, silently; say so here. */
 static enum verdict r_log(const struct var *v, char *out, size_t len)
 {
@@ -401,6 +418,8 @@ static const struct var vars[] = {
 	NUM("DDSS_LISTEN_FD", r_long, -1, 1 << 20, -1, "(none)"),
 	OTHER("DDSS_SECRET_FILE", r_secret, "(unset)"),
 	OTHER("DDSS_SECRET", r_secret, "(unset: connections not authenticated)"),
+	OTHER("DDSS_INSECURE", r_insecure,
+	      "(unset: without a secret, a rank listens on loopback only)"),
 	/* The transport (net/nodes.c, net/transport.c, net/spin.c, net/tcp/tcp_provider.c). */
 	OTHER("DDSS_TRANSPORT", r_transport, NULL),
 	OTHER("DDSS_DEVICE", r_text, "(the device that owns the rank's address)"),

@@ -1,3 +1,4 @@
+#include "net/exposure.h"
 #include "net/net_internal.h"
 #include "core/log.h"
 
@@ -61,6 +62,9 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 		return r;
 	}
 	ddss_log_set_rank(net->env.rank);
+	r = ddss_net_check_exposure(&net->env);
+	if (r)
+		goto err_env;
 	net->peer_state = calloc(net->env.size + 1, sizeof(*net->peer_state));
 	if (!net->peer_state) {
 		r = -ENOMEM;

@@ -5,8 +5,13 @@
  */
 #include "common/test_util.h"
 #include "net/auth.h"
+#include "net/exposure.h"
+#include "net/net.h"
 
 #include <CUnit/CUnit.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -108,6 +113,86 @@ static void test_secret_hygiene(void)
 	unsetenv("DDSS_SECRET_FILE");
 }
 
+/*
+ * Secure by default (issue 29): a rank that would listen where other machines reach it
+ * needs a secret, unless DDSS_INSECURE=1. Nothing here binds or sends: the check comes
+ * before the transport exists.
+ */
+static struct ddss_net_env env_at(const char *host, bool secret, int listen_fd)
+{
+	static struct ddss_tp_node node;
+	struct ddss_net_env env = { .rank = 1, .size = 1, .nodes = &node, .listen_fd = listen_fd };
+
+	snprintf(node.host, sizeof(node.host), "%s", host);
+	node.port = 7000;
+	env.auth.on = secret;
+	return env;
+}
+
+static int fd_bound_to(uint32_t addr)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(addr) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+static void test_secure_by_default(void)
+{
+	struct ddss_net_env e;
+	struct ddss_net *net = NULL;
+	int fd;
+
+	unsetenv("DDSS_INSECURE");
+	e = env_at("192.0.2.1", false, -1);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), -EACCES);
+	e = env_at("192.0.2.1", true, -1);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), 0);
+	e = env_at("127.0.0.1", false, -1);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), 0);
+	e = env_at("127.3.4.5", false, -1);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), 0);
+	e = env_at("::1", false, -1);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), 0);
+	e = env_at("::ffff:192.0.2.1", false, -1);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), -EACCES);
+	e = env_at("no-such-host.invalid", false, -1);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), -EACCES); /* cannot tell: closed */
+	/* An inherited socket listens where it is bound, whatever the node list says. */
+	fd = fd_bound_to(INADDR_LOOPBACK);
+	CU_ASSERT_FATAL(fd >= 0);
+	e = env_at("192.0.2.1", false, fd);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), 0);
+	close(fd);
+	fd = fd_bound_to(INADDR_ANY);
+	CU_ASSERT_FATAL(fd >= 0);
+	e = env_at("127.0.0.1", false, fd);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), -EACCES);
+	close(fd);
+	/* The opt-out is exactly "1". */
+	setenv("DDSS_INSECURE", "yes", 1);
+	e = env_at("192.0.2.1", false, -1);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), -EACCES);
+	setenv("DDSS_INSECURE", "1", 1);
+	CU_ASSERT_EQUAL(ddss_net_check_exposure(&e), 0);
+	unsetenv("DDSS_INSECURE");
+	/* End to end: joining a group on a routable address without a secret is refused
+	 * before anything listens. */
+	setenv("DDSS_RANK", "1", 1);
+	setenv("DDSS_NODES", "192.0.2.1:7000", 1);
+	setenv("DDSS_TRANSPORT", "tcp", 1);
+	unsetenv("DDSS_NODES_FILE");
+	unsetenv("DDSS_LISTEN_FD");
+	unsetenv("DDSS_SIZE");
+	CU_ASSERT_EQUAL(ddss_net_open(NULL, &net), -EACCES);
+	if (net)
+		ddss_net_close(net);
+}
+
 static void test_proofs(void)
 {
 	struct ddss_auth_key k = key_of("group secret"), other = key_of("other secret");
@@ -196,6 +281,8 @@ int main(void)
 	CU_add_test(s, "group key from secret, env, file", test_key_load);
 	CU_add_test(s, "secret hygiene: open files refused, empty file variable, env consumed",
 		    test_secret_hygiene);
+	CU_add_test(s, "secure by default: no secret, no listening beyond loopback",
+		    test_secure_by_default);
 	CU_add_test(s, "proofs bind key, role and transcript", test_proofs);
 	CU_add_test(s, "authenticators: once, in their window", test_replay);
 	failed = test_run_all();
