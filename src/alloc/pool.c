@@ -24,6 +24,7 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jemalloc/jemalloc.h>
 #include <pthread.h>
@@ -34,6 +35,12 @@
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+#ifdef F_SEAL_FUTURE_WRITE
+#define POOL_SEAL_FUTURE_WRITE F_SEAL_FUTURE_WRITE
+#else
+#define POOL_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
+#endif
 
 #define POOL_ALIGN ((size_t)2 << 20)
 #define POOL_MIN_ALIGN 8u
@@ -318,7 +325,7 @@ static int create(size_t len, size_t reserve, bool shared, struct ddss_pool **po
 		goto free_pool;
 	}
 	if (shared) {
-		pool->fd = memfd_create("ddss-pool", MFD_CLOEXEC);
+		pool->fd = memfd_create("ddss-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 		if (pool->fd < 0 || ftruncate(pool->fd, (off_t)len) < 0) {
 			r = -errno;
 			DDSS_ERR("cannot make a shared pool of %zu bytes: %s", len, strerror(errno));
@@ -328,6 +335,17 @@ static int create(size_t len, size_t reserve, bool shared, struct ddss_pool **po
 	r = pool_map(len, pool->fd, &pool->base);
 	if (r)
 		goto destroy_mutex;
+	/*
+	 * Sealed once mapped: no fd of it, ours or a client's (even one reopened through
+	 * /proc), can shrink it under the mappings (SIGBUS), grow it, write it or map it
+	 * writable again; our own mapping stays writable (docs/security.md, "Daemon mode").
+	 */
+	if (shared && fcntl(pool->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+			    POOL_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0) {
+		r = -errno;
+		DDSS_ERR("cannot seal the shared pool: %s", strerror(errno));
+		goto unmap;
+	}
 	pool->abase = pool->base + reserve;
 	r = pool_arena_create(pool);
 	if (r)

@@ -108,6 +108,27 @@ static int daemon_alive(void *arg)
 	return 0;
 }
 
+/*
+ * Whether the process serving the socket may be our daemon: it runs as our user or as
+ * root. Anyone can bind a path first (a squatter) and would then read every put of ours
+ * and answer our gets with what it likes (docs/security.md, "Daemon mode").
+ */
+static int server_trusted(int s, const char *path)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return -errno;
+	if (cred.uid != geteuid() && cred.uid != 0) {
+		DDSS_ERR("daemon mode: %s is served by pid %d of user %u, which is neither us "
+			 "(user %u) nor root: not our ddssd, refusing it", path, (int)cred.pid,
+			 (unsigned)cred.uid, (unsigned)geteuid());
+		return -EACCES;
+	}
+	return 0;
+}
+
 int ddss_client_attach(const char *path, int timeout_ms, struct ddss_client **cl_p)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
@@ -130,6 +151,9 @@ int ddss_client_attach(const char *path, int timeout_ms, struct ddss_client **cl
 		DDSS_ERR("daemon mode: cannot reach ddssd at %s: %s", path, ddss_strerror(r));
 		goto fail;
 	}
+	r = server_trusted(cl->sock, path);
+	if (r)
+		goto fail;
 	r = ddss_sock_send(cl->sock, &hello, sizeof(hello), -1);
 	if (!r)
 		r = ddss_sock_recv(cl->sock, &w, sizeof(w), &pool_fd, timeout_ms);

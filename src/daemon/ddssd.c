@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define EXIT_SECOND_INSTANCE 3
@@ -118,13 +119,25 @@ static void record_pid(int fd)
 static int claim_node(const char *socket)
 {
 	char path[PATH_MAX], pid[32];
+	struct stat st;
 	int fd, n;
 
 	if (snprintf(path, sizeof(path), "%s.lock", socket) >= (int)sizeof(path))
 		return -ENAMETOOLONG;
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
+	/* Not through a link another user planted, and only a file of ours (or root's). */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0) {
+		n = -errno;
+		if (n == -ELOOP)
+			fprintf(stderr, "ddssd: %s is a symbolic link: refusing it\n", path);
+		return n;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (st.st_uid != geteuid() && st.st_uid != 0)) {
+		fprintf(stderr, "ddssd: %s is not a regular file of ours: refusing it\n", path);
+		close(fd);
+		return -EACCES;
+	}
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		int r = errno == EWOULDBLOCK ? -EEXIST : -errno;
 

@@ -15,9 +15,11 @@
 #include "lock/lock.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -52,6 +54,7 @@ struct ddss_server {
 	ddss_ctx_t *ctx;
 	struct ddss_server_conf conf;
 	int lsock, stop_fd;
+	int pool_ro_fd;              /* the pool memfd opened read-only: what clients get */
 	pthread_t listener;
 	pthread_mutex_t mu;          /* clients, workers, barrier */
 	pthread_cond_t cv;           /* a worker left; a barrier completed */
@@ -240,9 +243,28 @@ static int client_allowed(int s)
 	return 0;
 }
 
+/*
+ * The pool's memfd opened anew read-only (a client maps it to read, never to write, and
+ * cannot resize it: the memfd is sealed, pool.c). -1 when the pool is not shared.
+ */
+static int pool_read_only_fd(ddss_ctx_t *ctx)
+{
+	char path[64];
+	int fd = ddss_pool_fd(ctx->pool);
+
+	if (fd < 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		DDSS_WARN("daemon: cannot reopen the pool read-only (%s): clients read through "
+			  "the daemon", strerror(errno));
+	return fd;
+}
+
 static void accept_client(struct ddss_server *srv)
 {
-	int pool_fd = ddss_pool_fd(srv->ctx->pool);
+	int pool_fd = srv->pool_ro_fd;
 	struct dsock_welcome w = { .op = DSOCK_WELCOME, .rank = ddss_rank(srv->ctx),
 				   .size = ddss_size(srv->ctx), .daemon_pid = getpid(),
 				   .pool_len = pool_fd < 0 ? 0 : ddss_pool_len(srv->ctx->pool),
@@ -372,6 +394,7 @@ int ddss_server_start(ddss_ctx_t *ctx, const struct ddss_server_conf *conf,
 	srv->ctx = ctx;
 	srv->conf = *conf;
 	srv->lsock = -1;
+	srv->pool_ro_fd = pool_read_only_fd(ctx);
 	pthread_mutex_init(&srv->mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
@@ -387,6 +410,8 @@ int ddss_server_start(ddss_ctx_t *ctx, const struct ddss_server_conf *conf,
 			close(srv->lsock);
 		if (srv->stop_fd >= 0)
 			close(srv->stop_fd);
+		if (srv->pool_ro_fd >= 0)
+			close(srv->pool_ro_fd);
 		pthread_cond_destroy(&srv->cv);
 		pthread_mutex_destroy(&srv->mu);
 		free(srv);
@@ -434,6 +459,8 @@ int ddss_server_stop(struct ddss_server *srv, int timeout_ms)
 	if (busy)
 		return busy; /* their calls still use the server: it stays */
 	close(srv->stop_fd);
+	if (srv->pool_ro_fd >= 0)
+		close(srv->pool_ro_fd);
 	pthread_cond_destroy(&srv->cv);
 	pthread_mutex_destroy(&srv->mu);
 	free(srv);

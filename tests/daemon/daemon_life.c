@@ -10,11 +10,14 @@
  * Starts its own one-rank ddssd (tcp), as ddssrun would, so it can kill it.
  */
 #include "common/test_util.h"
+#include "daemon/proto.h"
+#include "daemon/sock.h"
 #include "ddss/ddss.h"
 
 #include <CUnit/CUnit.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -24,8 +27,10 @@
 #include <string.h>
 #include <stdbool.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -294,6 +299,156 @@ static void test_other_user(void)
 	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
 }
 
+/*
+ * Hostile (issue 29): another local user binds the socket path first and answers like a
+ * daemon. The client must see who serves the socket (SO_PEERCRED) and refuse: else the
+ * squatter reads every put and answers every get. The squatter binds as root in our
+ * directory, then drops to user 65534 before listen(): the socket's credentials are the
+ * listener's.
+ */
+static void test_squatted_socket(void)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	ddss_ctx_t *c = NULL;
+	int ready[2], s, st;
+	pid_t squatter;
+	char b;
+
+	if (geteuid() != 0) {
+		printf("\n    not root: a squatter of another user needs setuid (skipped)");
+		return;
+	}
+	CU_ASSERT_FATAL(pipe(ready) == 0);
+	unlink(sock_path);
+	squatter = fork();
+	if (squatter == 0) {
+		struct dsock_welcome w = { .op = DSOCK_WELCOME, .rank = 1, .size = 1,
+					   .daemon_pid = getpid(), .client = 1 };
+		struct dsock_hello h;
+		int cs;
+
+		close(ready[0]);
+		snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock_path);
+		s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof(a)) || chmod(sock_path, 0666) ||
+		    setgid(65534) || setuid(65534) || listen(s, 4))
+			_exit(100);
+		if (write(ready[1], "r", 1) != 1)
+			_exit(101);
+		for (;;) { /* welcome whoever comes, as a daemon would */
+			cs = accept(s, NULL, NULL);
+			if (cs < 0)
+				_exit(102);
+			if (ddss_sock_recv(cs, &h, sizeof(h), NULL, 5000) == 0)
+				ddss_sock_send(cs, &w, sizeof(w), -1);
+			close(cs);
+		}
+	}
+	close(ready[1]);
+	CU_ASSERT_FATAL(squatter > 0);
+	CU_ASSERT_FATAL(read(ready[0], &b, 1) == 1);
+	close(ready[0]);
+	EXPECT_RC(attach_quiet(&c), -EACCES);
+	if (c)
+		ddss_finalize(c);
+	kill(squatter, SIGKILL);
+	waitpid(squatter, &st, 0);
+	unlink(sock_path);
+}
+
+/*
+ * Hostile (issue 29): a client gets the daemon's pool fd to read null segments locally.
+ * Truncating it would crash the daemon with SIGBUS; writing it would bypass every lock.
+ * The fd is read-only and the memfd sealed, even against a reopen through /proc.
+ */
+static void test_pool_fd_hostile(void)
+{
+	struct dsock_hello hello = { .op = DSOCK_HELLO, .magic = DPROTO_MAGIC,
+				     .version = DPROTO_VERSION, .pid = getpid() };
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct dsock_welcome w;
+	int s, fd = -1, rw, st;
+	char path[64], byte = 1;
+	ddss_ctx_t *c;
+	ddss_key_t key;
+	uint64_t v = 7;
+	pid_t d;
+	void *p;
+
+	d = start_daemon(&st);
+	CU_ASSERT_FATAL(d > 0);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock_path);
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	CU_ASSERT_FATAL(s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
+	EXPECT_RC(ddss_sock_send(s, &hello, sizeof(hello), -1), 0);
+	EXPECT_RC(ddss_sock_recv(s, &w, sizeof(w), &fd, 5000), 0);
+	CU_ASSERT_FATAL(fd >= 0 && w.pool_len > 0);
+	CU_ASSERT_NOT_EQUAL(ftruncate(fd, 0), 0);
+	CU_ASSERT_EQUAL(pwrite(fd, &byte, 1, 0), -1);
+	p = mmap(NULL, w.pool_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CU_ASSERT(p == MAP_FAILED);
+	if (p != MAP_FAILED)
+		munmap(p, w.pool_len);
+	/* A read-write reopen of the same memfd gets no further: the seals hold. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	rw = open(path, O_RDWR | O_CLOEXEC);
+	if (rw >= 0) {
+		CU_ASSERT_NOT_EQUAL(ftruncate(rw, 0), 0);
+		CU_ASSERT_NOT_EQUAL(ftruncate(rw, (off_t)w.pool_len * 2), 0);
+		CU_ASSERT_EQUAL(pwrite(rw, &byte, 1, 0), -1);
+		p = mmap(NULL, w.pool_len, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
+		CU_ASSERT(p == MAP_FAILED);
+		if (p != MAP_FAILED)
+			munmap(p, w.pool_len);
+		close(rw);
+	}
+	close(fd);
+	close(s);
+	/* The daemon lives and serves. */
+	c = attach();
+	CU_ASSERT_FATAL(c != NULL);
+	EXPECT_RC(ddss_allocate_ss(c, 64, NULL, &key), 0);
+	EXPECT_RC(ddss_put(c, key, 0, &v, 8), 0);
+	v = 0;
+	EXPECT_RC(ddss_get(c, key, 0, &v, 8), 0);
+	CU_ASSERT_EQUAL(v, 7);
+	EXPECT_RC(ddss_finalize(c), 0);
+	CU_ASSERT_EQUAL(kill(d, SIGTERM), 0);
+	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Hostile (issue 29): the instance lock file is a planted link: the daemon refuses to
+ * start and the link's target is untouched. */
+static void test_lock_file_link(void)
+{
+	char lock[96], target[96], buf[16] = "";
+	FILE *f;
+	pid_t d;
+	int st;
+
+	snprintf(lock, sizeof(lock), "%s.lock", sock_path);
+	snprintf(target, sizeof(target), "%s.victim", sock_path);
+	unlink(lock);
+	f = fopen(target, "w");
+	CU_ASSERT_FATAL(f != NULL);
+	fputs("precious\n", f);
+	fclose(f);
+	CU_ASSERT_FATAL(symlink(target, lock) == 0);
+	d = start_daemon(&st);
+	CU_ASSERT_EQUAL(d, -1);
+	if (d > 0) {
+		kill(d, SIGTERM);
+		waitpid(d, &st, 0);
+	}
+	f = fopen(target, "r");
+	CU_ASSERT_FATAL(f != NULL);
+	CU_ASSERT(fgets(buf, sizeof(buf), f) && !strcmp(buf, "precious\n"));
+	fclose(f);
+	unlink(lock);
+	unlink(target);
+}
+
 static void test_daemonize(void)
 {
 	ddss_ctx_t *c;
@@ -338,6 +493,12 @@ int main(int argc, char **argv)
 	CU_add_test(s, "killed daemon: blocked and later calls give -ENOTCONN", test_killed);
 	CU_add_test(s, "SIGTERM: clean stop with a client attached", test_sigterm);
 	CU_add_test(s, "only the daemon's own user may attach", test_other_user);
+	CU_add_test(s, "a squatted socket: the client refuses a server of another user",
+		    test_squatted_socket);
+	CU_add_test(s, "the pool fd a client gets: no truncate, write or writable map",
+		    test_pool_fd_hostile);
+	CU_add_test(s, "the instance lock file as a planted link: refused, target untouched",
+		    test_lock_file_link);
 	CU_add_test(s, "--daemonize: ready when the command returns, stops on SIGTERM",
 		    test_daemonize);
 	failed = test_run_all();
