@@ -440,6 +440,10 @@ static const struct var vars[] = {
 	NUM("DDSS_POOL_SIZE", r_size, 1l << 20, 1l << 40, POOL_DEFAULT, NULL),
 	OTHER("DDSS_HUGEPAGES", r_hugepages, NULL),
 	NUM("DDSS_CACHE_SIZE", r_size, 0, 1l << 40, CACHE_DEFAULT, NULL),
+	/* What one rank may hold at this home (core/ctx.c, alloc/segtab.c, alloc/names.c). */
+	NUM("DDSS_QUOTA_SEGMENTS", r_long, 0, UINT32_MAX, 0, "0 (no limit)"),
+	NUM("DDSS_QUOTA_BYTES", r_size, 0, 1l << 40, 0, "0 (no limit)"),
+	NUM("DDSS_QUOTA_NAMES", r_long, 0, UINT32_MAX, 0, "0 (no limit)"),
 	WORDS("DDSS_LOCK_SCHEME", r_words, "ncosed|dqnl|srsl", NULL),
 	NUM("DDSS_LOCK_FAIR", r_long, 0, 1, 0, NULL),
 	/* Daemon mode (core/ctx.c, daemon/ddssd.c, daemon/chan.c). */

@@ -185,7 +185,9 @@ struct ddss_seg_attr {
  * With a name, exactly one caller in the group creates the segment (placed as that caller
  * asked); every caller, concurrent ones included, gets the same key. Returns 0, -EINVAL,
  * -ENAMETOOLONG, -ENOMEM (the home's pool is full), -ENOSPC (too many segments at the
- * home), -EOPNOTSUPP (write, version or delta model on a transport without NIC atomics),
+ * home), -EDQUOT (this rank holds its quota of segments, bytes or names at the home or
+ * the name's directory: DDSS_QUOTA_*), -EOPNOTSUPP (write, version or delta model on a
+ * transport without NIC atomics),
  * -EHOSTDOWN / -ETIMEDOUT (the home or the name's directory rank is unreachable).
  */
 DDSS_API int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_seg_attr *attr,

@@ -22,7 +22,40 @@ struct name_entry {
 struct ddss_names {
 	pthread_mutex_t mu;
 	struct name_entry *bucket[NAME_BUCKETS];
+	uint32_t max_per_rank;  /* names one rank may create here; 0: no limit */
+	uint32_t *per_rank;     /* [rank]: names it created that are pending or bound */
+	uint32_t per_rank_len;
 };
+
+void ddss_names_set_quota(struct ddss_names *names, uint32_t max_per_rank)
+{
+	pthread_mutex_lock(&names->mu);
+	names->max_per_rank = max_per_rank;
+	pthread_mutex_unlock(&names->mu);
+}
+
+/* mu held: @rank's count of names here, the array grown to hold it; NULL if out of memory. */
+static uint32_t *count_of(struct ddss_names *n, uint32_t rank)
+{
+	if (rank >= n->per_rank_len) {
+		uint32_t len = rank + 64;
+		uint32_t *p = realloc(n->per_rank, len * sizeof(*p));
+
+		if (!p)
+			return NULL;
+		memset(p + n->per_rank_len, 0, (len - n->per_rank_len) * sizeof(*p));
+		n->per_rank = p;
+		n->per_rank_len = len;
+	}
+	return &n->per_rank[rank];
+}
+
+/* mu held: @e leaves the directory; its creator's count drops. */
+static void uncount(struct ddss_names *n, const struct name_entry *e)
+{
+	if (e->creator < n->per_rank_len && n->per_rank[e->creator])
+		n->per_rank[e->creator]--;
+}
 
 /* FNV-1a: the directory rank must be the same function of the name on every rank. */
 static uint32_t name_hash(const char *name)
@@ -61,6 +94,7 @@ void ddss_names_destroy(struct ddss_names *names)
 			free(e);
 		}
 	pthread_mutex_destroy(&names->mu);
+	free(names->per_rank);
 	free(names);
 }
 
@@ -77,6 +111,7 @@ int ddss_names_acquire(struct ddss_names *names, const char *name, bool create, 
 		       uint32_t id, uint64_t *key_p)
 {
 	struct name_entry **pp, *e;
+	uint32_t *count;
 	int r;
 
 	pthread_mutex_lock(&names->mu);
@@ -101,11 +136,15 @@ int ddss_names_acquire(struct ddss_names *names, const char *name, bool create, 
 		r = -EINPROGRESS;
 	} else if (!create) {
 		r = -ENOENT;
-	} else if (!(e = calloc(1, sizeof(*e)))) {
+	} else if (!(count = count_of(names, rank)) || !(e = calloc(1, sizeof(*e)))) {
 		r = -ENOMEM;
+	} else if (names->max_per_rank && *count >= names->max_per_rank) {
+		free(e);
+		r = -EDQUOT;
 	} else {
 		strncpy(e->name, name, DDSS_NAME_MAX - 1);
 		e->creator = rank;
+		(*count)++;
 		*pp = e;
 		r = SEG_NAME_CREATE;
 	}
@@ -153,6 +192,7 @@ int ddss_names_abandon(struct ddss_names *names, const char *name, uint32_t rank
 	if (e && !e->bound && e->creator == rank) {
 		take_waiters(e, waiters_p, count_p);
 		*pp = e->next;
+		uncount(names, e);
 		free(e);
 		r = 0;
 	}
@@ -169,6 +209,7 @@ void ddss_names_unbind(struct ddss_names *names, const char *name, uint64_t key)
 	e = *pp;
 	if (e && e->bound && e->key == key) {
 		*pp = e->next;
+		uncount(names, e);
 		free(e->waiters);
 		free(e);
 	}

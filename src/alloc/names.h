@@ -20,13 +20,17 @@ struct ddss_name_waiter {
 int ddss_names_create(struct ddss_names **names_p);
 void ddss_names_destroy(struct ddss_names *names);
 
+/** At most @max_per_rank names (pending or bound) created by any one rank here; 0: none. */
+void ddss_names_set_quota(struct ddss_names *names, uint32_t max_per_rank);
+
 /** The directory rank for @name in a group of @size ranks. */
 uint32_t ddss_name_home(const char *name, uint32_t size);
 
 /**
  * Ask for @name on behalf of request @id from @rank. Returns 0 with *key_p (bound),
  * SEG_NAME_CREATE (absent, @create: @rank is now its creator), -ENOENT (absent, !@create),
- * -EINPROGRESS (pending: the request is queued), -ENOMEM.
+ * -EINPROGRESS (pending: the request is queued), -EDQUOT (@rank created its quota of names
+ * here already), -ENOMEM.
  */
 int ddss_names_acquire(struct ddss_names *names, const char *name, bool create, uint32_t rank,
 		       uint32_t id, uint64_t *key_p);

@@ -24,6 +24,14 @@ struct slot {
 	uint32_t coherence, param;
 	char *name;          /* NULL when unnamed */
 	uint8_t *cachers;    /* bitmap: bit r-1 = rank r was given the descriptor */
+	uint32_t owner;      /* the rank that allocated it (its quota pays for it) */
+	uint64_t charged;    /* pool bytes charged to the owner */
+};
+
+/* What one rank holds at this home, against the quota (ddss_segtab_set_quota). */
+struct rank_use {
+	uint32_t segments;
+	uint64_t bytes;
 };
 
 #define SLOT_NONE UINT32_MAX
@@ -42,6 +50,9 @@ struct ddss_segtab {
 	uint64_t *draining;
 	uint32_t ndraining, draining_cap;
 	uint64_t *epoch;   /* bumped as each release begins (ddss_segtab_watch_releases) */
+	struct rank_use *use;        /* [rank], 1..group_size */
+	uint32_t max_segments;       /* per rank; 0: no limit */
+	uint64_t max_bytes;          /* per rank; 0: no limit */
 };
 
 int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_size,
@@ -58,8 +69,49 @@ int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_siz
 	tab->group_size = group_size;
 	tab->cachers_len = (group_size + 7) / 8;
 	tab->free_head = tab->free_tail = SLOT_NONE;
+	tab->use = calloc((size_t)group_size + 1, sizeof(*tab->use));
+	if (!tab->use) {
+		pthread_mutex_destroy(&tab->mu);
+		free(tab);
+		return -ENOMEM;
+	}
 	*tab_p = tab;
 	return 0;
+}
+
+void ddss_segtab_set_quota(struct ddss_segtab *tab, uint32_t max_segments, uint64_t max_bytes)
+{
+	pthread_mutex_lock(&tab->mu);
+	tab->max_segments = max_segments;
+	tab->max_bytes = max_bytes;
+	pthread_mutex_unlock(&tab->mu);
+}
+
+/* mu held: whether @rank may hold one more segment of @bytes here (-EDQUOT if not). */
+static int quota_check(struct ddss_segtab *tab, uint32_t rank, uint64_t bytes)
+{
+	const struct rank_use *u;
+
+	if (rank < 1 || rank > tab->group_size)
+		return 0; /* not a rank of the group: the service refused it already */
+	u = &tab->use[rank];
+	if (tab->max_segments && u->segments >= tab->max_segments)
+		return -EDQUOT;
+	if (tab->max_bytes && (bytes > tab->max_bytes || u->bytes > tab->max_bytes - bytes))
+		return -EDQUOT;
+	return 0;
+}
+
+/* mu held: charge (@sign 1) or credit (-1) @s's owner for it. */
+static void quota_charge(struct ddss_segtab *tab, const struct slot *s, int sign)
+{
+	struct rank_use *u;
+
+	if (s->owner < 1 || s->owner > tab->group_size)
+		return;
+	u = &tab->use[s->owner];
+	u->segments += (uint32_t)sign;
+	u->bytes += sign > 0 ? s->charged : -s->charged;
 }
 
 void ddss_segtab_destroy(struct ddss_segtab *tab)
@@ -72,6 +124,7 @@ void ddss_segtab_destroy(struct ddss_segtab *tab)
 	}
 	free(tab->slots);
 	free(tab->draining);
+	free(tab->use);
 	pthread_mutex_destroy(&tab->mu);
 	free(tab);
 }
@@ -205,12 +258,22 @@ int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, uint32_t coherence
 		return -ENOMEM;
 	pthread_mutex_lock(&tab->mu);
 	sweep(tab); /* first: what it frees may be what this allocation needs */
+	r = quota_check(tab, requester, DDSS_SEG_HDR_LEN + data_len);
 	pthread_mutex_unlock(&tab->mu);
+	if (r)
+		return r;
 	r = ddss_pool_alloc(tab->pool, DDSS_SEG_HDR_LEN + data_len, 64, &off);
 	if (r)
 		return r;
 	pthread_mutex_lock(&tab->mu);
-	i = take_slot(tab);
+	/* Again, held: a concurrent allocation of the same rank may have taken the room. */
+	r = quota_check(tab, requester, DDSS_SEG_HDR_LEN + data_len);
+	i = r ? SLOT_NONE : take_slot(tab);
+	if (r) {
+		pthread_mutex_unlock(&tab->mu);
+		ddss_pool_free(tab->pool, off);
+		return r;
+	}
 	if (i == SLOT_NONE) {
 		pthread_mutex_unlock(&tab->mu);
 		ddss_pool_free(tab->pool, off);
@@ -235,6 +298,9 @@ int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, uint32_t coherence
 	s->size = size;
 	s->coherence = coherence;
 	s->param = param;
+	s->owner = requester;
+	s->charged = DDSS_SEG_HDR_LEN + data_len;
+	quota_charge(tab, s, 1);
 	add_cacher(tab, s, requester);
 	tab->count++;
 	fill_loc(tab, i, loc_p);
@@ -321,6 +387,7 @@ int ddss_segtab_release_end(struct ddss_segtab *tab, uint64_t key)
 		s->name = NULL;
 		s->cachers = NULL;
 		s->state = SLOT_FREE;
+		quota_charge(tab, s, -1);
 		put_slot(tab, i);
 		tab->count--;
 		/* A holder or queued waiter may still run the lock protocol on the words. */

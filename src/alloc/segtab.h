@@ -54,9 +54,17 @@ int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_siz
 		       const struct ddss_segtab_hooks *hooks, struct ddss_segtab **tab_p);
 void ddss_segtab_destroy(struct ddss_segtab *tab);
 
+/*
+ * Limit what one rank may hold at this home: live segments (not yet fully released) and
+ * the pool bytes they take (header included); 0: no limit. An allocation past either
+ * fails with -EDQUOT and changes nothing.
+ */
+void ddss_segtab_set_quota(struct ddss_segtab *tab, uint32_t max_segments, uint64_t max_bytes);
+
 /**
  * Carve a segment of @size bytes under coherence model @coherence / @param for @requester
- * (who becomes a cacher). -EINVAL (bad size or model), -ENOMEM, -ENOSPC.
+ * (who becomes a cacher). -EINVAL (bad size or model), -ENOMEM, -ENOSPC, -EDQUOT
+ * (@requester's quota here is used up).
  */
 int ddss_segtab_alloc(struct ddss_segtab *tab, uint64_t size, uint32_t coherence,
 		      uint32_t param, const char *name, uint32_t requester,

@@ -29,6 +29,8 @@ struct ctx_conf {
 	size_t cache_len;
 	enum ddss_lock_scheme lock_scheme;
 	bool lock_fair;
+	/* What one rank may hold at this home (DDSS_QUOTA_*; 0: no limit). */
+	long quota_segments, quota_bytes, quota_names;
 };
 
 static int configure_locks(const struct ddss_attr *attr, struct ctx_conf *conf)
@@ -127,7 +129,12 @@ static int configure(const struct ddss_attr *attr, struct ddss_net_env *env,
 	if (r)
 		return r;
 	conf->cache_len = (size_t)v;
-	return 0;
+	r = ddss_env_long("DDSS_QUOTA_SEGMENTS", 0, UINT32_MAX, 0, &conf->quota_segments);
+	if (!r)
+		r = ddss_env_long("DDSS_QUOTA_BYTES", 0, 1l << 40, 0, &conf->quota_bytes);
+	if (!r)
+		r = ddss_env_long("DDSS_QUOTA_NAMES", 0, UINT32_MAX, 0, &conf->quota_names);
+	return r;
 }
 
 static void ctx_free(struct ddss_ctx *ctx)
@@ -228,6 +235,11 @@ int ddss_ctx_open(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 			(uint8_t *)ddss_pool_base(ctx->pool) + ddss_ctx_epoch_off()));
 	if (!r)
 		r = ddss_names_create(&ctx->names);
+	if (!r) {
+		ddss_segtab_set_quota(ctx->segtab, (uint32_t)conf.quota_segments,
+				      (uint64_t)conf.quota_bytes);
+		ddss_names_set_quota(ctx->names, (uint32_t)conf.quota_names);
+	}
 	if (!r)
 		r = ddss_seg_cache_create(ddss_seg_ack, ctx, &ctx->cache);
 	if (!r)

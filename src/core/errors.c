@@ -31,6 +31,7 @@ const char *ddss_strerror(int err)
 	case ECANCELED: return "operation canceled (transport closing)";
 	case ENOMEM: return "out of memory";
 	case EBUSY: return "resource busy";
+	case EDQUOT: return "quota exceeded: this rank holds its limit at that home";
 	case EACCES: return "peer rejected the handshake";
 	case ENOTCONN: return "not connected: the node's daemon is gone (daemon mode)";
 	default: break;
