@@ -84,7 +84,8 @@ static void usage(FILE *f)
 		"                    Bounded by DDSS_CONNECT_TIMEOUT_MS (joining, 10000 here unless\n"
 		"                    set) and DDSS_OP_TIMEOUT_MS (each probe, 5000 here unless set)\n"
 		"  --daemon [SOCKET] a running ddssd's counters, summed over its clients (SOCKET:\n"
-		"                    $DDSS_DAEMON_SOCKET, else /tmp/ddssd.sock)\n"
+		"                    $DDSS_DAEMON_SOCKET, else $XDG_RUNTIME_DIR/ddss/ddssd.sock,\n"
+		"                    for root /run/ddss/ddssd.sock, else /tmp/ddss-UID/ddssd.sock)\n"
 		"  -h, --help        this text\n"
 		"exit status: 0 reported; 1 a rank did not answer (--group) or no daemon (--daemon);\n"
 		"2 usage\n");

@@ -448,7 +448,8 @@ static const struct var vars[] = {
 	NUM("DDSS_LOCK_FAIR", r_long, 0, 1, 0, NULL),
 	/* Daemon mode (core/ctx.c, daemon/ddssd.c, daemon/chan.c). */
 	WORDS("DDSS_MODE", r_either, "direct|daemon", NULL),
-	OTHER("DDSS_DAEMON_SOCKET", r_text, "/tmp/ddssd.sock"),
+	OTHER("DDSS_DAEMON_SOCKET", r_text,
+	      "(a private directory: $XDG_RUNTIME_DIR/ddss/, /run/ddss/ for root, /tmp/ddss-UID/)"),
 	NUM("DDSS_DAEMON_CLIENTS", r_long, 0, 1000000, 0, "(those that attach)"),
 	NUM("DDSS_CHAN_SPIN_NS", r_long, 0, 1000000000l, DDSS_CHAN_SPIN_NS, NULL),
 	/* Logging (core/log.c). */

@@ -5,10 +5,12 @@
 #include "info.h"
 
 #include "daemon/client_api.h"
+#include "daemon/sock_path.h"
 
 #include <ddss/ddss.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,11 +57,17 @@ static void print_stats(const struct ddss_stats *st)
 int info_daemon_run(const char *socket_path)
 {
 	const char *env = getenv("DDSS_DAEMON_SOCKET");
+	char dflt[PATH_MAX];
 	struct ddss_stats st;
 	int r;
 
-	if (!socket_path)
-		socket_path = env && *env ? env : "/tmp/ddssd.sock";
+	if (!socket_path && env && *env)
+		socket_path = env;
+	if (!socket_path) {
+		if (ddss_daemon_socket_default(dflt, sizeof(dflt)))
+			return 1;
+		socket_path = dflt;
+	}
 	r = ddss_daemon_stats_read(socket_path, DAEMON_MS, &st);
 	if (r) {
 		fprintf(stderr, "ddss-info: no ddssd answers at %s: %s%s\n", socket_path,

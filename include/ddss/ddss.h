@@ -87,7 +87,9 @@ struct ddss_attr {
 	size_t cache_size;         /* bytes of segment copies kept by the coherence cache;
 				    * 0: DDSS_CACHE_SIZE, else 16 MiB (docs/coherence.md) */
 	enum ddss_mode mode;
-	const char *daemon_socket; /* daemon mode: the node's ddssd; NULL: /tmp/ddssd.sock */
+	const char *daemon_socket; /* daemon mode: the node's ddssd; NULL: the daemon's
+				    * default, $XDG_RUNTIME_DIR/ddss/ddssd.sock, for root
+				    * /run/ddss/ddssd.sock, else /tmp/ddss-UID/ddssd.sock */
 	int peer_timeout_ms;       /* a connected rank silent this long is declared dead for
 				    * good (docs/failure.md); 0: 10000; -1: never */
 	const char *secret;        /* group secret: only ranks that know it may connect

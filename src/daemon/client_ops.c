@@ -9,22 +9,29 @@
 #include "core/ops.h"
 #include "coherence/coherence.h"
 #include "daemon/client_api.h"
+#include "daemon/sock_path.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define DAEMON_SOCKET_DEFAULT "/tmp/ddssd.sock"
 
 int ddss_daemon_open(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 {
 	const char *path = getenv("DDSS_DAEMON_SOCKET");
+	char dflt[PATH_MAX];
 	struct ddss_ctx *ctx;
 	long timeout;
 	int r;
 
-	if (!path || !*path)
-		path = attr->daemon_socket ? attr->daemon_socket : DAEMON_SOCKET_DEFAULT;
+	if ((!path || !*path) && attr->daemon_socket)
+		path = attr->daemon_socket;
+	if (!path || !*path) {
+		r = ddss_daemon_socket_default(dflt, sizeof(dflt));
+		if (r)
+			return r;
+		path = dflt;
+	}
 	r = ddss_env_long("DDSS_CONNECT_TIMEOUT_MS", 1, INT32_MAX,
 			  attr->connect_timeout_ms ? attr->connect_timeout_ms : 30000, &timeout);
 	if (r)

@@ -5,7 +5,9 @@
  *
  *   ddssd [--socket PATH] [--clients K] [--ready-fd N] [--log-level L] [--daemonize]
  *
- *   --socket PATH   where clients attach (default $DDSS_DAEMON_SOCKET, else /tmp/ddssd.sock).
+ *   --socket PATH   where clients attach (default $DDSS_DAEMON_SOCKET, else
+ *                   $XDG_RUNTIME_DIR/ddss/ddssd.sock, for root /run/ddss/ddssd.sock,
+ *                   else /tmp/ddss-UID/ddssd.sock: a directory of mode 0700, made here).
  *                   One ddssd per socket: a second one exits with status 3.
  *   --clients K     barriers wait for K clients (default $DDSS_DAEMON_CLIENTS, else those
  *                   attached when a barrier fills)
@@ -19,6 +21,7 @@
 #include "core/ctx.h"
 #include "core/log.h"
 #include "daemon/server.h"
+#include "daemon/sock_path.h"
 #include "ddss/ddss.h"
 
 #include <errno.h>
@@ -68,7 +71,7 @@ static int parse(int argc, char **argv, struct opts *o)
 
 	o->socket = getenv("DDSS_DAEMON_SOCKET");
 	if (!o->socket || !*o->socket)
-		o->socket = "/tmp/ddssd.sock";
+		o->socket = NULL; /* the default, in a private directory (below) */
 	o->clients = env_clients && *env_clients ? strtol(env_clients, NULL, 10) : 0;
 	o->ready_fd = -1;
 	while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -212,6 +215,7 @@ static void log_totals(ddss_ctx_t *ctx)
 
 int main(int argc, char **argv)
 {
+	static char default_socket[PATH_MAX];
 	struct ddss_attr attr;
 	struct ddss_server *srv;
 	struct opts o = { 0 };
@@ -222,6 +226,13 @@ int main(int argc, char **argv)
 	if (parse(argc, argv, &o)) {
 		usage(stderr);
 		return 2;
+	}
+	if (!o.socket) {
+		/* The default lives in a directory of ours that nobody else may enter. */
+		if (ddss_daemon_socket_default(default_socket, sizeof(default_socket)) ||
+		    ddss_daemon_socket_dir_prepare(default_socket))
+			return 1;
+		o.socket = default_socket;
 	}
 	claim = claim_node(o.socket);
 	if (claim < 0)

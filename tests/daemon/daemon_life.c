@@ -39,6 +39,7 @@
 
 static const char *ddssd;
 static char sock_path[64];
+static bool use_default_socket; /* start(): no --socket, the daemon's default */
 static uint32_t me = 1; /* for EXPECT_RC */
 
 /*
@@ -71,7 +72,10 @@ static pid_t start(bool daemonize, int *status_p)
 		setenv("DDSS_LISTEN_FD", "3", 1);
 		setenv("DDSS_GROUP", "0x5eed", 1);
 		unsetenv("DDSS_MODE");
-		if (daemonize)
+		unsetenv("DDSS_DAEMON_SOCKET");
+		if (use_default_socket)
+			execl(ddssd, "ddssd", "--ready-fd", "4", (char *)NULL);
+		else if (daemonize)
 			execl(ddssd, "ddssd", "--socket", sock_path, "--daemonize", (char *)NULL);
 		else
 			execl(ddssd, "ddssd", "--socket", sock_path, "--ready-fd", "4",
@@ -449,6 +453,57 @@ static void test_lock_file_link(void)
 	unlink(target);
 }
 
+/*
+ * Hostile (issue 29): the default socket is in a directory only the daemon's user may
+ * enter ($XDG_RUNTIME_DIR/ddss here), not in /tmp where anyone could bind it first; and
+ * a directory that others may enter, or that is someone else's, is refused.
+ */
+static void test_default_socket(void)
+{
+	char xdg[] = "/tmp/ddss-xdg-XXXXXX", dir[64], sock[80];
+	struct stat sb;
+	ddss_ctx_t *c = NULL;
+	struct ddss_attr attr;
+	pid_t d;
+	int st;
+
+	CU_ASSERT_FATAL(mkdtemp(xdg) != NULL);
+	snprintf(dir, sizeof(dir), "%s/ddss", xdg);
+	snprintf(sock, sizeof(sock), "%s/ddssd.sock", dir);
+	setenv("XDG_RUNTIME_DIR", xdg, 1);
+	use_default_socket = true;
+	d = start_daemon(&st);
+	CU_ASSERT_FATAL(d > 0);
+	CU_ASSERT_EQUAL(lstat(dir, &sb), 0);
+	CU_ASSERT(S_ISDIR(sb.st_mode) && (sb.st_mode & 0777) == 0700 && sb.st_uid == geteuid());
+	CU_ASSERT_EQUAL(access(sock, F_OK), 0);
+	/* A client finds it by the same rule. */
+	ddss_attr_init(&attr);
+	attr.mode = DDSS_MODE_DAEMON;
+	unsetenv("DDSS_DAEMON_SOCKET");
+	EXPECT_RC(ddss_init(&attr, &c), 0);
+	if (c)
+		EXPECT_RC(ddss_finalize(c), 0);
+	CU_ASSERT_EQUAL(kill(d, SIGTERM), 0);
+	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
+	/* Opened to others: the daemon does not serve there. */
+	CU_ASSERT_EQUAL(chmod(dir, 0777), 0);
+	d = start_daemon(&st);
+	CU_ASSERT_EQUAL(d, -1);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+	if (d > 0) {
+		kill(d, SIGTERM);
+		waitpid(d, &st, 0);
+	}
+	use_default_socket = false;
+	unsetenv("XDG_RUNTIME_DIR");
+	unlink(sock);
+	snprintf(sock, sizeof(sock), "%s/ddssd.sock.lock", dir);
+	unlink(sock);
+	rmdir(dir);
+	rmdir(xdg);
+}
+
 static void test_daemonize(void)
 {
 	ddss_ctx_t *c;
@@ -499,6 +554,8 @@ int main(int argc, char **argv)
 		    test_pool_fd_hostile);
 	CU_add_test(s, "the instance lock file as a planted link: refused, target untouched",
 		    test_lock_file_link);
+	CU_add_test(s, "the default socket: a private directory, refused if open to others",
+		    test_default_socket);
 	CU_add_test(s, "--daemonize: ready when the command returns, stops on SIGTERM",
 		    test_daemonize);
 	failed = test_run_all();
