@@ -688,6 +688,40 @@ static void test_slow_hello_bounded(void)
 
 /* ---- tests: forged requests on an accepted connection ---- */
 
+/*
+ * Hostile (issue 29): a crowd of connections that never say anything must not hold up a
+ * rank that joins: its handshake completes at once (within 1 s), and the silent ones are
+ * dropped by their deadline. Before, the acceptor shook hands with one connection at a
+ * time, blocking up to 5 s on each.
+ */
+static void test_silent_crowd(void)
+{
+	enum { CROWD = 100 };
+	int silent[CROWD], fd;
+	struct tcp_wire_hello hello = good_hello(), peer;
+	int64_t t0;
+
+	for (unsigned i = 0; i < CROWD; i++) {
+		silent[i] = connect_raw();
+		CU_ASSERT_FATAL(silent[i] >= 0);
+	}
+	t0 = ddss_now_ns();
+	fd = connect_raw();
+	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL(send_hello(fd, &hello, &peer), 0);
+	printf("\n    joined in %lld ms behind %d silent connections", (long long)ms_since(t0),
+	       CROWD);
+	CU_ASSERT(ms_since(t0) <= 1000);
+	CU_ASSERT_EQUAL(peer.pool_len, POOL_LEN);
+	close(fd);
+	/* Every silent one is dropped, none later than its deadline (plus slack). */
+	for (unsigned i = 0; i < CROWD; i++) {
+		set_timeouts(silent[i], TCP_HANDSHAKE_TIMEOUT_MS + SLACK_MS);
+		CU_ASSERT_EQUAL(wait_closed(silent[i]), 0);
+		close(silent[i]);
+	}
+}
+
 static void test_forged_requests_rejected(void)
 {
 	static const struct {
@@ -920,6 +954,7 @@ int main(void)
 	CU_add_test(suite, "garbage instead of a hello", test_garbage_instead_of_hello);
 	CU_add_test(suite, "silent client dropped", test_silent_client_dropped);
 	CU_add_test(suite, "slow hello bounded", test_slow_hello_bounded);
+	CU_add_test(suite, "100 silent connections do not hold up a join", test_silent_crowd);
 	CU_add_test(suite, "forged requests rejected", test_forged_requests_rejected);
 	CU_add_test(suite, "protocol errors close", test_protocol_errors_close);
 	CU_add_test(suite, "abrupt and stuck peers", test_abrupt_and_stuck_peers);

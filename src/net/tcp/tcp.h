@@ -27,8 +27,12 @@
 #define TCP_RXBUF_LEN 16384u
 /* A blocked reply reader wakes this often to check deadlines. */
 #define TCP_RX_SLICE_MS 100
-/* How long the acceptor waits for a connecting peer's hello. */
-#define TCP_HANDSHAKE_TIMEOUT_MS 5000
+/* How long a connecting peer has, from accept, to finish its handshake. */
+#define TCP_HANDSHAKE_TIMEOUT_MS 1000
+/* Connections the acceptor keeps waiting for their hello at once, and from one address; past
+ * either, the oldest such connection is dropped for the new one (tcp_serve.c). */
+#define TCP_PENDING_MAX 256
+#define TCP_PENDING_PER_SOURCE 32
 
 enum tcp_ev_type { TCP_EV_STOP = 1, TCP_EV_CHAN, TCP_EV_SERVED };
 
@@ -201,8 +205,21 @@ void tcp_chan_shutdown(struct tcp_chan *ch, int err);
 /** Initiator: open the connection on @fd; the target's pool length in *pool_len_p. */
 int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadline,
 			  uint64_t *pool_len_p);
-/** Target: answer the peer on @fd; 0 (accepted: its rank and pool length) or -errno. */
-int tcp_handshake_accept(struct tcp_tp *t, int fd, uint32_t *peer_p, uint64_t *pool_len_p);
+/* tcp_accept.c: the acceptor thread's body. */
+void *tcp_acceptor_main(void *arg);
+/* tcp_serve.c: serve @fd, a connection from @peer that passed the handshake; on failure
+ * (-errno) the caller still owns @fd. */
+int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len);
+
+/** The bytes of a HELLO frame, the first thing a connecting peer sends. */
+#define TCP_HELLO_FRAME_LEN (TCP_WIRE_HDR_LEN + TCP_WIRE_HELLO_LEN)
+/**
+ * Target: answer the peer on @fd, whose HELLO frame (@first, TCP_HELLO_FRAME_LEN bytes)
+ * the acceptor has read; the rest of the handshake ends by @deadline. 0 (accepted: its
+ * rank and pool length) or -errno.
+ */
+int tcp_handshake_accept(struct tcp_tp *t, int fd, const unsigned char *first, int64_t deadline,
+			 uint32_t *peer_p, uint64_t *pool_len_p);
 
 /* tcp_serve.c */
 int tcp_serve_start(struct tcp_tp *t);

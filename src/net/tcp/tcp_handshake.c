@@ -36,16 +36,12 @@ static int send_frame(int fd, uint8_t kind, int status, const struct tcp_wire_he
 	return send(fd, buf, sizeof(buf), MSG_NOSIGNAL) == (ssize_t)sizeof(buf) ? 0 : -ECONNRESET;
 }
 
-/* Receive a frame of @kind: 0 with its status in *status_p, or -errno (-EPROTO: not ours). */
-static int recv_frame(int fd, uint8_t kind, int64_t deadline, int *status_p,
-		      struct tcp_wire_hello *hello)
+/* Decode a frame of @kind: 0 with its status in *status_p, or -EPROTO (not ours). */
+static int decode_frame(const unsigned char buf[FRAME_LEN], uint8_t kind, int *status_p,
+			struct tcp_wire_hello *hello)
 {
-	unsigned char buf[FRAME_LEN];
 	struct tcp_wire_hdr h;
-	int r = tcp_recv_full(fd, buf, sizeof(buf), deadline);
 
-	if (r)
-		return r;
 	if (tcp_wire_decode_hdr(buf, &h) || h.kind != kind || h.len != TCP_WIRE_HELLO_LEN)
 		return -EPROTO;
 	*status_p = h.status;
@@ -53,6 +49,16 @@ static int recv_frame(int fd, uint8_t kind, int64_t deadline, int *status_p,
 	if (h.status)
 		return 0;
 	return tcp_wire_decode_hello(buf + TCP_WIRE_HDR_LEN, hello) ? -EPROTO : 0;
+}
+
+/* Receive a frame of @kind: 0 with its status in *status_p, or -errno (-EPROTO: not ours). */
+static int recv_frame(int fd, uint8_t kind, int64_t deadline, int *status_p,
+		      struct tcp_wire_hello *hello)
+{
+	unsigned char buf[FRAME_LEN];
+	int r = tcp_recv_full(fd, buf, sizeof(buf), deadline);
+
+	return r ? r : decode_frame(buf, kind, status_p, hello);
 }
 
 static struct tcp_wire_hello my_hello(const struct ddss_tp_config *cfg, uint32_t to_rank)
@@ -179,18 +185,16 @@ static int check_auth(struct tcp_tp *t, int fd, int64_t deadline,
 	return 0;
 }
 
-int tcp_handshake_accept(struct tcp_tp *t, int fd, uint32_t *peer_p, uint64_t *pool_len_p)
+int tcp_handshake_accept(struct tcp_tp *t, int fd, const unsigned char *first, int64_t deadline,
+			 uint32_t *peer_p, uint64_t *pool_len_p)
 {
 	const struct ddss_tp_config *cfg = &t->base.cfg;
-	int64_t deadline = ddss_now_ns() + (int64_t)TCP_HANDSHAKE_TIMEOUT_MS * 1000000;
 	struct tcp_wire_hello hello = { 0 }, me;
 	struct ddss_auth_transcript tr = { .group = cfg->group, .target = cfg->rank,
 					   .size = cfg->size };
 	int status, r;
 
-	r = recv_frame(fd, TCP_K_HELLO, deadline, &status, &hello);
-	if (r == -ETIMEDOUT || r == -ECONNRESET)
-		return r; /* nobody to answer */
+	r = decode_frame(first, TCP_K_HELLO, &status, &hello);
 	status = r || status ? -EPROTO : check_hello(t, &hello);
 	me = my_hello(cfg, hello.from_rank);
 	/* Only a member learns anything about our pool; with a secret, only after its proof. */

@@ -1,9 +1,9 @@
 /*
  * The serving side of the tcp provider.
  *
- * The acceptor thread takes incoming connections and runs their handshake with blocking
- * I/O (bounded by TCP_HANDSHAKE_TIMEOUT_MS); only a peer that proves it belongs to this
- * group learns our pool length and gets served. The progress thread then serves each
+ * The acceptor thread (tcp_accept.c) takes incoming connections and runs their handshake;
+ * only a peer that proves it belongs to this group learns our pool length and is handed
+ * here (tcp_serve_add). The progress thread then serves each
  * connection's requests on our pool with non-blocking I/O over epoll, in order: when a
  * reply does not fit in the socket, it stops reading that connection until the reply is
  * out, which is the back-pressure that bounds memory whatever the initiator posts.
@@ -629,22 +629,12 @@ void tcp_serve_cut(struct tcp_tp *t, uint32_t rank)
 	pthread_mutex_unlock(&t->served_mu);
 }
 
-static void accept_one(struct tcp_tp *t, int fd)
+int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len)
 {
-	struct tcp_served *s;
-	uint64_t pool_len = 0;
-	uint32_t peer = 0;
+	struct tcp_served *s = calloc(1, sizeof(*s));
 
-	if (tcp_handshake_accept(t, fd, &peer, &pool_len)) {
-		ddss_tp_handshake_failed(&t->base);
-		close(fd);
-		return;
-	}
-	s = calloc(1, sizeof(*s));
-	if (!s) {
-		close(fd);
-		return;
-	}
+	if (!s)
+		return -ENOMEM;
 	s->ev_type = TCP_EV_SERVED;
 	s->fd = fd;
 	s->peer = peer;
@@ -659,35 +649,16 @@ static void accept_one(struct tcp_tp *t, int fd)
 	if (ddss_tp_peer_refused(&t->base, s->peer))
 		shutdown(fd, SHUT_RDWR); /* refused while we shook hands */
 	if (ev_set(t, s, EPOLLIN, EPOLL_CTL_ADD)) {
+		int r = -errno;
+
 		DDSS_ERR("epoll_ctl: %s", strerror(errno));
 		pthread_mutex_lock(&t->served_mu);
 		t->served = s->next; /* still at the head: only the progress thread unlinks */
 		pthread_mutex_unlock(&t->served_mu);
-		close(fd);
 		free(s);
+		return r;
 	}
-}
-
-static void *acceptor_main(void *arg)
-{
-	struct tcp_tp *t = arg;
-
-	for (;;) {
-		int fd = accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-
-		if (fd >= 0) {
-			accept_one(t, fd);
-			continue;
-		}
-		if (errno == EINTR || errno == ECONNABORTED)
-			continue;
-		if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-			DDSS_WARN("accept: %s", strerror(errno));
-			usleep(10000); /* let descriptors free up rather than spin */
-			continue;
-		}
-		return NULL; /* EINVAL after shutdown(): we are stopping */
-	}
+	return 0;
 }
 
 static int listen_on(const struct ddss_tp_node *node, int *fd_p)
@@ -748,7 +719,7 @@ int tcp_serve_start(struct tcp_tp *t)
 	r = -pthread_create(&t->progress_thread, NULL, progress_main, t);
 	if (r)
 		goto err_listen;
-	r = -pthread_create(&t->acceptor_thread, NULL, acceptor_main, t);
+	r = -pthread_create(&t->acceptor_thread, NULL, tcp_acceptor_main, t);
 	if (r)
 		goto err_progress;
 	return 0;
