@@ -4,6 +4,8 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -53,12 +55,29 @@ static long read_secret_file(const char *path, unsigned char *buf)
 	return (long)n;
 }
 
+/* DDSS_SECRET as this process read it (the variable itself is gone by then). */
+static struct {
+	pthread_mutex_t mu;
+	bool set;
+	size_t len;
+	unsigned char buf[DDSS_AUTH_SECRET_MAX + 1];
+} env_secret = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+void ddss_auth_env_secret_forget(void)
+{
+	pthread_mutex_lock(&env_secret.mu);
+	sodium_memzero(env_secret.buf, sizeof(env_secret.buf));
+	env_secret.set = false;
+	env_secret.len = 0;
+	pthread_mutex_unlock(&env_secret.mu);
+}
+
 int ddss_auth_key_load(const char *attr_secret, struct ddss_auth_key *key)
 {
 	const char *file = getenv("DDSS_SECRET_FILE"), *env = getenv("DDSS_SECRET");
 	unsigned char buf[DDSS_AUTH_SECRET_MAX + 1];
 	const char *what;
-	long n;
+	long n = 0;
 	int r = 0;
 
 	memset(key, 0, sizeof(*key));
@@ -67,13 +86,26 @@ int ddss_auth_key_load(const char *attr_secret, struct ddss_auth_key *key)
 		DDSS_ERR("DDSS_SECRET_FILE is set but empty");
 		return -EINVAL;
 	}
+	pthread_mutex_lock(&env_secret.mu);
 	if (env) {
-		/* Read once, then out of the environment: children do not inherit it. */
+		/* Read once, then out of the environment: children do not inherit it. The
+		 * process keeps a valid one, for a later ddss_init (a context closed and opened
+		 * again). */
 		n = (long)strnlen(env, DDSS_AUTH_SECRET_MAX + 1);
 		memcpy(buf, env, (size_t)n);
+		if (n >= 1 && n <= (long)DDSS_AUTH_SECRET_MAX) {
+			memcpy(env_secret.buf, env, (size_t)n);
+			env_secret.len = (size_t)n;
+			env_secret.set = true;
+		}
 		sodium_memzero((void *)env, (size_t)n);
 		unsetenv("DDSS_SECRET");
+	} else if (env_secret.set) {
+		n = (long)env_secret.len;
+		memcpy(buf, env_secret.buf, env_secret.len);
+		env = "";
 	}
+	pthread_mutex_unlock(&env_secret.mu);
 	if (file) {
 		what = "DDSS_SECRET_FILE";
 		n = read_secret_file(file, buf);

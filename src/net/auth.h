@@ -46,12 +46,15 @@ struct ddss_auth_transcript {
  * Load the group key from the environment (DDSS_SECRET_FILE, else DDSS_SECRET), else from
  * @attr_secret (may be NULL). Off (0 returned, key->on false) when no secret is
  * configured. DDSS_SECRET is removed from the environment once read (children do not
- * inherit it; a second call no longer finds it). -EINVAL (logged) for an empty secret, a
+ * inherit it); this process remembers it for later calls. -EINVAL (logged) for an empty
+ * secret, a
  * DDSS_SECRET_FILE set but empty, or a secret longer than DDSS_AUTH_SECRET_MAX; -ENOENT
  * for an unreadable secret file, -EACCES for one the group or others may read or write;
  * -ENOSYS if libsodium cannot start.
  */
 int ddss_auth_key_load(const char *attr_secret, struct ddss_auth_key *key);
+/** Tests: forget the DDSS_SECRET this process read (as if it had never been set). */
+void ddss_auth_env_secret_forget(void);
 
 /** Wipe the key from memory. */
 void ddss_auth_key_clear(struct ddss_auth_key *key);

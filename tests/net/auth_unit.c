@@ -28,6 +28,7 @@ static struct ddss_auth_key key_of(const char *secret)
 
 	unsetenv("DDSS_SECRET_FILE");
 	unsetenv("DDSS_SECRET");
+	ddss_auth_env_secret_forget(); /* a DDSS_SECRET read earlier would win */
 	CU_ASSERT_EQUAL(ddss_auth_key_load(secret, &k), 0);
 	return k;
 }
@@ -94,11 +95,15 @@ static void test_secret_hygiene(void)
 	CU_ASSERT_EQUAL(ddss_auth_key_load("s1", &c), -EINVAL);
 	CU_ASSERT_FALSE(c.on);
 	unsetenv("DDSS_SECRET_FILE");
-	/* DDSS_SECRET is read once and leaves the environment. */
+	/* DDSS_SECRET is read once and leaves the environment; the process remembers it
+	 * (a context closed and opened again still has it), over the attribute too. */
 	setenv("DDSS_SECRET", "s1", 1);
 	CU_ASSERT_EQUAL(ddss_auth_key_load(NULL, &c), 0);
 	CU_ASSERT(c.on && memcmp(c.key, a.key, sizeof(a.key)) == 0);
 	CU_ASSERT_PTR_NULL(getenv("DDSS_SECRET"));
+	c.on = false;
+	CU_ASSERT_EQUAL(ddss_auth_key_load("s2", &c), 0);
+	CU_ASSERT(c.on && memcmp(c.key, a.key, sizeof(a.key)) == 0);
 	/* ... also when the file wins over it. */
 	fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
 	CU_ASSERT_FATAL(fd >= 0);
@@ -111,6 +116,7 @@ static void test_secret_hygiene(void)
 	CU_ASSERT_PTR_NULL(getenv("DDSS_SECRET"));
 	unlink(path);
 	unsetenv("DDSS_SECRET_FILE");
+	ddss_auth_env_secret_forget();
 }
 
 /*
