@@ -1,6 +1,7 @@
 /*
  * The segment service as a caller sees it: what ddss_allocate_ss, ddss_lookup_ss,
- * ddss_release_ss and ddss_stat_ss make of the answers peers send (src/core/segment.c:
+ * ddss_release_ss and ddss_stat_ss (in direct mode: ddss_segment_allocate, ..., the calls
+ * behind the API's table) make of the answers peers send (src/core/segment.c:
  * descriptor replies, the name directory's key, the RELEASE_BEGIN name and cachers bitmap),
  * through the real rpc layer (src/core/rpc.c: a reply is matched to its call by id and
  * copied into the caller's buffer). Both files are compiled in; the transport underneath
@@ -224,7 +225,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		attr.placement = DDSS_PLACE_RANK;
 		attr.rank = rank;
 		attr.name = call % 5 ? "fuzz-segment" : NULL;
-		r = ddss_allocate_ss(&ctx, 4096, &attr, &key);
+		r = ddss_segment_allocate(&ctx, 4096, &attr, &key);
 		result_ok(r);
 #ifndef FUZZ_KNOWN_DESC_RANGE
 		if (r == 0)
@@ -232,7 +233,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #endif
 		break;
 	case 2:
-		r = ddss_lookup_ss(&ctx, "fuzz-segment", &key);
+		r = ddss_segment_lookup(&ctx, "fuzz-segment", &key);
 		result_ok(r);
 #ifndef FUZZ_KNOWN_DESC_RANGE
 		if (r == 0)
@@ -240,11 +241,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #endif
 		break;
 	case 3:
-		r = ddss_release_ss(&ctx, ddss_key_make(rank, slot, 1));
+		r = ddss_segment_release(&ctx, ddss_key_make(rank, slot, 1));
 		result_ok(r);
 		break;
 	case 4:
-		r = ddss_stat_ss(&ctx, ddss_key_make(rank, slot, 1), &info);
+		r = ddss_segment_stat(&ctx, ddss_key_make(rank, slot, 1), &info);
 		result_ok(r);
 		if (r == 0)
 			FUZZ_CHECK(info.home == rank);
