@@ -5,6 +5,7 @@
  */
 #include "common/test_util.h"
 #include "net/auth.h"
+#include "net/auth_replay.h"
 #include "net/exposure.h"
 #include "net/net.h"
 

@@ -38,6 +38,7 @@
 #define DDSS_NET_VERBS_VERBS_INT_H
 
 #include "net/verbs/verbs.h"
+#include "net/auth_replay.h"
 
 #include <endian.h>
 #include <infiniband/verbs.h>
