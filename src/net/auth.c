@@ -174,6 +174,17 @@ void ddss_auth_prove(const struct ddss_auth_key *key, enum ddss_auth_role role,
 	crypto_auth(proof, msg, sizeof(msg), key->key);
 }
 
+void ddss_auth_session_key(const struct ddss_auth_key *key, const struct ddss_auth_transcript *t,
+			   unsigned char out[DDSS_AUTH_KEY_LEN])
+{
+	unsigned char msg[TRANSCRIPT_LEN];
+
+	/* Role byte 'S': no proof either side sends is ever this hash's input. */
+	encode((enum ddss_auth_role)'S', t, msg);
+	crypto_generichash(out, DDSS_AUTH_KEY_LEN, msg, sizeof(msg), key->key, sizeof(key->key));
+	sodium_memzero(msg, sizeof(msg));
+}
+
 int ddss_auth_check(const struct ddss_auth_key *key, enum ddss_auth_role role,
 		    const struct ddss_auth_transcript *t, const unsigned char *proof, size_t len)
 {

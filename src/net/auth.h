@@ -73,4 +73,13 @@ void ddss_auth_prove(const struct ddss_auth_key *key, enum ddss_auth_role role,
 int ddss_auth_check(const struct ddss_auth_key *key, enum ddss_auth_role role,
 		    const struct ddss_auth_transcript *t, const unsigned char *proof, size_t len);
 
+/**
+ * The key of one authenticated connection (DDSS_TCP_PROTECT): a keyed hash, under the key
+ * the two ranks of @t share, of the whole transcript with both nonces, so every connection
+ * has its own and nobody without that key can compute it. Callers derive one key per
+ * direction from it. @key must be on.
+ */
+void ddss_auth_session_key(const struct ddss_auth_key *key, const struct ddss_auth_transcript *t,
+			   unsigned char out[DDSS_AUTH_KEY_LEN]);
+
 #endif /* DDSS_NET_AUTH_H */
