@@ -1,4 +1,5 @@
 #include "net/auth.h"
+#include "net/auth_keys.h"
 #include "core/log.h"
 
 #include <endian.h>
@@ -141,7 +142,14 @@ int ddss_auth_key_load(const char *attr_secret, struct ddss_auth_key *key)
 
 void ddss_auth_key_clear(struct ddss_auth_key *key)
 {
+	ddss_auth_row_put(key->row);
 	sodium_memzero(key, sizeof(*key));
+}
+
+void ddss_auth_key_copy(struct ddss_auth_key *dst, const struct ddss_auth_key *src)
+{
+	*dst = *src;
+	ddss_auth_row_get(dst->row);
 }
 
 void ddss_auth_nonce(unsigned char nonce[DDSS_AUTH_NONCE_LEN])
@@ -168,21 +176,31 @@ static void encode(enum ddss_auth_role role, const struct ddss_auth_transcript *
 void ddss_auth_prove(const struct ddss_auth_key *key, enum ddss_auth_role role,
 		     const struct ddss_auth_transcript *t, unsigned char proof[DDSS_AUTH_PROOF_LEN])
 {
-	unsigned char msg[TRANSCRIPT_LEN];
+	unsigned char msg[TRANSCRIPT_LEN], pair[DDSS_AUTH_KEY_LEN];
 
+	if (ddss_auth_pair_key(key, t->initiator, t->target, pair)) {
+		randombytes_buf(proof, DDSS_AUTH_PROOF_LEN);
+		return;
+	}
 	encode(role, t, msg);
-	crypto_auth(proof, msg, sizeof(msg), key->key);
+	crypto_auth(proof, msg, sizeof(msg), pair);
+	sodium_memzero(pair, sizeof(pair));
 }
 
 void ddss_auth_session_key(const struct ddss_auth_key *key, const struct ddss_auth_transcript *t,
 			   unsigned char out[DDSS_AUTH_KEY_LEN])
 {
-	unsigned char msg[TRANSCRIPT_LEN];
+	unsigned char msg[TRANSCRIPT_LEN], pair[DDSS_AUTH_KEY_LEN];
 
+	if (ddss_auth_pair_key(key, t->initiator, t->target, pair)) {
+		randombytes_buf(out, DDSS_AUTH_KEY_LEN); /* nobody else has it: frames fail */
+		return;
+	}
 	/* Role byte 'S': no proof either side sends is ever this hash's input. */
 	encode((enum ddss_auth_role)'S', t, msg);
-	crypto_generichash(out, DDSS_AUTH_KEY_LEN, msg, sizeof(msg), key->key, sizeof(key->key));
+	crypto_generichash(out, DDSS_AUTH_KEY_LEN, msg, sizeof(msg), pair, sizeof(pair));
 	sodium_memzero(msg, sizeof(msg));
+	sodium_memzero(pair, sizeof(pair));
 }
 
 int ddss_auth_check(const struct ddss_auth_key *key, enum ddss_auth_role role,
@@ -192,6 +210,8 @@ int ddss_auth_check(const struct ddss_auth_key *key, enum ddss_auth_role role,
 	int r;
 
 	if (!key || !key->on || len < 16 || len > DDSS_AUTH_PROOF_LEN)
+		return -EACCES;
+	if (ddss_auth_pair_key(key, t->initiator, t->target, want)) /* a pair not ours */
 		return -EACCES;
 	ddss_auth_prove(key, role, t, want);
 	r = sodium_memcmp(want, proof, len) == 0 ? 0 : -EACCES;

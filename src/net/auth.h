@@ -25,9 +25,21 @@
 #define DDSS_AUTH_PROOF_LEN 32u
 #define DDSS_AUTH_SECRET_MAX 4096u
 
+struct ddss_auth_row;
+
+/*
+ * Two ranks prove themselves to each other with the key of their *pair*. From a group
+ * secret every pair key can be derived (a keyed hash of the two ranks under the group key),
+ * so with a secret any member can pass for any other: it authenticates the group, not the
+ * rank. From a keys file (DDSS_KEYS_FILE, written by `ddssrun --write-keys`, which ddssrun
+ * also does for every group it starts) a rank holds only the keys of its own pairs, random
+ * and unrelated: it cannot prove any other rank's identity, so what arrives on a connection
+ * comes from the rank it claims (docs/security.md, "Rank identity").
+ */
 struct ddss_auth_key {
-	bool on;                               /* a secret is configured */
-	unsigned char key[DDSS_AUTH_KEY_LEN];  /* group key, valid when on */
+	bool on;                               /* a secret or a keys file is configured */
+	unsigned char key[DDSS_AUTH_KEY_LEN];  /* group key (when on without a row) */
+	struct ddss_auth_row *row;             /* keys file: this rank's pair keys (shared by copies) */
 };
 
 /* Which side of a connection computes a proof: the one that connected, or the one that
@@ -58,11 +70,36 @@ void ddss_auth_env_secret_forget(void);
 
 /** Wipe the key from memory. */
 void ddss_auth_key_clear(struct ddss_auth_key *key);
+/** @dst (not yet holding a key) becomes a copy of @src; clear both. */
+void ddss_auth_key_copy(struct ddss_auth_key *dst, const struct ddss_auth_key *src);
+
+/*
+ * A keys file: "DDSSKEY1", the rank (le32), the group size (le32), then for each rank 1..size
+ * the 32-byte key this rank shares with it (its own entry is zero). Mode 0600 or stricter.
+ */
+#define DDSS_AUTH_KEYS_MAGIC "DDSSKEY1"
+#define DDSS_AUTH_KEYS_HDR_LEN 16u
+
+/**
+ * Load DDSS_KEYS_FILE, if set, for rank @rank of a group of @size into @key. 0 when unset
+ * (@key unchanged). -EINVAL (logged) when a group secret is also set (one or the other), or
+ * for an empty variable, a malformed file or one written for another rank or size; -ENOENT
+ * unreadable; -EACCES when the group or others may read or write it.
+ */
+int ddss_auth_keys_load(uint32_t rank, uint32_t size, struct ddss_auth_key *key);
+
+/**
+ * The key ranks @a and @b share (0), or -EACCES when @key cannot know it (a keys file
+ * holds only its own rank's pairs, and only for ranks 1..size).
+ */
+int ddss_auth_pair_key(const struct ddss_auth_key *key, uint32_t a, uint32_t b,
+		       unsigned char out[DDSS_AUTH_KEY_LEN]);
 
 /** Fill @nonce with fresh random bytes. */
 void ddss_auth_nonce(unsigned char nonce[DDSS_AUTH_NONCE_LEN]);
 
-/** The proof @role sends for @t under @key (which must be on). */
+/** The proof @role sends for @t under the key of @t's pair (@key must be on). A pair @key
+ * cannot know (never one with its own rank) gets a random proof, which no check passes. */
 void ddss_auth_prove(const struct ddss_auth_key *key, enum ddss_auth_role role,
 		     const struct ddss_auth_transcript *t, unsigned char proof[DDSS_AUTH_PROOF_LEN]);
 

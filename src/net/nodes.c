@@ -212,6 +212,8 @@ int ddss_net_env_load(struct ddss_net_env *env)
 		r = ddss_env_either("DDSS_THREAD_FILES", "private", "shared", &env->share_files);
 	if (!r)
 		r = ddss_auth_key_load(NULL, &env->auth);
+	if (!r)
+		r = ddss_auth_keys_load(env->rank, env->size, &env->auth);
 	if (!r) {
 		s = getenv("DDSS_TRANSPORT");
 		snprintf(env->transport, sizeof(env->transport), "%s", s && *s ? s : "auto");

@@ -202,7 +202,7 @@ int ddss_tp_start_pool(struct ddss_tp **tp_p, void *pool, size_t len, struct dds
 	memcpy(nodes, tp->nodes, cfg.size * sizeof(*nodes));
 	cfg.nodes = nodes;
 	if (cfg.auth) {
-		auth = *cfg.auth;
+		ddss_auth_key_copy(&auth, cfg.auth);
 		cfg.auth = &auth;
 	}
 	ddss_tp_close(tp);
@@ -244,7 +244,7 @@ int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,
 		tp->cfg.connect_timeout_ms = 30000;
 	tp->cfg.auth = NULL;
 	if (cfg->auth && cfg->auth->on) {
-		tp->auth = *cfg->auth;
+		ddss_auth_key_copy(&tp->auth, cfg->auth);
 		tp->cfg.auth = &tp->auth;
 	}
 	return 0;
