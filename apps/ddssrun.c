@@ -4,6 +4,7 @@
  * Usage:
  *   ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR...]] [--timeout SEC]
  *           [--daemon [--clients K] [--ddssd PATH]] [--] prog [args...]
+ *   ddssrun -n N --write-keys DIR
  *
  *   -n, --np N         number of ranks, 1..1024 (required)
  *   --transport T      tcp or verbs (default: $DDSS_TRANSPORT, else tcp)
@@ -17,6 +18,10 @@
  *   --clients K        daemon mode: K clients of prog per rank, 1..256 (default 1)
  *   --ddssd PATH       daemon mode: the daemon binary (default: ddssd in the directory
  *                      of ddssrun's own executable)
+ *   --write-keys DIR   write the keys files of a group of N ranks (DIR/rank-R.keys,
+ *                      mode 0600; DIR is made 0700 if missing) for a deployment whose
+ *                      ranks ddssrun does not start, and exit; each host gets only its
+ *                      ranks' files, as DDSS_KEYS_FILE
  *   -h, --help         show usage
  *
  * Environment given to every rank (on top of the inherited environment):
@@ -27,8 +32,11 @@
  *   DDSS_LISTEN_FD  (tcp only) fd 3, an already bound and listening TCP socket on
  *                   this rank's DDSS_NODES entry; using it avoids a race for the port
  *   DDSS_GROUP      random 64-bit hex id, identical for all ranks of one run
- *   DDSS_SECRET     a random group secret for the run, unless DDSS_SECRET_FILE or
- *                   DDSS_SECRET is already set (then the ranks inherit that one)
+ *   DDSS_KEYS_FILE  this rank's keys file: random keys for each pair of ranks, made
+ *                   for the run in a fresh /tmp/ddssrun-keys.XXXXXX (mode 0700, removed
+ *                   at the end), so no rank can pass for another; not set when
+ *                   DDSS_SECRET_FILE or DDSS_SECRET is (then the ranks inherit that
+ *                   group secret, which authenticates the group but not each rank)
  * An inherited DDSS_NODES_FILE (and, for verbs, DDSS_LISTEN_FD) is removed so it
  * cannot contradict DDSS_NODES. For verbs the ports are only reserved as numbers:
  * rdma_cm has its own port space, so the sockets are closed before the ranks start.
@@ -80,12 +88,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "ddssrun_keys.h"
 
 enum {
     MAX_RANKS = 1024,
@@ -98,7 +109,6 @@ enum {
     PREFIX_MAX = 32,               /* "[1024.256] ", "[ddssd 1024] "; room for any int */
     NAME_MAX_LEN = 40,             /* "rank 1024 client 256"; room for any int */
     GROUP_ID_LEN = 16,             /* hex digits of a 64-bit id */
-    SECRET_BYTES = 32,             /* of the group secret made for a run */
 };
 
 /* A 64 KiB line plus its newline must fit, so it is never split. */
@@ -113,6 +123,7 @@ enum {
  * (and so tell us why) before we stop it. */
 #define READY_CLOSE_GRACE_NS (1 * NS_PER_SEC)
 #define SOCK_DIR_TEMPLATE "/tmp/ddssrun.XXXXXX"
+#define KEYS_DIR_TEMPLATE "/tmp/ddssrun-keys.XXXXXX"
 #define MAX_HOSTS 8
 
 enum parse_result { PARSE_OK, PARSE_HELP, PARSE_ERROR };
@@ -126,6 +137,7 @@ struct options {
     int clients;                    /* 0 until given */
     const char *ddssd;
     char ddssd_default[PATH_MAX];
+    const char *write_keys;         /* --write-keys DIR */
     char **prog_argv;
 };
 
@@ -137,7 +149,7 @@ struct launch {
     char hosts[MAX_HOSTS][INET_ADDRSTRLEN]; /* rank r listens on hosts[(r-1) % nhosts] */
     char *nodes;
     char group[GROUP_ID_LEN + 1];
-    char secret[2 * SECRET_BYTES + 1]; /* generated for the run; "" when the user gave one */
+    char keys_dir[sizeof KEYS_DIR_TEMPLATE]; /* keys made for the run; "" when the user gave a secret */
     int *listen_fds;                /* tcp: one per rank, until all ranks are forked */
     char **prog_argv;
     bool daemon;
@@ -249,6 +261,7 @@ static void usage(FILE *to)
 {
     fputs("usage: ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR..]] [--timeout SEC]\n"
           "               [--daemon [--clients K] [--ddssd PATH]] [--] prog [args...]\n"
+          "       ddssrun -n N --write-keys DIR\n"
           "  -n, --np N        number of ranks (1..1024)\n"
           "  --transport T     tcp or verbs (default: $DDSS_TRANSPORT, else tcp)\n"
           "  --host ADDRS      IPv4 address(es) to listen on, comma separated; rank r gets\n"
@@ -258,6 +271,7 @@ static void usage(FILE *to)
           "  --daemon          daemon mode: each rank is a ddssd, prog runs as its clients\n"
           "  --clients K       daemon mode: clients of prog per rank (1..256, default 1)\n"
           "  --ddssd PATH      daemon mode: the daemon binary (default: ddssd next to ddssrun)\n"
+          "  --write-keys DIR  write the ranks' keys files (DIR/rank-R.keys) and exit\n"
           "  -h, --help        show this help\n",
           to);
 }
@@ -346,6 +360,13 @@ static enum parse_result check_options(struct options *opt, int argc, char **arg
         say("ddssrun: -n N is required\n");
         return PARSE_ERROR;
     }
+    if (opt->write_keys) {
+        if (optind < argc || opt->daemon) {
+            say("ddssrun: --write-keys starts nothing: give only -n N\n");
+            return PARSE_ERROR;
+        }
+        return PARSE_OK;
+    }
     if (optind >= argc) {
         say("ddssrun: no program given\n");
         return PARSE_ERROR;
@@ -380,6 +401,7 @@ static enum parse_result parse_options(int argc, char **argv, struct options *op
         { "daemon", no_argument, NULL, 'D' },
         { "clients", required_argument, NULL, 'C' },
         { "ddssd", required_argument, NULL, 'B' },
+        { "write-keys", required_argument, NULL, 'K' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -423,6 +445,9 @@ static enum parse_result parse_options(int argc, char **argv, struct options *op
             break;
         case 'B':
             opt->ddssd = optarg;
+            break;
+        case 'K':
+            opt->write_keys = optarg;
             break;
         case 'h':
             return PARSE_HELP;
@@ -565,30 +590,47 @@ static bool make_group_id(char out[GROUP_ID_LEN + 1])
 }
 
 /*
- * A random group secret for the run (secure by default, docs/security.md), unless the
- * user configured one (DDSS_SECRET_FILE or DDSS_SECRET in our environment: the ranks
- * inherit it). Ranks and daemons get it in DDSS_SECRET, which the library removes from
- * their environment as it reads it; clients need none.
+ * Keys files for the run (secure by default, docs/security.md): random keys per pair of
+ * ranks, so the ranks authenticate each other and none can pass for another. Not when
+ * the user configured a group secret (DDSS_SECRET_FILE or DDSS_SECRET: the ranks inherit
+ * it). Clients need none.
  */
-static bool make_secret(struct launch *l)
+static bool make_keys(struct launch *l)
 {
-    unsigned char b[SECRET_BYTES];
-    ssize_t n;
-    if (getenv("DDSS_SECRET_FILE") || getenv("DDSS_SECRET")) {
-        l->secret[0] = 0;
+    l->keys_dir[0] = 0;
+    if (getenv("DDSS_SECRET_FILE") || getenv("DDSS_SECRET"))
         return true;
-    }
-    do {
-        n = getrandom(b, sizeof b, 0);
-    } while (n < 0 && errno == EINTR);
-    if (n != (ssize_t)sizeof b) {
-        say("ddssrun: getrandom: %s\n", n < 0 ? strerror(errno) : "short read");
+    if (getenv("DDSS_KEYS_FILE")) {
+        say("ddssrun: DDSS_KEYS_FILE holds one rank's keys; ddssrun makes keys for the ranks "
+            "it starts (unset it, or set DDSS_SECRET_FILE for a group secret)\n");
         return false;
     }
-    for (size_t i = 0; i < sizeof b; i++)
-        snprintf(l->secret + 2 * i, 3, "%02x", b[i]);
-    explicit_bzero(b, sizeof b);
+    memcpy(l->keys_dir, KEYS_DIR_TEMPLATE, sizeof KEYS_DIR_TEMPLATE);
+    if (!mkdtemp(l->keys_dir)) {
+        say("ddssrun: cannot create a directory for the keys: %s\n", strerror(errno));
+        l->keys_dir[0] = 0;
+        return false;
+    }
+    if (!keys_write(l->keys_dir, l->nranks)) {
+        keys_remove(l->keys_dir, l->nranks);
+        l->keys_dir[0] = 0;
+        return false;
+    }
     return true;
+}
+
+/* --write-keys DIR: the keys files of a group whose ranks ddssrun does not start. */
+static int write_keys_only(const struct options *opt)
+{
+    if (mkdir(opt->write_keys, 0700) < 0 && errno != EEXIST) {
+        say("ddssrun: cannot create %s: %s\n", opt->write_keys, strerror(errno));
+        return 1;
+    }
+    if (!keys_write(opt->write_keys, opt->nranks))
+        return 1;
+    say("ddssrun: wrote %s/rank-1.keys .. rank-%d.keys; give each rank its own file as "
+        "DDSS_KEYS_FILE, and nothing else\n", opt->write_keys, opt->nranks);
+    return 0;
 }
 
 /* Called when no daemon runs any more; one that was killed left its socket behind. */
@@ -616,6 +658,9 @@ static void free_launch(struct launch *l)
     free(l->nodes);
     l->nodes = NULL;
     remove_sock_dir(l);
+    if (l->keys_dir[0])
+        keys_remove(l->keys_dir, l->nranks);
+    l->keys_dir[0] = 0;
 }
 
 static bool make_sock_dir(struct launch *l)
@@ -641,7 +686,7 @@ static bool prepare_launch(const struct options *opt, struct launch *l)
     };
     l->nhosts = parse_hosts(opt->host, l->hosts);
     raise_fd_limit(child_count(opt), &l->saved_nofile);
-    if (!make_group_id(l->group) || !make_secret(l) || !reserve_ports(l) ||
+    if (!make_group_id(l->group) || !make_keys(l) || !reserve_ports(l) ||
         (l->daemon && !make_sock_dir(l))) {
         free_launch(l);
         return false;
@@ -675,8 +720,11 @@ static void set_rank_env(const struct launch *l, int rank)
     else
         unsetenv("DDSS_LISTEN_FD");
     unsetenv("DDSS_NODES_FILE");
-    if (l->secret[0])
-        setenv("DDSS_SECRET", l->secret, 1);
+    if (l->keys_dir[0]) {
+        char path[sizeof l->keys_dir + 32];
+        keys_path(path, sizeof path, l->keys_dir, rank);
+        setenv("DDSS_KEYS_FILE", path, 1);
+    }
 }
 
 static void set_child_env(const struct launch *l, const struct child *c)
@@ -694,8 +742,7 @@ static void set_child_env(const struct launch *l, const struct child *c)
         return;
     }
     unsetenv("DDSS_LISTEN_FD");
-    if (l->secret[0])
-        unsetenv("DDSS_SECRET"); /* the daemon is the rank; a client needs no secret */
+    unsetenv("DDSS_KEYS_FILE"); /* the daemon is the rank; a client needs no keys */
     setenv("DDSS_MODE", "daemon", 1);
     setenv_int("DDSS_CLIENT", c->client);
     setenv_int("DDSS_CLIENTS", l->clients);
@@ -1316,6 +1363,9 @@ int main(int argc, char **argv)
     case PARSE_OK:
         break;
     }
+
+    if (opt.write_keys)
+        return write_keys_only(&opt);
 
     struct launch launch;
     if (!prepare_launch(&opt, &launch))

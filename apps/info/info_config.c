@@ -265,6 +265,28 @@ static enum verdict r_spin(const struct var *v, char *out, size_t len)
 	return V_OK;
 }
 
+/* A keys file is checked as the rank named by DDSS_RANK and DDSS_SIZE would load it. */
+static enum verdict r_keys(const struct var *v, char *out, size_t len)
+{
+	const char *s = getenv(v->name), *rank = getenv("DDSS_RANK"), *size = getenv("DDSS_SIZE");
+	struct ddss_auth_key key = { 0 };
+	int r;
+
+	if (!s) {
+		snprintf(out, len, "%s", v->dflt_text);
+		return V_OK;
+	}
+	if (*s && (!rank || !size)) {
+		snprintf(out, len, "%s (not checked: DDSS_RANK and DDSS_SIZE unset)", s);
+		return V_OK;
+	}
+	r = ddss_auth_keys_load(rank ? (uint32_t)atoi(rank) : 0, size ? (uint32_t)atoi(size) : 0,
+				&key);
+	ddss_auth_key_clear(&key);
+	snprintf(out, len, "%s%s%s", s, r ? ": " : "", r ? strerror(-r) : "");
+	return r ? V_INVALID : V_OK;
+}
+
 /* The secret itself is never printed: only where it comes from, and whether it loads. */
 static enum verdict r_secret(const struct var *v, char *out, size_t len)
 {
@@ -418,6 +440,7 @@ static const struct var vars[] = {
 	NUM("DDSS_LISTEN_FD", r_long, -1, 1 << 20, -1, "(none)"),
 	OTHER("DDSS_SECRET_FILE", r_secret, "(unset)"),
 	OTHER("DDSS_SECRET", r_secret, "(unset: connections not authenticated)"),
+	OTHER("DDSS_KEYS_FILE", r_keys, "(unset; ddssrun gives each rank its own)"),
 	OTHER("DDSS_INSECURE", r_insecure,
 	      "(unset: without a secret, a rank listens on loopback only)"),
 	/* The transport (net/nodes.c, net/transport.c, net/spin.c, net/tcp/tcp_provider.c). */

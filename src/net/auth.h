@@ -75,7 +75,8 @@ void ddss_auth_key_copy(struct ddss_auth_key *dst, const struct ddss_auth_key *s
 
 /*
  * A keys file: "DDSSKEY1", the rank (le32), the group size (le32), then for each rank 1..size
- * the 32-byte key this rank shares with it (its own entry is zero). Mode 0600 or stricter.
+ * the 32-byte key this rank shares with it (its own entry: the key of its connection to
+ * itself). Mode 0600 or stricter.
  */
 #define DDSS_AUTH_KEYS_MAGIC "DDSSKEY1"
 #define DDSS_AUTH_KEYS_HDR_LEN 16u

@@ -54,7 +54,7 @@ int ddss_auth_pair_key(const struct ddss_auth_key *key, uint32_t a, uint32_t b,
 		if (a != row->rank && b != row->rank)
 			return -EACCES; /* another pair's key: not ours to know */
 		other = a == row->rank ? b : a;
-		if (other < 1 || other > row->size || other == row->rank)
+		if (other < 1 || other > row->size)
 			return -EACCES;
 		memcpy(out, row->pair + (size_t)(other - 1) * DDSS_AUTH_KEY_LEN, DDSS_AUTH_KEY_LEN);
 		return 0;
