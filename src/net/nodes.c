@@ -157,6 +157,24 @@ static int completion_load(enum ddss_tp_completion *out_p)
 	return 0;
 }
 
+/* DDSS_TCP_PROTECT: off (default) | integrity | encrypt (net/tcp/tcp_protect.h). */
+static int protect_load(enum ddss_tp_protect *out_p)
+{
+	const char *s = getenv("DDSS_TCP_PROTECT");
+
+	if (!s || !*s || !strcmp(s, "off"))
+		*out_p = DDSS_TP_PROTECT_OFF;
+	else if (!strcmp(s, "integrity"))
+		*out_p = DDSS_TP_PROTECT_INTEGRITY;
+	else if (!strcmp(s, "encrypt"))
+		*out_p = DDSS_TP_PROTECT_ENCRYPT;
+	else {
+		DDSS_ERR("DDSS_TCP_PROTECT=%s: expected off, integrity or encrypt", s);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int ddss_net_env_load(struct ddss_net_env *env)
 {
 	const char *list = getenv("DDSS_NODES"), *file = getenv("DDSS_NODES_FILE");
@@ -211,6 +229,8 @@ int ddss_net_env_load(struct ddss_net_env *env)
 	if (!r)
 		r = ddss_env_either("DDSS_THREAD_FILES", "private", "shared", &env->share_files);
 	if (!r)
+		r = protect_load(&env->tcp_protect);
+	if (!r)
 		r = ddss_auth_key_load(NULL, &env->auth);
 	if (!r)
 		r = ddss_auth_keys_load(env->rank, env->size, &env->auth);
@@ -247,6 +267,7 @@ void ddss_net_env_to_config(const struct ddss_net_env *env, const struct ddss_tp
 	cfg->device = env->device[0] ? env->device : NULL;
 	cfg->auth = env->auth.on ? &env->auth : NULL;
 	cfg->share_files = env->share_files;
+	cfg->tcp_protect = env->tcp_protect;
 	if (h)
 		cfg->handlers = *h;
 }

@@ -18,6 +18,8 @@
  *   DDSS_PEER_TIMEOUT_MS     a connected peer silent this long is declared dead for good
  *                            (10000; 0 = never; net/heartbeat.c)
  *   DDSS_SECRET_FILE         group secret in a file; DDSS_SECRET the secret itself (net/auth.h)
+ *   DDSS_TCP_PROTECT         off (default) | integrity | encrypt: tcp frames authenticated
+ *                            (and encrypted) after the handshake; needs a secret or keys file
  *   DDSS_THREAD_FILES        private (default) | shared: whether helper threads drop their
  *                            share of the process's fd table where the provider allows it
  *                            (net/thread_files.h)
@@ -41,6 +43,7 @@ struct ddss_net_env {
 	int connect_timeout_ms;
 	int peer_timeout_ms;
 	bool share_files;          /* DDSS_THREAD_FILES=shared */
+	enum ddss_tp_protect tcp_protect; /* DDSS_TCP_PROTECT */
 	struct ddss_auth_key auth; /* group key, if a secret is configured */
 };
 

@@ -61,6 +61,14 @@ enum ddss_tp_completion {
 	DDSS_TP_COMPLETION_ADAPTIVE = 2, /* spin up to a bound (net/spin.h), then as EVENT */
 };
 
+/* tcp: how frames are protected after an authenticated handshake (DDSS_TCP_PROTECT,
+ * net/tcp/tcp_protect.h). Anything but OFF needs cfg->auth. */
+enum ddss_tp_protect {
+	DDSS_TP_PROTECT_OFF = 0,   /* frames travel bare */
+	DDSS_TP_PROTECT_INTEGRITY, /* every frame authenticated, payload in clear */
+	DDSS_TP_PROTECT_ENCRYPT,   /* every frame authenticated, payload encrypted */
+};
+
 enum ddss_tp_op {
 	DDSS_TP_OP_READ = 1,
 	DDSS_TP_OP_WRITE,
@@ -120,6 +128,7 @@ struct ddss_tp_config {
 	const char *device;                /* verbs: device name, NULL = automatic */
 	const struct ddss_auth_key *auth;  /* group key (net/auth.h), NULL = no authentication */
 	bool share_files;                  /* helper threads keep the shared fd table */
+	enum ddss_tp_protect tcp_protect;  /* tcp: frame protection (needs auth) */
 	struct ddss_tp_handlers handlers;
 };
 

@@ -99,7 +99,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(hello.magic == TCP_WIRE_MAGIC && hello.version == TCP_WIRE_VERSION);
 		tcp_wire_encode_hello(&hello, hout);
 		FUZZ_CHECK(memcmp(hout, hraw, sizeof(hout)) == 0);
-		FUZZ_CHECK((hello.flags & ~TCP_WIRE_HELLO_AUTH) == 0);
+		FUZZ_CHECK((hello.flags & ~TCP_WIRE_HELLO_FLAGS) == 0);
 		memset(&hello2, 0xa5, sizeof(hello2));
 		FUZZ_CHECK(tcp_wire_decode_hello(hout, &hello2) == 0);
 		FUZZ_CHECK(hello2.from_rank == hello.from_rank && hello2.to_rank == hello.to_rank &&

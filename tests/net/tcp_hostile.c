@@ -497,7 +497,11 @@ static void test_refused_hellos(void)
 		{ "version 1", F_VERSION, TCP_WIRE_VERSION - 1, -EPROTO },
 		{ "next version", F_VERSION, TCP_WIRE_VERSION + 1, -EPROTO },
 		{ "version 0", F_VERSION, 0, -EPROTO },
-		{ "unknown flag", F_FLAGS, 2, -EPROTO },
+		{ "unknown flag", F_FLAGS, 8, -EPROTO },
+		{ "integrity and encrypt", F_FLAGS,
+		  TCP_WIRE_HELLO_INTEGRITY | TCP_WIRE_HELLO_ENCRYPT, -EPROTO },
+		/* This target does not protect frames: a peer that does is refused. */
+		{ "asks for integrity", F_FLAGS, TCP_WIRE_HELLO_INTEGRITY, -EACCES },
 		/* This target has no group secret: a peer that wants one is not of this group. */
 		{ "asks for a secret", F_FLAGS, TCP_WIRE_HELLO_AUTH, -EACCES },
 	};

@@ -12,12 +12,14 @@
  * Files: tcp_provider.c (ops table, lifecycle, peers, local operations), tcp_chan.c
  * (initiator channels: connect, send, replies, waits), tcp_serve.c (acceptor and progress
  * threads: serving requests), tcp_handshake.c (opening a connection, both sides), tcp_wire.c
- * (frame encoding and validation).
+ * (frame encoding and validation), tcp_protect.c (sealing and opening frames when
+ * DDSS_TCP_PROTECT is on).
  */
 #ifndef DDSS_NET_TCP_TCP_H
 #define DDSS_NET_TCP_TCP_H
 
 #include "net/transport.h"
+#include "net/tcp/tcp_protect.h"
 #include "net/tcp/tcp_wire.h"
 
 #include <pthread.h>
@@ -75,8 +77,15 @@ struct tcp_chan {
 	int fd;
 	int error; /* atomic; sticky failure of the current connection (0 = healthy) */
 
-	pthread_mutex_t send_mu; /* next_seq, the out queue, EPOLLOUT arming */
+	pthread_mutex_t send_mu; /* next_seq, the out queue, EPOLLOUT arming, prot.tx, ptx */
 	uint64_t next_seq;
+	/* Frame protection of the current connection (set with fd): prot.tx and ptx (where
+	 * frames are sealed) under send_mu, prot.rx and prx by the rx owner. */
+	bool protect;
+	struct tcp_protect prot;
+	unsigned char *ptx;
+	size_t ptx_cap;
+	struct tcp_pframe prx;
 	struct tcp_out *out_head, *out_tail;
 	bool out_armed;
 	/* A request frame posted with "more" (ddss_tp_post_*_more): not sent yet, it goes out
@@ -130,6 +139,13 @@ struct tcp_served {
 	bool head_sending;      /* out_iov is held_head's reply */
 	bool weak_listed;       /* on tcp_tp.weak_list */
 	struct tcp_served *weak_next;
+	/* Frame protection (tcp_protect.h): the frame being received, and where replies are
+	 * sealed (out_iov points into it). */
+	bool protect;
+	struct tcp_protect prot;
+	struct tcp_pframe prx;
+	unsigned char *ptx;
+	size_t ptx_cap;
 };
 
 struct tcp_peer {
@@ -153,6 +169,7 @@ struct tcp_tp {
 	struct tcp_served *served; /* list, for teardown */
 	struct tcp_peer *peers;    /* [1..size] */
 	enum tcp_order order;
+	enum ddss_tp_protect protect; /* cfg.tcp_protect */
 	/* Weak order, progress thread only: rounds of the progress loop done, and the served
 	 * connections that hold replies. */
 	uint64_t round;
@@ -203,13 +220,16 @@ void tcp_chan_shutdown(struct tcp_chan *ch, int err);
 
 /* tcp_handshake.c (with a group secret, both sides prove they know it: net/auth.h) */
 /** Initiator: open the connection on @fd; the target's pool length in *pool_len_p. */
+/* Both sides: with DDSS_TCP_PROTECT, *prot_p receives the connection's frame keys (else its
+ * mode is OFF). */
 int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadline,
-			  uint64_t *pool_len_p);
+			  uint64_t *pool_len_p, struct tcp_protect *prot_p);
 /* tcp_accept.c: the acceptor thread's body. */
 void *tcp_acceptor_main(void *arg);
-/* tcp_serve.c: serve @fd, a connection from @peer that passed the handshake; on failure
- * (-errno) the caller still owns @fd. */
-int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len);
+/* tcp_serve.c: serve @fd, a connection from @peer that passed the handshake (@prot: its
+ * frame keys, copied); on failure (-errno) the caller still owns @fd. */
+int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
+		  const struct tcp_protect *prot);
 
 /** The bytes of a HELLO frame, the first thing a connecting peer sends. */
 #define TCP_HELLO_FRAME_LEN (TCP_WIRE_HDR_LEN + TCP_WIRE_HELLO_LEN)
@@ -219,7 +239,8 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len);
  * rank and pool length) or -errno.
  */
 int tcp_handshake_accept(struct tcp_tp *t, int fd, const unsigned char *first, int64_t deadline,
-			 uint32_t *peer_p, uint64_t *pool_len_p);
+			 uint32_t *peer_p, uint64_t *pool_len_p, struct tcp_protect *prot_p);
+
 
 /* tcp_serve.c */
 int tcp_serve_start(struct tcp_tp *t);

@@ -105,9 +105,10 @@ static void progress(struct acceptor *a, unsigned i)
 {
 	struct pending *x = &a->p[i];
 	ssize_t n = recv(x->fd, x->hello + x->got, sizeof(x->hello) - x->got, MSG_DONTWAIT);
+	struct tcp_protect prot = { .mode = DDSS_TP_PROTECT_OFF };
 	uint64_t pool_len = 0;
 	uint32_t peer = 0;
-	int fd = x->fd;
+	int fd = x->fd, r;
 
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 		return;
@@ -118,8 +119,11 @@ static void progress(struct acceptor *a, unsigned i)
 	x->got += (size_t)n;
 	if (x->got < sizeof(x->hello))
 		return;
-	if (tcp_handshake_accept(a->t, fd, x->hello, x->deadline, &peer, &pool_len) ||
-	    tcp_serve_add(a->t, fd, peer, pool_len)) {
+	r = tcp_handshake_accept(a->t, fd, x->hello, x->deadline, &peer, &pool_len, &prot);
+	if (!r)
+		r = tcp_serve_add(a->t, fd, peer, pool_len, &prot);
+	tcp_protect_clear(&prot);
+	if (r) {
 		drop(a, i);
 		return;
 	}

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,11 @@ void tcp_chan_init(struct tcp_chan *ch, struct tcp_tp *t, uint32_t peer)
 
 void tcp_chan_destroy(struct tcp_chan *ch)
 {
+	tcp_protect_clear(&ch->prot);
+	tcp_pframe_free(&ch->prx);
+	if (ch->ptx)
+		sodium_memzero(ch->ptx, ch->ptx_cap);
+	free(ch->ptx);
 	pthread_mutex_destroy(&ch->connect_mu);
 	pthread_mutex_destroy(&ch->send_mu);
 	pthread_mutex_destroy(&ch->q_mu);
@@ -199,8 +205,11 @@ static void chan_teardown(struct tcp_chan *ch)
 	__atomic_store_n(&ch->fd, -1, __ATOMIC_RELEASE);
 	__atomic_store_n(&ch->error, 0, __ATOMIC_RELEASE);
 	ch->next_seq = 1;
+	ch->protect = false;
+	tcp_protect_clear(&ch->prot);
 	pthread_mutex_unlock(&ch->send_mu);
 	ch->rx_start = ch->rx_end = 0;
+	tcp_pframe_done(&ch->prx);
 	rx_release(ch);
 }
 
@@ -246,6 +255,7 @@ static int chan_connect(struct tcp_chan *ch)
 	const struct ddss_tp_config *cfg = &ch->tp->base.cfg;
 	int64_t deadline = ddss_now_ns() + (int64_t)cfg->connect_timeout_ms * 1000000;
 	long backoff_ms = 5;
+	struct tcp_protect prot = { .mode = DDSS_TP_PROTECT_OFF };
 	int fd = -1, r;
 	/* It was up, or every rank has been: if it does not answer now, it is gone. */
 	bool known = ch->ever_up || ddss_tp_formed(&ch->tp->base);
@@ -271,8 +281,9 @@ static int chan_connect(struct tcp_chan *ch)
 	 * socket may outlive it (ddssrun keeps it), accepting connections nobody serves. */
 	r = tcp_handshake_connect(ch->tp, ch->peer, fd, known ? ddss_now_ns() + DEAD_HANDSHAKE_NS :
 								deadline,
-				  &ch->peer_pool_len);
+				  &ch->peer_pool_len, &prot);
 	if (r) {
+		tcp_protect_clear(&prot);
 		close(fd);
 		return known && r == -ETIMEDOUT ? -EHOSTDOWN : r;
 	}
@@ -281,8 +292,12 @@ static int chan_connect(struct tcp_chan *ch)
 	/* Install the socket; nobody may use the channel while fd changes. */
 	rx_acquire(ch);
 	pthread_mutex_lock(&ch->send_mu);
+	ch->prot = prot;
+	ch->protect = prot.mode != DDSS_TP_PROTECT_OFF;
+	tcp_pframe_done(&ch->prx);
 	__atomic_store_n(&ch->fd, fd, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&ch->send_mu);
+	tcp_protect_clear(&prot);
 	rx_release(ch);
 	ch->ever_up = true;
 	tcp_peer_set_pool_len(ch->tp, ch->peer, ch->peer_pool_len);
@@ -472,6 +487,33 @@ void tcp_chan_flush(struct tcp_chan *ch)
 	pthread_mutex_unlock(&ch->send_mu);
 }
 
+/*
+ * send_mu held, protected connection: seal @n frames (their encoded headers back to back
+ * at @hdrs, the last one with @len bytes of @payload) and send them as one write, copied
+ * if they cannot all go now. A failure fails the channel.
+ */
+static int send_sealed(struct tcp_chan *ch, const unsigned char *hdrs, size_t n,
+		       const void *payload, size_t len)
+{
+	size_t total = (n - 1) * tcp_protect_frame_len(0) + tcp_protect_frame_len(len), at = 0;
+	struct iovec iov;
+	int r = tcp_buf_reserve(&ch->ptx, &ch->ptx_cap, total);
+
+	for (size_t i = 0; !r && i < n; i++) {
+		size_t l = i + 1 == n ? len : 0;
+
+		r = tcp_protect_seal(&ch->prot, hdrs + i * TCP_WIRE_HDR_LEN, payload, l,
+				     ch->ptx + at);
+		at += tcp_protect_frame_len(l);
+	}
+	if (r) {
+		chan_fail(ch, r);
+		return r;
+	}
+	iov = (struct iovec){ ch->ptx, total };
+	return chan_send(ch, &iov, 1, true);
+}
+
 int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp_wire_hdr *h,
 		  const void *payload, size_t payload_len, bool hold)
 {
@@ -500,6 +542,12 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
 		ch->q_head = req;
 	ch->q_tail = req;
 	pthread_mutex_unlock(&ch->q_mu);
+	if (ch->protect) {
+		/* Sealed now, in wire order: never held. */
+		send_sealed(ch, req->hdr, 1, payload, payload_len);
+		pthread_mutex_unlock(&ch->send_mu);
+		return 0;
+	}
 	iov[0] = (struct iovec){ req->hdr, TCP_WIRE_HDR_LEN };
 	iov[1] = (struct iovec){ (void *)payload, payload_len };
 	if (hold && !ch->nheld) {
@@ -531,14 +579,21 @@ static void push_held(struct tcp_chan *ch)
 	pthread_mutex_unlock(&ch->send_mu);
 }
 
-/* One-way bytes (no reply expected), copied if they cannot all go out now. */
-static int send_copied(struct tcp_chan *ch, struct iovec *iov, int iovcnt)
+/*
+ * One-way frames (no reply expected), copied if they cannot all go out now: @iov holds
+ * @nframes encoded frames, all header-only but the last, whose payload is @iov[1] when
+ * @iovcnt is 2 (what a protected connection seals).
+ */
+static int send_copied(struct tcp_chan *ch, struct iovec *iov, int iovcnt, size_t nframes)
 {
 	int r;
 
 	pthread_mutex_lock(&ch->send_mu);
 	if (ch->fd < 0 || chan_error(ch))
 		r = -ECONNRESET;
+	else if (ch->protect)
+		r = send_sealed(ch, iov[0].iov_base, nframes, iovcnt > 1 ? iov[1].iov_base : NULL,
+				iovcnt > 1 ? iov[1].iov_len : 0);
 	else
 		r = chan_send(ch, iov, iovcnt, true);
 	pthread_mutex_unlock(&ch->send_mu);
@@ -552,14 +607,96 @@ int tcp_chan_send_oneway(struct tcp_chan *ch, const struct tcp_wire_hdr *h, cons
 	struct iovec iov[2] = { { hdr, sizeof(hdr) }, { (void *)payload, payload_len } };
 
 	tcp_wire_encode_hdr(h, hdr);
-	return send_copied(ch, iov, payload_len ? 2 : 1);
+	return send_copied(ch, iov, payload_len ? 2 : 1, 1);
 }
 
 int tcp_chan_send_frames(struct tcp_chan *ch, const void *frames, size_t len)
 {
 	struct iovec iov = { (void *)frames, len };
 
-	return send_copied(ch, &iov, 1);
+	return send_copied(ch, &iov, 1, len / TCP_WIRE_HDR_LEN);
+}
+
+/*
+ * Rx owner: decode the reply header @buf and take its request off the queue (*req_p): 0,
+ * or -EPROTO when it answers no request of ours as it must.
+ */
+static int take_reply(struct tcp_chan *ch, const unsigned char *buf, struct tcp_wire_hdr *h_p,
+		      struct ddss_tp_req **req_p)
+{
+	struct tcp_wire_hdr h;
+	struct ddss_tp_req *req;
+	size_t expect;
+
+	if (tcp_wire_decode_hdr(buf, &h) || h.kind != TCP_K_REPLY)
+		return -EPROTO;
+	pthread_mutex_lock(&ch->q_mu);
+	req = ch->q_head;
+	if (req && req->seq == h.seq) {
+		expect = req->op == DDSS_TP_OP_READ && h.status == 0 ? req->len : 0;
+		if (h.len == expect && h.status <= 0 && h.status > -4096) {
+			ch->q_head = req->next;
+			if (!ch->q_head)
+				ch->q_tail = NULL;
+		} else {
+			req = NULL;
+		}
+	} else {
+		req = NULL;
+	}
+	pthread_mutex_unlock(&ch->q_mu);
+	if (!req) {
+		DDSS_WARN("unexpected reply from rank %u (seq %llu)", ch->peer,
+			  (unsigned long long)h.seq);
+		return -EPROTO;
+	}
+	*h_p = h;
+	*req_p = req;
+	return 0;
+}
+
+/*
+ * Rx owner, protected connection: gather the next sealed reply, open it, and only then
+ * complete its request. 0 = progress made, -EAGAIN = need more, -EBADMSG (it failed
+ * verification), -EPROTO, -ENOMEM.
+ */
+static int rx_parse_sealed(struct tcp_chan *ch, struct ddss_tp_req *until)
+{
+	struct tcp_wire_hdr h;
+	struct ddss_tp_req *req;
+	uint64_t max = 0;
+	size_t used, len;
+	int r;
+
+	if (ch->rx_start == ch->rx_end)
+		return -EAGAIN;
+	/* Only the head request may be answered next; only a READ's answer has a payload. */
+	pthread_mutex_lock(&ch->q_mu);
+	if (ch->q_head && ch->q_head->op == DDSS_TP_OP_READ)
+		max = ch->q_head->len;
+	pthread_mutex_unlock(&ch->q_mu);
+	r = tcp_pframe_gather(&ch->prx, ch->rxbuf + ch->rx_start, ch->rx_end - ch->rx_start, max,
+			      &used);
+	ch->rx_start += used;
+	if (r <= 0)
+		return r ? r : -EAGAIN;
+	len = tcp_pframe_payload_len(&ch->prx);
+	if (tcp_protect_open(&ch->prot, ch->prx.buf, len)) {
+		DDSS_WARN("a frame from rank %u failed verification (DDSS_TCP_PROTECT=%s): forged, "
+			  "altered, replayed or lost on the way; closing the connection",
+			  ch->peer, tcp_protect_name(ch->prot.mode));
+		return -EBADMSG;
+	}
+	r = take_reply(ch, ch->prx.buf, &h, &req);
+	if (r)
+		return r;
+	if (h.len)
+		memcpy(req->local, ch->prx.buf + TCP_WIRE_HDR_LEN, h.len);
+	tcp_pframe_done(&ch->prx);
+	req_complete(req, h.status, h.len ? 0 : h.a);
+	if (req != until)
+		wake_req(ch, req);
+	return 0;
 }
 
 /* Rx owner: consume buffered bytes. 0 = progress made, -EAGAIN = need more, -EPROTO. */
@@ -568,7 +705,10 @@ static int rx_parse(struct tcp_chan *ch, struct ddss_tp_req *until)
 	struct tcp_wire_hdr h;
 	struct ddss_tp_req *req;
 	size_t avail = ch->rx_end - ch->rx_start;
-	size_t expect;
+	int r;
+
+	if (ch->protect)
+		return rx_parse_sealed(ch, until);
 
 	if (ch->rx_cur) {
 		size_t n = ch->rx_cur->len - ch->rx_cur_got;
@@ -591,28 +731,9 @@ static int rx_parse(struct tcp_chan *ch, struct ddss_tp_req *until)
 	}
 	if (avail < TCP_WIRE_HDR_LEN)
 		return -EAGAIN;
-	if (tcp_wire_decode_hdr(ch->rxbuf + ch->rx_start, &h) || h.kind != TCP_K_REPLY)
-		return -EPROTO;
-	pthread_mutex_lock(&ch->q_mu);
-	req = ch->q_head;
-	if (req && req->seq == h.seq) {
-		expect = req->op == DDSS_TP_OP_READ && h.status == 0 ? req->len : 0;
-		if (h.len == expect && h.status <= 0 && h.status > -4096) {
-			ch->q_head = req->next;
-			if (!ch->q_head)
-				ch->q_tail = NULL;
-		} else {
-			req = NULL;
-		}
-	} else {
-		req = NULL;
-	}
-	pthread_mutex_unlock(&ch->q_mu);
-	if (!req) {
-		DDSS_WARN("unexpected reply from rank %u (seq %llu)", ch->peer,
-			  (unsigned long long)h.seq);
-		return -EPROTO;
-	}
+	r = take_reply(ch, ch->rxbuf + ch->rx_start, &h, &req);
+	if (r)
+		return r;
 	ch->rx_start += TCP_WIRE_HDR_LEN;
 	if (h.len) {
 		ch->rx_cur = req;

@@ -9,12 +9,17 @@
  *   (no secret: pool lengths were in HELLO and HELLO_ACK; done)
  *   AUTH      proof_i, pool_len             ->
  *                                           <-  AUTH_ACK  status, pool_len
+ *
+ * With DDSS_TCP_PROTECT both hellos carry the mode (a flag); a side configured otherwise
+ * refuses. Every later frame is sealed under keys derived from the session key of this
+ * transcript and the mode (tcp_protect.h).
  */
 #include "net/tcp/tcp.h"
 #include "net/auth.h"
 #include "core/log.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -61,12 +66,52 @@ static int recv_frame(int fd, uint8_t kind, int64_t deadline, int *status_p,
 	return r ? r : decode_frame(buf, kind, status_p, hello);
 }
 
+static uint32_t protect_flag(enum ddss_tp_protect mode)
+{
+	return mode == DDSS_TP_PROTECT_INTEGRITY ? TCP_WIRE_HELLO_INTEGRITY :
+	       mode == DDSS_TP_PROTECT_ENCRYPT	 ? TCP_WIRE_HELLO_ENCRYPT :
+						   0;
+}
+
+static const char *protect_flag_name(uint32_t flags)
+{
+	return flags & TCP_WIRE_HELLO_INTEGRITY ? "integrity" :
+	       flags & TCP_WIRE_HELLO_ENCRYPT	? "encrypt" :
+						  "off";
+}
+
+/* 0 when the peer's hello asks for our protection mode, else -EACCES (logged). */
+static int protect_agree(const struct ddss_tp_config *cfg, uint32_t peer, uint32_t flags)
+{
+	uint32_t theirs = flags & (TCP_WIRE_HELLO_INTEGRITY | TCP_WIRE_HELLO_ENCRYPT);
+
+	if (theirs == protect_flag(cfg->tcp_protect))
+		return 0;
+	DDSS_WARN("rank %u protects tcp frames with DDSS_TCP_PROTECT=%s and we with %s: not "
+		  "talking to it (every rank of a group needs the same mode)",
+		  peer, protect_flag_name(theirs), tcp_protect_name(cfg->tcp_protect));
+	return -EACCES;
+}
+
+/* Authenticated: the frame keys of the connection whose transcript is @tr. */
+static void protect_keys(const struct ddss_tp_config *cfg, const struct ddss_auth_transcript *tr,
+			 bool initiator, struct tcp_protect *prot_p)
+{
+	unsigned char session[DDSS_AUTH_KEY_LEN];
+
+	if (cfg->tcp_protect == DDSS_TP_PROTECT_OFF)
+		return;
+	ddss_auth_session_key(cfg->auth, tr, session);
+	tcp_protect_init(prot_p, cfg->tcp_protect, session, initiator);
+	sodium_memzero(session, sizeof(session));
+}
+
 static struct tcp_wire_hello my_hello(const struct ddss_tp_config *cfg, uint32_t to_rank)
 {
 	return (struct tcp_wire_hello){
 		.magic = TCP_WIRE_MAGIC, .version = TCP_WIRE_VERSION, .from_rank = cfg->rank,
 		.to_rank = to_rank, .size = cfg->size, .group = cfg->group,
-		.flags = cfg->auth ? TCP_WIRE_HELLO_AUTH : 0,
+		.flags = (cfg->auth ? TCP_WIRE_HELLO_AUTH : 0) | protect_flag(cfg->tcp_protect),
 	};
 }
 
@@ -96,7 +141,7 @@ static int ask(int fd, uint32_t peer, uint8_t kind, const struct tcp_wire_hello 
 }
 
 int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadline,
-			  uint64_t *pool_len_p)
+			  uint64_t *pool_len_p, struct tcp_protect *prot_p)
 {
 	const struct ddss_tp_config *cfg = &t->base.cfg;
 	struct tcp_wire_hello me = my_hello(cfg, peer), them;
@@ -117,6 +162,8 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 			  them.size, (unsigned long long)them.group);
 		return -EPROTO;
 	}
+	if (protect_agree(cfg, peer, them.flags))
+		return -EACCES;
 	if (!cfg->auth) {
 		/* A target with a secret refuses us before this; one that accepts must not ask. */
 		if (them.flags & TCP_WIRE_HELLO_AUTH)
@@ -137,6 +184,7 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 	if (r)
 		return r;
 	*pool_len_p = them.pool_len;
+	protect_keys(cfg, &tr, true, prot_p);
 	return 0;
 }
 
@@ -160,6 +208,8 @@ static int check_hello(struct tcp_tp *t, const struct tcp_wire_hello *hello)
 				    : "it has a group secret and we have none");
 		return -EACCES;
 	}
+	if (protect_agree(cfg, hello->from_rank, hello->flags))
+		return -EACCES;
 	if (ddss_tp_peer_refused(&t->base, hello->from_rank)) {
 		DDSS_WARN("refusing rank %u: it was declared dead", hello->from_rank);
 		return -ECONNREFUSED;
@@ -186,7 +236,7 @@ static int check_auth(struct tcp_tp *t, int fd, int64_t deadline,
 }
 
 int tcp_handshake_accept(struct tcp_tp *t, int fd, const unsigned char *first, int64_t deadline,
-			 uint32_t *peer_p, uint64_t *pool_len_p)
+			 uint32_t *peer_p, uint64_t *pool_len_p, struct tcp_protect *prot_p)
 {
 	const struct ddss_tp_config *cfg = &t->base.cfg;
 	struct tcp_wire_hello hello = { 0 }, me;
@@ -220,5 +270,7 @@ int tcp_handshake_accept(struct tcp_tp *t, int fd, const unsigned char *first, i
 	if (!status)
 		me.pool_len = t->pool_len;
 	r = send_frame(fd, TCP_K_AUTH_ACK, status, &me);
+	if (!r && !status)
+		protect_keys(cfg, &tr, false, prot_p);
 	return r ? r : status;
 }

@@ -460,6 +460,14 @@ static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 	r = order_from_env(&t->order);
 	if (r)
 		goto err_free;
+	if (cfg->tcp_protect != DDSS_TP_PROTECT_OFF && !cfg->auth) {
+		DDSS_ERR("DDSS_TCP_PROTECT=%s needs authentication: the frame keys come from the "
+			 "handshake's proofs; set a group secret (DDSS_SECRET or DDSS_SECRET_FILE) "
+			 "or a keys file (DDSS_KEYS_FILE)", tcp_protect_name(cfg->tcp_protect));
+		r = -EINVAL;
+		goto err_free;
+	}
+	t->protect = cfg->tcp_protect;
 	r = ddss_tp_init_common(&t->base, &ddss_tcp_ops, cfg);
 	if (r)
 		goto err_free;

@@ -41,6 +41,7 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,11 @@ static void served_free(struct tcp_served *s)
 		s->held_head = h->next;
 		free(h);
 	}
+	tcp_protect_clear(&s->prot);
+	tcp_pframe_free(&s->prx);
+	if (s->ptx)
+		sodium_memzero(s->ptx, s->ptx_cap);
+	free(s->ptx);
 	free(s);
 }
 
@@ -174,15 +180,43 @@ static int served_flush(struct tcp_served *s)
 	return 0;
 }
 
+/*
+ * Make @rep, with @len bytes of @data, the reply going out (out_iov): the header and the
+ * data where they are, or on a protected connection the frame sealed into s->ptx. 0 or
+ * -errno.
+ */
+static int served_set_out(struct tcp_served *s, const struct tcp_wire_hdr *rep, const void *data,
+			  size_t len)
+{
+	tcp_wire_encode_hdr(rep, s->out_hdr);
+	if (s->protect) {
+		size_t n = tcp_protect_frame_len(len);
+		int r = tcp_buf_reserve(&s->ptx, &s->ptx_cap, n);
+
+		if (r)
+			return r;
+		DDSS_POOL_ACCESS_BEGIN(); /* a read reply's data is pool bytes */
+		r = tcp_protect_seal(&s->prot, s->out_hdr, data, len, s->ptx);
+		DDSS_POOL_ACCESS_END();
+		if (r)
+			return r;
+		s->out_iov[0] = (struct iovec){ s->ptx, n };
+		s->out_iovcnt = 1;
+		return 0;
+	}
+	s->out_iov[0] = (struct iovec){ s->out_hdr, TCP_WIRE_HDR_LEN };
+	s->out_iov[1] = (struct iovec){ (void *)data, len };
+	s->out_iovcnt = len ? 2 : 1;
+	return 0;
+}
+
 static int served_reply(struct tcp_tp *t, struct tcp_served *s, const struct tcp_wire_hdr *rep,
 			const void *data)
 {
-	int r;
+	int r = served_set_out(s, rep, data, rep->len);
 
-	tcp_wire_encode_hdr(rep, s->out_hdr);
-	s->out_iov[0] = (struct iovec){ s->out_hdr, TCP_WIRE_HDR_LEN };
-	s->out_iov[1] = (struct iovec){ (void *)data, rep->len };
-	s->out_iovcnt = rep->len ? 2 : 1;
+	if (r)
+		return r;
 	r = served_flush(s);
 	if (r != -EAGAIN)
 		return r;
@@ -244,10 +278,9 @@ static int weak_send(struct tcp_tp *t, struct tcp_served *s)
 		}
 		if (!h || h->late)
 			break;
-		tcp_wire_encode_hdr(&h->rep, s->out_hdr);
-		s->out_iov[0] = (struct iovec){ s->out_hdr, TCP_WIRE_HDR_LEN };
-		s->out_iov[1] = (struct iovec){ h->data, h->read ? h->rep.len : 0 };
-		s->out_iovcnt = s->out_iov[1].iov_len ? 2 : 1;
+		r = served_set_out(s, &h->rep, h->data, h->read ? h->rep.len : 0);
+		if (r)
+			return r;
 		s->head_sending = true;
 	}
 	s->out_blocked = false;
@@ -370,11 +403,66 @@ static unsigned char *payload_dst(struct tcp_tp *t, struct tcp_served *s)
 	return NULL;
 }
 
+/*
+ * Protected connection: gather the next sealed request and open it; only then is any of it
+ * used (its header checked, its bytes placed, a handler called). 0 = served, -EAGAIN =
+ * need more input, -EBADMSG (it failed verification), else a protocol error.
+ */
+static int served_step_sealed(struct tcp_tp *t, struct tcp_served *s)
+{
+	uint64_t max = t->pool_len > DDSS_TP_MSG_MAX ? t->pool_len : DDSS_TP_MSG_MAX;
+	size_t used, len;
+	unsigned char *dst;
+	int r;
+
+	if (s->rx_start == s->rx_end)
+		return -EAGAIN;
+	r = tcp_pframe_gather(&s->prx, s->rxbuf + s->rx_start, s->rx_end - s->rx_start, max,
+			      &used);
+	s->rx_start += used;
+	if (r <= 0)
+		return r ? r : -EAGAIN;
+	len = tcp_pframe_payload_len(&s->prx);
+	if (tcp_protect_open(&s->prot, s->prx.buf, len))
+		return -EBADMSG;
+	if (tcp_wire_decode_hdr(s->prx.buf, &s->cur))
+		return -EPROTO;
+	r = tcp_wire_check_request(&s->cur, t->pool_len);
+	if (r == -EPROTO)
+		return r;
+	s->cur_err = r;
+	s->payload_got = 0;
+	if ((s->cur.flags & TCP_WIRE_F_FENCE) && s->held_head) {
+		r = weak_release(t, s, true);
+		if (r)
+			return r;
+	} else if (s->held_head && s->cur.kind != TCP_K_READ) {
+		weak_overtaken(s, ddss_now_ns());
+	}
+	dst = len ? payload_dst(t, s) : NULL;
+	if (dst && s->cur.kind == TCP_K_WRITE && len == 8 && !((uintptr_t)dst & 7)) {
+		uint64_t v; /* one store, as below */
+
+		memcpy(&v, s->prx.buf + TCP_WIRE_HDR_LEN, 8);
+		DDSS_POOL_ACCESS_BEGIN();
+		__atomic_store_n((uint64_t *)dst, v, __ATOMIC_RELEASE);
+		DDSS_POOL_ACCESS_END();
+	} else if (dst) {
+		DDSS_POOL_ACCESS_BEGIN();
+		memcpy(dst, s->prx.buf + TCP_WIRE_HDR_LEN, len);
+		DDSS_POOL_ACCESS_END();
+	}
+	tcp_pframe_done(&s->prx);
+	return serve_request(t, s);
+}
+
 /* Consume buffered bytes: 0 = progress, -EAGAIN = need more input, else protocol error. */
 static int served_step(struct tcp_tp *t, struct tcp_served *s)
 {
 	size_t avail = s->rx_end - s->rx_start;
 
+	if (s->protect)
+		return served_step_sealed(t, s);
 	if (!s->have_hdr) {
 		int r;
 
@@ -448,6 +536,13 @@ static int served_steps(struct tcp_tp *t, struct tcp_served *s)
 		if (r == -EPROTO) {
 			DDSS_WARN("rank %u sent a malformed request", s->peer);
 			served_close(t, s, "protocol error");
+			return -1;
+		}
+		if (r == -EBADMSG) {
+			DDSS_WARN("a frame from rank %u failed verification (DDSS_TCP_PROTECT=%s): "
+				  "forged, altered, replayed or lost on the way",
+				  s->peer, tcp_protect_name(s->prot.mode));
+			served_close(t, s, "protocol error: a frame failed verification");
 			return -1;
 		}
 		if (r) {
@@ -629,12 +724,15 @@ void tcp_serve_cut(struct tcp_tp *t, uint32_t rank)
 	pthread_mutex_unlock(&t->served_mu);
 }
 
-int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len)
+int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
+		  const struct tcp_protect *prot)
 {
 	struct tcp_served *s = calloc(1, sizeof(*s));
 
 	if (!s)
 		return -ENOMEM;
+	s->prot = *prot;
+	s->protect = prot->mode != DDSS_TP_PROTECT_OFF;
 	s->ev_type = TCP_EV_SERVED;
 	s->fd = fd;
 	s->peer = peer;
@@ -655,7 +753,7 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len)
 		pthread_mutex_lock(&t->served_mu);
 		t->served = s->next; /* still at the head: only the progress thread unlinks */
 		pthread_mutex_unlock(&t->served_mu);
-		free(s);
+		served_free(s);
 		return r;
 	}
 	return 0;

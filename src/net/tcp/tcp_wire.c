@@ -75,7 +75,8 @@ int tcp_wire_decode_hello(const unsigned char in[TCP_WIRE_HELLO_LEN], struct tcp
 	hello->to_rank = get32(in + 12);
 	hello->size = get32(in + 16);
 	hello->flags = get32(in + 20);
-	if (hello->flags & ~TCP_WIRE_HELLO_AUTH)
+	if ((hello->flags & ~TCP_WIRE_HELLO_FLAGS) ||
+	    (hello->flags & TCP_WIRE_HELLO_INTEGRITY && hello->flags & TCP_WIRE_HELLO_ENCRYPT))
 		return -EPROTO;
 	hello->group = get64(in + 24);
 	hello->pool_len = get64(in + 32);

@@ -11,9 +11,14 @@
 
 #define TCP_WIRE_HDR_LEN 48u
 #define TCP_WIRE_MAGIC 0x53534444u /* "DDSS" */
-#define TCP_WIRE_VERSION 3u /* 3: the fence flag */
+#define TCP_WIRE_VERSION 4u /* 3: the fence flag; 4: protected frames (tcp_protect.h) */
 #define TCP_WIRE_HELLO_LEN 88u
 #define TCP_WIRE_HELLO_AUTH 1u /* hello flag: the sender has a group secret */
+/* Hello flags: the sender protects frames (DDSS_TCP_PROTECT); both sides must agree, and
+ * the mode is mixed into the frame keys (tcp_protect.h), so a relay cannot change it. */
+#define TCP_WIRE_HELLO_INTEGRITY 2u
+#define TCP_WIRE_HELLO_ENCRYPT 4u
+#define TCP_WIRE_HELLO_FLAGS (TCP_WIRE_HELLO_AUTH | TCP_WIRE_HELLO_INTEGRITY | TCP_WIRE_HELLO_ENCRYPT)
 
 enum tcp_wire_kind {
 	TCP_K_READ = 1,  /* off, a = length; reply carries the bytes */
@@ -61,7 +66,7 @@ struct tcp_wire_hello {
 	uint32_t from_rank; /* sender's rank */
 	uint32_t to_rank;   /* the rank the sender believes it talks to */
 	uint32_t size;      /* group size the sender was configured with */
-	uint32_t flags;     /* TCP_WIRE_HELLO_AUTH */
+	uint32_t flags;     /* TCP_WIRE_HELLO_* */
 	uint64_t group;     /* group id (DDSS_GROUP); both sides must agree */
 	uint64_t pool_len;  /* sender's exposed pool length (see above for when) */
 	unsigned char nonce[16];
