@@ -17,6 +17,22 @@ static int64_t wall_s(void)
 	return ts.tv_sec;
 }
 
+void ddss_auth_bind(uint64_t epoch, const unsigned char gid[16], uint32_t qpn,
+		    unsigned char out[DDSS_AUTH_NONCE_LEN])
+{
+	static const char ctx[] = "ddss verbs bind 1";
+	crypto_generichash_state st;
+	uint64_t e = htole64(epoch);
+	uint32_t q = htole32(qpn);
+
+	crypto_generichash_init(&st, NULL, 0, DDSS_AUTH_NONCE_LEN);
+	crypto_generichash_update(&st, (const unsigned char *)ctx, sizeof(ctx));
+	crypto_generichash_update(&st, (const unsigned char *)&e, sizeof(e));
+	crypto_generichash_update(&st, gid, 16);
+	crypto_generichash_update(&st, (const unsigned char *)&q, sizeof(q));
+	crypto_generichash_final(&st, out, DDSS_AUTH_NONCE_LEN);
+}
+
 void ddss_auth_stamp(unsigned char nonce[DDSS_AUTH_NONCE_LEN])
 {
 	uint64_t t = htole64((uint64_t)wall_s());
@@ -52,9 +68,12 @@ int ddss_auth_replay_check(struct ddss_auth_replay *rp, const unsigned char nonc
 	unsigned char *slot;
 	int r = 0;
 
-	if (t < now - DDSS_AUTH_SKEW_S || t > now + DDSS_AUTH_SKEW_S) {
+	/* Far less room ahead than behind: a stamp from the future raises the floor (below)
+	 * until it is no longer in the future. */
+	if (t < now - DDSS_AUTH_SKEW_S || t > now + DDSS_AUTH_FUTURE_S) {
 		DDSS_WARN("refusing a connect request stamped %lld s from now (clocks must agree "
-			  "within %d s)", (long long)(t - now), DDSS_AUTH_SKEW_S);
+			  "within %d s, and be at most %d s ahead)", (long long)(t - now),
+			  DDSS_AUTH_SKEW_S, DDSS_AUTH_FUTURE_S);
 		return -EACCES;
 	}
 	pthread_mutex_lock(&rp->mu);

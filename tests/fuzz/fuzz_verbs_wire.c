@@ -1,10 +1,12 @@
 /*
  * The verbs provider's wire (src/net/verbs/verbs_wire.c): rdma_cm private data (hello,
- * authenticated connect request, reject reason) and the header of a control message. Pure functions, no device needed.
+ * authenticated connect request with the target's epoch, reject reason and epoch) and the
+ * header of a control message. Pure functions, no device needed.
  *
  * Input: the whole input is offered to each decoder, as a peer's private data or a
  * received message would be. Invariants: what a decoder accepts re-encodes to the same
- * leading bytes; a reject reason is 0 (not ours), -EPROTO or -errno in 1..4095; an accepted
+ * leading bytes; a reject reason is 0 (not ours, and then no epoch), -EPROTO or -errno in
+ * 1..4095, its epoch what its bytes 8..15 say (0 if shorter); an accepted
  * message header says exactly the bytes that arrived and at most DDSS_TP_MSG_MAX.
  */
 #include "fuzz_common.h"
@@ -38,19 +40,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		verbs_auth_req_encode(&a, aout);
 		FUZZ_CHECK(memcmp(aout, data, VERBS_AUTH_REQ_LEN) == 0);
 		FUZZ_CHECK(verbs_auth_req_decode(aout, sizeof(aout), &a2) == 0);
-		FUZZ_CHECK(a2.group == a.group && a2.rank == a.rank && a2.size == a.size &&
+		FUZZ_CHECK(a2.group == a.group && a2.rank == a.rank && a2.epoch == a.epoch &&
 			   !memcmp(a2.nonce, a.nonce, sizeof(a.nonce)) &&
 			   !memcmp(a2.proof, a.proof, sizeof(a.proof)));
 	}
 
-	r = verbs_reject_decode(data, size);
+	uint64_t epoch = 1, epoch2;
+
+	r = verbs_reject_decode(data, size, &epoch);
 	FUZZ_CHECK(r == 0 || r == -EPROTO || (r < 0 && r > -4096));
+	FUZZ_CHECK(r || epoch == 0);
+	FUZZ_CHECK(size >= VERBS_REJECT_LEN || epoch == 0);
 	if (r && r != -EPROTO) {
 		unsigned char rej[VERBS_REJECT_LEN];
+		size_t n = size < VERBS_REJECT_LEN ? 8 : VERBS_REJECT_LEN;
 
-		verbs_reject_encode(r, rej);
-		FUZZ_CHECK(memcmp(rej, data, VERBS_REJECT_LEN) == 0);
-		FUZZ_CHECK(verbs_reject_decode(rej, sizeof(rej)) == r);
+		verbs_reject_encode(r, epoch, rej);
+		FUZZ_CHECK(memcmp(rej, data, n) == 0);
+		FUZZ_CHECK(verbs_reject_decode(rej, sizeof(rej), &epoch2) == r && epoch2 == epoch);
+		FUZZ_CHECK(verbs_reject_decode(rej, 8, &epoch2) == r && epoch2 == 0);
 	}
 
 	if (verbs_msg_hdr_decode(data, size, &tag, &len) == 0) {

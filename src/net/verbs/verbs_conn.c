@@ -34,6 +34,7 @@ struct cm_event {
 	struct rdma_cm_id *id;
 	void *ctx;
 	uint8_t initiator_depth;
+	uint32_t qp_num;          /* connect request: the initiator's QP */
 	unsigned char pdata[256];
 	size_t pdata_len;
 };
@@ -164,10 +165,20 @@ int verbs_conn_open(struct verbs_tp *vt)
 	struct sockaddr_storage ss;
 	int r;
 
+	unsigned char rnd[DDSS_AUTH_NONCE_LEN];
+
 	pthread_mutex_init(&vt->served_mu, NULL);
 	pthread_mutex_init(&vt->ev_mu, NULL);
-	ddss_auth_replay_init(&vt->replay);
 	vt->stop_fd = -1;
+	if (vt->base.cfg.auth) {
+		vt->replay = calloc(vt->base.cfg.size + 1, sizeof(*vt->replay));
+		if (!vt->replay)
+			return -ENOMEM;
+		do {
+			ddss_auth_nonce(rnd);
+			memcpy(&vt->epoch, rnd, sizeof(vt->epoch));
+		} while (!vt->epoch); /* 0 means "not known" on the wire */
+	}
 	r = traffic_class(vt);
 	if (r)
 		return r;
@@ -243,13 +254,16 @@ static const unsigned inline_steps[] = { VERBS_INLINE_WANT, 220, 128, 96, 64, 32
 /* ---- group secret (net/auth.h) ---- */
 
 static struct ddss_auth_transcript transcript(struct verbs_tp *vt, uint32_t initiator,
-					      uint32_t target, const unsigned char *nonce_i)
+					      uint32_t target, const unsigned char *nonce_i,
+					      const unsigned char *bind)
 {
 	struct ddss_auth_transcript tr = { .group = vt->base.cfg.group, .initiator = initiator,
 					   .target = target, .size = vt->base.cfg.size };
 
-	/* One message each way: no target nonce, the initiator's is an authenticator. */
+	/* One message each way: the initiator's nonce is an authenticator, the target's
+	 * "nonce" binds the request to the target's epoch and the initiator's QP. */
 	memcpy(tr.nonce_i, nonce_i, sizeof(tr.nonce_i));
+	memcpy(tr.nonce_t, bind, sizeof(tr.nonce_t));
 	return tr;
 }
 
@@ -257,13 +271,16 @@ static struct ddss_auth_transcript transcript(struct verbs_tp *vt, uint32_t init
 static unsigned auth_request(struct verbs_out *o, unsigned char out[VERBS_AUTH_REQ_LEN])
 {
 	struct verbs_tp *vt = o->tp;
-	struct verbs_auth_req a = { .group = vt->base.cfg.group, .rank = vt->base.cfg.rank,
-				    .size = vt->base.cfg.size };
+	struct verbs_auth_req a = { .group = vt->base.cfg.group, .rank = vt->base.cfg.rank };
 	unsigned char proof[DDSS_AUTH_PROOF_LEN];
 	struct ddss_auth_transcript tr;
 
+	/* Our own epoch we know; a peer's we learn from its first reject (-ESTALE). */
+	a.epoch = o->peer == vt->base.cfg.rank ? vt->epoch : o->peer_epoch;
+	ddss_auth_bind(a.epoch, o->id->route.addr.addr.ibaddr.sgid.raw, o->id->qp->qp_num,
+		       o->auth_bind);
 	ddss_auth_stamp(o->auth_nonce);
-	tr = transcript(vt, vt->base.cfg.rank, o->peer, o->auth_nonce);
+	tr = transcript(vt, vt->base.cfg.rank, o->peer, o->auth_nonce, o->auth_bind);
 	ddss_auth_prove(vt->base.cfg.auth, DDSS_AUTH_INITIATOR, &tr, proof);
 	memcpy(a.nonce, o->auth_nonce, sizeof(a.nonce));
 	memcpy(a.proof, proof, sizeof(a.proof));
@@ -275,7 +292,8 @@ static unsigned auth_request(struct verbs_out *o, unsigned char out[VERBS_AUTH_R
 static int check_accept_proof(struct verbs_out *o, const struct cm_event *e)
 {
 	struct verbs_tp *vt = o->tp;
-	struct ddss_auth_transcript tr = transcript(vt, vt->base.cfg.rank, o->peer, o->auth_nonce);
+	struct ddss_auth_transcript tr = transcript(vt, vt->base.cfg.rank, o->peer, o->auth_nonce,
+						    o->auth_bind);
 
 	if (e->pdata_len < VERBS_AUTH_REP_LEN ||
 	    ddss_auth_check(vt->base.cfg.auth, DDSS_AUTH_TARGET, &tr, e->pdata + VERBS_HELLO_LEN,
@@ -289,12 +307,16 @@ static int check_accept_proof(struct verbs_out *o, const struct cm_event *e)
 
 /*
  * A connect request with a group secret configured: 0 and the sender in *h (no pool
- * information), or the -errno to reject it with. The authenticator is remembered only
- * once its proof holds, so strangers cannot fill the replay cache.
+ * information), or the -errno to reject it with (-ESTALE: not for our epoch). The proof
+ * must be for our epoch and for the GID and QP the request came from; the authenticator
+ * is remembered only once the proof holds (strangers cannot fill the replay cache), in
+ * the cache of the rank it proves (one member cannot fill another's).
  */
 static int check_auth_request(struct verbs_tp *vt, const struct cm_event *e, struct verbs_hello *h,
-			      unsigned char nonce_i[DDSS_AUTH_NONCE_LEN])
+			      unsigned char nonce_i[DDSS_AUTH_NONCE_LEN],
+			      unsigned char bind[DDSS_AUTH_NONCE_LEN])
 {
+	struct ddss_auth_replay **rp;
 	struct ddss_auth_transcript tr;
 	struct verbs_auth_req a;
 
@@ -305,17 +327,27 @@ static int check_auth_request(struct verbs_tp *vt, const struct cm_event *e, str
 		}
 		return -EPROTO;
 	}
-	*h = (struct verbs_hello){ .group = a.group, .rank = a.rank, .size = a.size };
-	if (h->group != vt->base.cfg.group || h->size != vt->base.cfg.size || h->rank < 1 ||
-	    h->rank > vt->base.cfg.size)
+	*h = (struct verbs_hello){ .group = a.group, .rank = a.rank, .size = vt->base.cfg.size };
+	if (h->group != vt->base.cfg.group || h->rank < 1 || h->rank > vt->base.cfg.size)
 		return -EPERM;
-	tr = transcript(vt, a.rank, vt->base.cfg.rank, a.nonce);
+	if (a.epoch != vt->epoch)
+		return -ESTALE; /* a first request, or one from before we started */
+	ddss_auth_bind(vt->epoch, e->id->route.addr.addr.ibaddr.dgid.raw, e->qp_num, bind);
+	tr = transcript(vt, a.rank, vt->base.cfg.rank, a.nonce, bind);
 	if (ddss_auth_check(vt->base.cfg.auth, DDSS_AUTH_INITIATOR, &tr, a.proof, sizeof(a.proof))) {
-		DDSS_WARN("verbs: refusing rank %u: it does not know the group secret", a.rank);
+		DDSS_WARN("verbs: refusing rank %u: it does not know the group secret, or the "
+			  "request was made for another QP", a.rank);
 		return -EACCES;
 	}
 	memcpy(nonce_i, a.nonce, DDSS_AUTH_NONCE_LEN);
-	return ddss_auth_replay_check(&vt->replay, a.nonce);
+	rp = &vt->replay[a.rank];
+	if (!*rp) {
+		*rp = malloc(sizeof(**rp));
+		if (!*rp)
+			return -ENOMEM;
+		ddss_auth_replay_init(*rp);
+	}
+	return ddss_auth_replay_check(*rp, a.nonce);
 }
 
 /* cm thread, o->mu held: route resolved, so make the QP and send the request. */
@@ -418,13 +450,22 @@ static void out_event(struct verbs_tp *vt, struct verbs_out *o, const struct cm_
 		__atomic_store_n(&o->up, 1, __ATOMIC_RELEASE);
 		verbs_peer_set_state(vt, o->peer, DDSS_TP_PEER_UP);
 		break;
-	case RDMA_CM_EVENT_REJECTED:
+	case RDMA_CM_EVENT_REJECTED: {
+		uint64_t epoch;
+
 		/* Our own reject carries a reason; anything else means nobody listens (yet). */
-		r = verbs_reject_decode(e->pdata, e->pdata_len);
-		if (r)
+		r = verbs_reject_decode(e->pdata, e->pdata_len, &epoch);
+		if (r == -ESTALE && epoch && vt->base.cfg.auth) {
+			/* Asked for another (or no) epoch of the peer: it told us its own. */
+			DDSS_DBG("verbs: rank %u runs epoch %016llx", o->peer,
+				 (unsigned long long)epoch);
+			o->peer_epoch = epoch;
+		} else if (r) {
 			DDSS_ERR("verbs: rank %u refused us: %s", o->peer, strerror(-r));
+		}
 		out_set_failed(o, r ? r : -ECONNREFUSED, r == 0);
 		break;
+	}
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE:
@@ -573,6 +614,9 @@ int verbs_out_connect(struct verbs_out *o)
 		return r;
 	deadline = ddss_now_ns() + (int64_t)vt->base.cfg.connect_timeout_ms * 1000000;
 	pthread_mutex_lock(&o->mu);
+	/* A peer that restarted tells us its new epoch; one that restarts again meanwhile
+	 * as well: ask at most twice more. */
+	o->stale = 2;
 	/* A peer that was up is asked once, briefly: the caller may be the heartbeat thread. */
 	if (o->ever_up && vt->base.cfg.connect_timeout_ms > VERBS_RECONNECT_MS)
 		deadline = ddss_now_ns() + (int64_t)VERBS_RECONNECT_MS * 1000000;
@@ -602,7 +646,9 @@ int verbs_out_connect(struct verbs_out *o)
 			r = o->conn_err;
 			break;
 		}
-		if (o->phase == VERBS_FAILED && attempted) {
+		if (o->phase == VERBS_FAILED && attempted && o->conn_err == -ESTALE && o->stale > 0) {
+			o->stale--; /* the reject told us the peer's epoch: ask again at once */
+		} else if (o->phase == VERBS_FAILED && attempted) {
 			/*
 			 * A peer that was never up may just not have started: retry until the connect
 			 * timeout. One that was up, or any once the group has formed, gets one
@@ -680,14 +726,20 @@ static void served_quiesce(struct verbs_tp *vt, struct ibv_qp *qp)
 /* @quiesce: wait for the receives first (the helper threads run); false at close. */
 static void served_free(struct verbs_tp *vt, struct verbs_served *s, bool quiesce)
 {
+	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
 	struct verbs_served **pp;
 	uint32_t qp_num = s->id->qp ? s->id->qp->qp_num : 0;
 
+	/* Out of the list and out of service together: verbs_serve_cut misses no live QP. */
+	pthread_mutex_lock(&vt->served_mu);
 	for (pp = &vt->served; *pp; pp = &(*pp)->next)
 		if (*pp == s) {
 			*pp = s->next;
 			break;
 		}
+	if (s->qp && quiesce && !s->retired)
+		ibv_modify_qp(s->qp, &err, IBV_QP_STATE);
+	pthread_mutex_unlock(&vt->served_mu);
 	/* Still known by its number meanwhile: messages it took before are delivered. */
 	if (s->id->qp && quiesce)
 		served_quiesce(vt, s->id->qp);
@@ -710,19 +762,67 @@ void verbs_serve_cut(struct verbs_tp *vt, uint32_t rank)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
 
+	/* Every QP the rank has here, not only its newest: each one holds our rkey. */
 	pthread_mutex_lock(&vt->served_mu);
-	if (vt->served_qp[rank] && ibv_modify_qp(vt->served_qp[rank], &a, IBV_QP_STATE))
-		DDSS_WARN("verbs: cannot cut rank %u off: %s", rank, strerror(errno));
+	for (struct verbs_served *s = vt->served; s; s = s->next)
+		if (s->peer == rank && s->qp && ibv_modify_qp(s->qp, &a, IBV_QP_STATE))
+			DDSS_WARN("verbs: cannot cut rank %u off (qp %u): %s", rank, s->qp_num,
+				  strerror(errno));
 	pthread_mutex_unlock(&vt->served_mu);
 }
 
-static void reject(struct rdma_cm_id *id, int err)
+/* cm thread: take @s out of service for good (a newer connection of its rank replaced it). */
+static void served_retire(struct verbs_tp *vt, struct verbs_served *s)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+	pthread_mutex_lock(&vt->served_mu);
+	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE))
+		DDSS_WARN("verbs: cannot retire rank %u's qp %u: %s", s->peer, s->qp_num,
+			  strerror(errno));
+	s->retired = true;
+	s->retire_ns = ddss_now_ns() + (int64_t)VERBS_RETIRE_MS * 1000000;
+	pthread_mutex_unlock(&vt->served_mu);
+}
+
+/* cm thread: free the retired connections whose time is up; ms until the next one, or -1. */
+static int served_reap(struct verbs_tp *vt)
+{
+	int64_t now = ddss_now_ns(), next = INT64_MAX;
+	struct verbs_served *s, *n;
+
+	for (s = vt->served; s; s = n) {
+		n = s->next;
+		if (!s->retired)
+			continue;
+		if (s->retire_ns <= now)
+			served_free(vt, s, true);
+		else if (s->retire_ns < next)
+			next = s->retire_ns;
+	}
+	if (next == INT64_MAX)
+		return -1;
+	return (int)((next - now) / 1000000) + 1;
+}
+
+/* Reject a connect request; only -ESTALE's tells anything more: our epoch. */
+static void reject(struct verbs_tp *vt, struct rdma_cm_id *id, int err)
 {
 	unsigned char why[VERBS_REJECT_LEN];
 
-	verbs_reject_encode(err, why);
+	verbs_reject_encode(err, err == -ESTALE ? vt->epoch : 0, why);
 	rdma_reject(id, why, sizeof(why));
 	rdma_destroy_id(id);
+}
+
+/* cm thread: connections @rank has here, retired ones included. */
+static unsigned served_count(struct verbs_tp *vt, uint32_t rank)
+{
+	unsigned n = 0;
+
+	for (struct verbs_served *s = vt->served; s; s = s->next)
+		n += s->peer == rank;
+	return n;
 }
 
 static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
@@ -731,19 +831,20 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 	struct ibv_qp_attr rnr = { .min_rnr_timer = VERBS_MIN_RNR_TIMER };
 	static bool rnr_warned;
 	unsigned char hello[VERBS_AUTH_REP_LEN];
-	unsigned char nonce_i[DDSS_AUTH_NONCE_LEN] = { 0 };
+	unsigned char nonce_i[DDSS_AUTH_NONCE_LEN] = { 0 }, bind[DDSS_AUTH_NONCE_LEN] = { 0 };
 	struct rdma_conn_param cp = {
 		.private_data = hello,
 		.private_data_len = VERBS_HELLO_LEN,
 		.retry_count = VERBS_TRANSPORT_RETRY,
 		.rnr_retry_count = VERBS_RNR_RETRY,
 	};
-	struct verbs_served *s;
+	struct verbs_served *s, *t;
 	struct verbs_hello h;
+	bool refused;
 	int r;
 
 	if (vt->base.cfg.auth) {
-		r = check_auth_request(vt, e, &h, nonce_i);
+		r = check_auth_request(vt, e, &h, nonce_i, bind);
 	} else {
 		r = verbs_hello_decode(e->pdata, e->pdata_len, &h);
 		if (!r)
@@ -752,21 +853,29 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 					       &(struct verbs_auth_req){ 0 }) == 0)
 			r = -EACCES; /* it has a group secret and we have none */
 	}
+	if (r == -ESTALE) { /* the usual first request: it learns our epoch */
+		reject(vt, e->id, r);
+		return;
+	}
 	if (!r && ddss_tp_peer_refused(&vt->base, h.rank)) {
 		DDSS_WARN("verbs: refusing rank %u: it was declared dead", h.rank);
 		r = -ECONNREFUSED;
+	} else if (!r && served_count(vt, h.rank) >= VERBS_SERVED_PER_RANK) {
+		DDSS_WARN("verbs: refusing rank %u: it has %u connections here already", h.rank,
+			  VERBS_SERVED_PER_RANK);
+		r = -EBUSY;
 	} else if (r) {
 		DDSS_WARN("verbs: refused a connection: %s", r == -EPERM ? "another group" :
 			  r == -EACCES ? "group secret" : "bad handshake");
 	}
 	if (r) {
 		ddss_tp_handshake_failed(&vt->base);
-		reject(e->id, r);
+		reject(vt, e->id, r);
 		return;
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s) {
-		reject(e->id, -ENOMEM);
+		reject(vt, e->id, -ENOMEM);
 		return;
 	}
 	s->kind = VERBS_CTX_SERVED;
@@ -777,25 +886,44 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 		r = -errno;
 		DDSS_ERR("verbs: cannot create a QP for rank %u: %s", h.rank, strerror(-r));
 		free(s);
-		reject(e->id, r);
+		reject(vt, e->id, r);
 		return;
 	}
+	s->qp = e->id->qp;
 	s->qp_num = e->id->qp->qp_num;
 	if (verbs_recv_fill_qp(vt, e->id->qp)) { /* without an SRQ: its own buffers */
 		rdma_destroy_qp(e->id);
 		verbs_recv_reclaim(vt, s->qp_num);
 		free(s);
-		reject(e->id, -ENOBUFS);
+		reject(vt, e->id, -ENOBUFS);
 		return;
 	}
+	/*
+	 * Listed before the refusal is read again: a rank declared dead meanwhile is either
+	 * seen refused here or has this QP cut by verbs_serve_cut (which takes the lock
+	 * after setting the flag).
+	 */
+	pthread_mutex_lock(&vt->served_mu);
 	s->next = vt->served;
 	vt->served = s;
+	refused = ddss_tp_peer_refused(&vt->base, h.rank);
+	pthread_mutex_unlock(&vt->served_mu);
+	if (refused) {
+		unsigned char why[VERBS_REJECT_LEN];
+
+		DDSS_WARN("verbs: refusing rank %u: it was declared dead", h.rank);
+		verbs_reject_encode(-ECONNREFUSED, 0, why);
+		rdma_reject(e->id, why, sizeof(why));
+		served_free(vt, s, true);
+		return;
+	}
 	/* Serve as many reads/atomics at once as the initiator will issue (device permitting). */
 	cp.responder_resources = e->initiator_depth < vt->rd_atom ? e->initiator_depth : vt->rd_atom;
 	cp.initiator_depth = vt->rd_atom;
 	local_hello(vt, hello);
 	if (vt->base.cfg.auth) {
-		struct ddss_auth_transcript tr = transcript(vt, h.rank, vt->base.cfg.rank, nonce_i);
+		struct ddss_auth_transcript tr = transcript(vt, h.rank, vt->base.cfg.rank, nonce_i,
+							    bind);
 
 		ddss_auth_prove(vt->base.cfg.auth, DDSS_AUTH_TARGET, &tr, hello + VERBS_HELLO_LEN);
 		cp.private_data_len = VERBS_AUTH_REP_LEN;
@@ -811,6 +939,10 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 		served_free(vt, s, true);
 		return;
 	}
+	/* Its older connections lose access now; they are destroyed when they close. */
+	for (t = vt->served; t; t = t->next)
+		if (t != s && t->peer == h.rank && !t->retired)
+			served_retire(vt, t);
 	/*
 	 * rdma_cm leaves the min RNR NAK timer at 0, which encodes 655 ms: every receive
 	 * underrun would stall the sender that long. The QP is in RTS now (rdma_accept moved
@@ -827,7 +959,8 @@ static void served_event(struct verbs_tp *vt, struct verbs_served *s, const stru
 	switch (e->type) {
 	case RDMA_CM_EVENT_ESTABLISHED:
 		s->established = true;
-		verbs_peer_set_state(vt, s->peer, DDSS_TP_PEER_UP);
+		if (!s->retired)
+			verbs_peer_set_state(vt, s->peer, DDSS_TP_PEER_UP);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
@@ -867,6 +1000,8 @@ static void handle_cm_events(struct verbs_tp *vt)
 			memcpy(e.pdata, ev->param.conn.private_data, e.pdata_len);
 		}
 		e.initiator_depth = ev->param.conn.initiator_depth;
+		if (e.type == RDMA_CM_EVENT_CONNECT_REQUEST)
+			e.qp_num = ev->param.conn.qp_num;
 		rdma_ack_cm_event(ev);
 
 		if (e.type == RDMA_CM_EVENT_CONNECT_REQUEST)
@@ -892,10 +1027,12 @@ static void *cm_main(void *arg)
 		{ .fd = vt->ctx->async_fd, .events = POLLIN },
 	};
 
+	int wait_ms = -1;
+
 	ddss_log_set_rank(vt->base.cfg.rank);
 	ddss_tp_thread_files(&vt->base);
 	for (;;) {
-		if (poll(pfd, 3, -1) < 0) {
+		if (poll(pfd, 3, wait_ms) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
@@ -906,6 +1043,7 @@ static void *cm_main(void *arg)
 			verbs_async_handle(vt);
 		if (pfd[1].revents)
 			handle_cm_events(vt);
+		wait_ms = served_reap(vt);
 	}
 	return NULL;
 }
@@ -1036,5 +1174,11 @@ void verbs_conn_close(struct verbs_tp *vt)
 	vt->devices = NULL;
 	pthread_mutex_destroy(&vt->served_mu);
 	pthread_mutex_destroy(&vt->ev_mu);
-	ddss_auth_replay_destroy(&vt->replay);
+	for (uint32_t r = 0; vt->replay && r <= size; r++)
+		if (vt->replay[r]) {
+			ddss_auth_replay_destroy(vt->replay[r]);
+			free(vt->replay[r]);
+		}
+	free(vt->replay);
+	vt->replay = NULL;
 }

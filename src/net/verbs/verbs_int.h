@@ -85,6 +85,17 @@
 #define VERBS_TRANSPORT_RETRY 7
 /* Teardown of a served QP: how long to wait for its last WQE / its receives to flush. */
 #define VERBS_TEARDOWN_MS 1000
+/*
+ * Served QPs of one rank (verbs_conn.c). A new one from a rank *retires* every older one at
+ * once: to the error state (no access to our memory from then on), destroyed when its
+ * initiator disconnects it or at the latest VERBS_RETIRE_MS later. At most
+ * VERBS_SERVED_PER_RANK are kept per rank, retired ones included, and a request beyond
+ * that is rejected with -EBUSY: a reconnect after a fabric error needs two (the old one
+ * retired, the new one), a rank that opens connections and never closes them gets no
+ * more QPs than that.
+ */
+#define VERBS_SERVED_PER_RANK 3u
+#define VERBS_RETIRE_MS 5000
 
 /* What an rdma_cm id's context points at (first member of each). */
 enum verbs_ctx_kind { VERBS_CTX_LISTEN = 1, VERBS_CTX_OUT, VERBS_CTX_SERVED };
@@ -115,6 +126,9 @@ struct verbs_out {
 	uint64_t raddr;     /* peer's pool */
 	uint32_t rkey;
 	unsigned char auth_nonce[DDSS_AUTH_NONCE_LEN]; /* this attempt's authenticator */
+	unsigned char auth_bind[DDSS_AUTH_NONCE_LEN];  /* and its binding (ddss_auth_bind) */
+	uint64_t peer_epoch; /* the peer's epoch, as last heard of (0: not yet) */
+	int stale;          /* reject -ESTALE answers to follow in this verbs_out_connect call */
 	unsigned inline_max; /* inline bytes the QP accepts per send */
 
 	/*
@@ -141,14 +155,20 @@ struct verbs_out {
 	int up;             /* atomic: established and not failed since (reports DOWN once) */
 };
 
-/* A connection a peer opened to this rank (progress thread only). */
+/*
+ * A connection a peer opened to this rank. Made and freed by the cm thread; the list (next)
+ * and qp are read under served_mu by any thread (verbs_serve_cut).
+ */
 struct verbs_served {
 	enum verbs_ctx_kind kind; /* VERBS_CTX_SERVED; first */
 	struct verbs_served *next;
 	struct rdma_cm_id *id;
+	struct ibv_qp *qp;
 	uint32_t peer;
 	uint32_t qp_num;
 	bool established;
+	bool retired;             /* in the error state, replaced by a newer one (cm thread) */
+	int64_t retire_ns;        /* destroyed at the latest then (ddss_now_ns) */
 };
 
 struct verbs_peer {
@@ -231,11 +251,14 @@ struct verbs_tp {
 	bool cm_thread_running;
 	pthread_t cm_thread, recv_thread;
 	int stop_fd;                 /* eventfd: stops both threads */
-	struct verbs_served *served; /* cm thread only (and close, after it stopped) */
-	pthread_mutex_t served_mu;   /* guards the qp_num -> rank lookups below */
+	struct verbs_served *served; /* changed by the cm thread (and close) under served_mu */
+	pthread_mutex_t served_mu;   /* the served list and the qp_num -> rank lookups below */
 	uint32_t *served_qpn;        /* [rank]: qp_num of the served QP, 0 = none */
 	struct ibv_qp **served_qp;   /* [rank]: that QP (to cut a refused peer off) */
-	struct ddss_auth_replay replay; /* authenticators accepted (with a group secret) */
+	/* With a group secret: authenticators accepted, one cache per initiator rank (made
+	 * when its first proof holds; cm thread), and this rank's epoch (random, per start). */
+	struct ddss_auth_replay **replay;  /* [rank] */
+	uint64_t epoch;
 
 	bool has_atomics;            /* the device does remote atomics at all */
 	bool atomic_be;              /* the device returns atomic results big-endian */
@@ -280,7 +303,7 @@ static inline uint64_t verbs_wrid_credit(uint32_t peer)
 
 /* ---- verbs_wire.c: handshake private data and message header ---- */
 #define VERBS_HELLO_LEN 48u
-#define VERBS_REJECT_LEN 8u
+#define VERBS_REJECT_LEN 16u
 #define VERBS_MSG_HDR_LEN 8u
 struct verbs_hello {
 	uint64_t group;
@@ -293,24 +316,36 @@ void verbs_hello_encode(const struct verbs_hello *h, unsigned char out[VERBS_HEL
 int verbs_hello_decode(const void *buf, size_t len, struct verbs_hello *h);
 /*
  * With a group secret (net/auth.h) the connect request carries no pool information but an
- * authenticator and a proof (truncated to fit the 56 bytes of IB CM private data); the
- * accept carries the usual hello followed by the target's full proof.
+ * authenticator and a proof (truncated to fit the 56 bytes of IB CM private data), for
+ * the target's epoch (random, new each time a rank starts; 0 when the initiator does not
+ * know it yet). The proof's transcript has, as its target nonce, ddss_auth_bind(epoch,
+ * the initiator's GID, its QP number): only the QP that asked can be served, and only
+ * by the boot of the target it asked. A request for another epoch is rejected with
+ * -ESTALE and the target's epoch (nothing else) in the reject; the initiator asks once
+ * more with it. The group size is not sent: the proof covers the target's own. The
+ * accept carries the usual hello followed by the target's full proof, over the same
+ * transcript.
  */
 #define VERBS_AUTH_REQ_LEN 56u
 #define VERBS_AUTH_REQ_PROOF_LEN 16u
 #define VERBS_AUTH_REP_LEN (VERBS_HELLO_LEN + DDSS_AUTH_PROOF_LEN)
 struct verbs_auth_req {
 	uint64_t group;
-	uint32_t rank, size;
+	uint32_t rank;
+	uint64_t epoch;                           /* the target's, as the initiator knows it */
 	unsigned char nonce[DDSS_AUTH_NONCE_LEN]; /* authenticator: time | random */
 	unsigned char proof[VERBS_AUTH_REQ_PROOF_LEN];
 };
 void verbs_auth_req_encode(const struct verbs_auth_req *a, unsigned char out[VERBS_AUTH_REQ_LEN]);
 /** 0, or -EPROTO if @buf is not an authenticated connect request of this version. */
 int verbs_auth_req_decode(const void *buf, size_t len, struct verbs_auth_req *a);
-void verbs_reject_encode(int err, unsigned char out[VERBS_REJECT_LEN]);
-/** The -errno a peer rejected us with, or 0 if @buf is not our reject (not listening). */
-int verbs_reject_decode(const void *buf, size_t len);
+/** A reject with reason @err and (for -ESTALE; else 0) the rejecting rank's @epoch. */
+void verbs_reject_encode(int err, uint64_t epoch, unsigned char out[VERBS_REJECT_LEN]);
+/**
+ * The -errno a peer rejected us with, or 0 if @buf is not our reject (not listening);
+ * *epoch_p (may be NULL) the epoch it carries, 0 if none.
+ */
+int verbs_reject_decode(const void *buf, size_t len, uint64_t *epoch_p);
 void verbs_msg_hdr_encode(uint16_t tag, uint32_t len, unsigned char out[VERBS_MSG_HDR_LEN]);
 /** 0, or -EPROTO if the header is invalid for a message of @total bytes. */
 int verbs_msg_hdr_decode(const void *buf, size_t total, uint16_t *tag_p, uint32_t *len_p);

@@ -50,16 +50,16 @@ int verbs_hello_decode(const void *buf, size_t len, struct verbs_hello *h)
 	return 0;
 }
 
-#define AUTH_REQ_MAGIC 0x41535344u /* "DDSA" */
+/* Version 2 (epoch, no size) has a magic of its own: "DDA2". */
+#define AUTH_REQ_MAGIC 0x32414444u
 
-/* magic 4 | version 4 | group 8 | rank 4 | size 4 | nonce 16 | proof 16 */
+/* magic 4 | group 8 | rank 4 | epoch 8 | nonce 16 | proof 16 */
 void verbs_auth_req_encode(const struct verbs_auth_req *a, unsigned char out[VERBS_AUTH_REQ_LEN])
 {
 	put32(out, AUTH_REQ_MAGIC);
-	put32(out + 4, PROTO_VERSION);
-	put64(out + 8, a->group);
-	put32(out + 16, a->rank);
-	put32(out + 20, a->size);
+	put64(out + 4, a->group);
+	put32(out + 12, a->rank);
+	put64(out + 16, a->epoch);
 	memcpy(out + 24, a->nonce, sizeof(a->nonce));
 	memcpy(out + 40, a->proof, sizeof(a->proof));
 }
@@ -68,31 +68,36 @@ int verbs_auth_req_decode(const void *buf, size_t len, struct verbs_auth_req *a)
 {
 	const unsigned char *p = buf;
 
-	if (!p || len < VERBS_AUTH_REQ_LEN || get32(p) != AUTH_REQ_MAGIC ||
-	    get32(p + 4) != PROTO_VERSION)
+	if (!p || len < VERBS_AUTH_REQ_LEN || get32(p) != AUTH_REQ_MAGIC)
 		return -EPROTO;
-	a->group = get64(p + 8);
-	a->rank = get32(p + 16);
-	a->size = get32(p + 20);
+	a->group = get64(p + 4);
+	a->rank = get32(p + 12);
+	a->epoch = get64(p + 16);
 	memcpy(a->nonce, p + 24, sizeof(a->nonce));
 	memcpy(a->proof, p + 40, sizeof(a->proof));
 	return 0;
 }
 
-void verbs_reject_encode(int err, unsigned char out[VERBS_REJECT_LEN])
+/* magic 4 | errno 4 | epoch 8 (older peers sent the first 8 bytes only) */
+void verbs_reject_encode(int err, uint64_t epoch, unsigned char out[VERBS_REJECT_LEN])
 {
 	put32(out, REJECT_MAGIC);
 	put32(out + 4, (uint32_t)(err < 0 ? -err : err));
+	put64(out + 8, epoch);
 }
 
-int verbs_reject_decode(const void *buf, size_t len)
+int verbs_reject_decode(const void *buf, size_t len, uint64_t *epoch_p)
 {
 	const unsigned char *p = buf;
 	uint32_t e;
 
-	if (!p || len < VERBS_REJECT_LEN || get32(p) != REJECT_MAGIC)
+	if (epoch_p)
+		*epoch_p = 0;
+	if (!p || len < 8 || get32(p) != REJECT_MAGIC)
 		return 0;
 	e = get32(p + 4);
+	if (epoch_p && len >= VERBS_REJECT_LEN)
+		*epoch_p = get64(p + 8);
 	return e > 0 && e < 4096 ? -(int)e : -EPROTO;
 }
 
