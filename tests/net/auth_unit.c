@@ -277,6 +277,37 @@ static void test_replay(void)
 	ddss_auth_replay_destroy(&rp);
 }
 
+/*
+ * A member floods a target's replay cache (the one of its own rank: verbs keeps one per
+ * initiator) with valid stamps from the future, more than the cache holds: the floor must
+ * not rise into the future, so a request stamped now still gets in. Stamps far ahead are
+ * refused outright, and another rank's cache is untouched by the flood.
+ */
+static void test_replay_flood(void)
+{
+	static struct ddss_auth_replay mine, other;
+	unsigned char n[DDSS_AUTH_NONCE_LEN];
+	unsigned taken = 0;
+
+	ddss_auth_replay_init(&mine);
+	ddss_auth_replay_init(&other);
+	for (unsigned i = 0; i < DDSS_AUTH_REPLAY_SLOTS + 8; i++) {
+		stamp_at(n, DDSS_AUTH_SKEW_S - 1);
+		taken += ddss_auth_replay_check(&mine, n) == 0;
+	}
+	CU_ASSERT_EQUAL(taken, 0); /* 119 s ahead: refused, the cache keeps no such stamp */
+	stamp_at(n, 60);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&mine, n), -EACCES);
+	stamp_at(n, 0);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&mine, n), 0); /* nobody locked out */
+	stamp_at(n, -1);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&mine, n), 0);
+	stamp_at(n, 0);
+	CU_ASSERT_EQUAL(ddss_auth_replay_check(&other, n), 0);
+	ddss_auth_replay_destroy(&mine);
+	ddss_auth_replay_destroy(&other);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -292,6 +323,8 @@ int main(void)
 		    test_secure_by_default);
 	CU_add_test(s, "proofs bind key, role and transcript", test_proofs);
 	CU_add_test(s, "authenticators: once, in their window", test_replay);
+	CU_add_test(s, "a replay-cache flood with future stamps locks nobody out",
+		    test_replay_flood);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	return failed ? 1 : 0;
