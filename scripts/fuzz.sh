@@ -24,6 +24,7 @@ known_bugs=()
 # some targets #include the one source they test to reach its static functions).
 declare -A srcs=(
   [tcp_wire]="src/net/tcp/tcp_wire.c"
+  [tcp_protect]="src/net/tcp/tcp_protect.c"
   [verbs_wire]="src/net/verbs/verbs_wire.c"
   [key]="src/core/key.c"
   [nodes]="src/net/nodes.c src/core/config.c src/net/auth.c src/net/auth_keys.c"
