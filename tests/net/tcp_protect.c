@@ -36,7 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POOL_LEN (1u << 16)
+#define POOL_LEN (4u << 20)
+/* Larger than a receive buffer and than the frame buffer a connection keeps. */
+#define BIG_LEN (1536u << 10)
 #define GROUP 0x5eedu
 #define WAIT_MS 5000
 /* Handshake bytes with a secret, each way: HELLO + AUTH (HELLO_ACK + AUTH_ACK back). */
@@ -447,6 +449,35 @@ static void test_replay(void)
 	}
 }
 
+/* Without an attacker, frames of every size go through whole in every mode. */
+static void test_large_frames(void)
+{
+	unsigned char *out = malloc(BIG_LEN), *in = malloc(BIG_LEN);
+
+	CU_ASSERT_FATAL(out && in);
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		struct ddss_tp_req req;
+		struct pair p;
+
+		CU_ASSERT_EQUAL_FATAL(pair_open(&p, modes[i], modes[i], true), 0);
+		for (size_t len = 1; len <= BIG_LEN; len = len * 7 + 3) {
+			test_fill(out, len, len + i);
+			memset(in, 0, len);
+			CU_ASSERT_EQUAL(ddss_tp_post_write(p.tp[1], 2, 4096, out, len, &req), 0);
+			CU_ASSERT_EQUAL(ddss_tp_wait(p.tp[1], &req, WAIT_MS * 2), 0);
+			CU_ASSERT_EQUAL(req.status, 0);
+			CU_ASSERT_EQUAL(test_check(p.pool[2] + 4096, len, len + i), SIZE_MAX);
+			CU_ASSERT_EQUAL(ddss_tp_post_read(p.tp[1], 2, 4096, in, len, &req), 0);
+			CU_ASSERT_EQUAL(ddss_tp_wait(p.tp[1], &req, WAIT_MS * 2), 0);
+			CU_ASSERT_EQUAL(req.status, 0);
+			CU_ASSERT_EQUAL(test_check(in, len, len + i), SIZE_MAX);
+		}
+		pair_close(&p);
+	}
+	free(out);
+	free(in);
+}
+
 /* ---- configuration ---- */
 
 /* Ranks configured with different modes do not talk; the same mode does. */
@@ -547,6 +578,7 @@ int main(void)
 	CU_add_test(suite, "an altered reply fails its operation with -EBADMSG",
 		    test_altered_reply);
 	CU_add_test(suite, "a replayed frame is rejected", test_replay);
+	CU_add_test(suite, "frames of every size, intact", test_large_frames);
 	CU_add_test(suite, "mode mismatch refused", test_mode_mismatch);
 	CU_add_test(suite, "protection without a secret, and bad values, refused",
 		    test_config_refused);

@@ -121,7 +121,9 @@ static int refusal(uint32_t peer, int status)
 	int r = status == -EACCES || status == -EPROTO || status == -EINVAL ? status
 									   : -ECONNREFUSED;
 
-	DDSS_WARN("rank %u refused our handshake: %s", peer, strerror(-r));
+	DDSS_WARN("rank %u refused our handshake: %s%s", peer, strerror(-r),
+		  r == -EACCES ? " (another group, secret or keys, or another DDSS_TCP_PROTECT: "
+				 "its log says which)" : "");
 	return r;
 }
 
