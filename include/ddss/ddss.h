@@ -202,9 +202,12 @@ DDSS_API int ddss_allocate_ss(ddss_ctx_t *ctx, size_t nbytes, const struct ddss_
 DDSS_API int ddss_lookup_ss(ddss_ctx_t *ctx, const char *name, ddss_key_t *key_p);
 
 /**
- * ddss_release_ss() - free a segment; any rank may do it. Afterwards every use of @key
- * anywhere in the group fails with -ESTALE (operations already in flight finish first).
- * Returns 0, -ESTALE (already released), -EINVAL (not a key), -EHOSTDOWN, -ETIMEDOUT.
+ * ddss_release_ss() - free a segment. An unnamed segment may be released only by the rank
+ * that allocated it and by its home; a named one by any rank (the name shares it with the
+ * group). Afterwards every use of @key anywhere in the group fails with -ESTALE
+ * (operations already in flight finish first).
+ * Returns 0, -EPERM (unnamed, and neither this rank's nor homed here: nothing changed),
+ * -ESTALE (already released), -EINVAL (not a key), -EHOSTDOWN, -ETIMEDOUT.
  */
 DDSS_API int ddss_release_ss(ddss_ctx_t *ctx, ddss_key_t key);
 

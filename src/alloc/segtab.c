@@ -346,8 +346,8 @@ int ddss_segtab_lookup(struct ddss_segtab *tab, uint64_t key, uint32_t requester
 	return r;
 }
 
-int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, char name[DDSS_NAME_MAX],
-			      uint8_t *cachers, size_t cachers_len)
+int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, uint32_t requester,
+			      char name[DDSS_NAME_MAX], uint8_t *cachers, size_t cachers_len)
 {
 	uint32_t i;
 	int r;
@@ -356,6 +356,11 @@ int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, char name[D
 	memset(cachers, 0, cachers_len);
 	pthread_mutex_lock(&tab->mu);
 	r = find(tab, key, SLOT_LIVE, &i);
+	/* The authenticated rank a request came from (net/auth.h): a member cannot pull an
+	 * unnamed segment from under its owner. A name shares a segment with the group. */
+	if (!r && !tab->slots[i].name && requester != tab->slots[i].owner &&
+	    requester != tab->rank)
+		r = -EPERM;
 	if (!r) {
 		struct slot *s = &tab->slots[i];
 

@@ -75,12 +75,15 @@ int ddss_segtab_lookup(struct ddss_segtab *tab, uint64_t key, uint32_t requester
 		       struct ddss_seg_loc *loc_p);
 
 /**
- * Start releasing @key: from now on it is stale for lookups. Writes its name (or "") to
- * @name and its cachers' bitmap to @cachers (@cachers_len bytes, zeroed first).
- * -ESTALE (not live, or already being released), -EINVAL.
+ * Start releasing @key for rank @requester: from now on it is stale for lookups. Writes its
+ * name (or "") to @name and its cachers' bitmap to @cachers (@cachers_len bytes, zeroed
+ * first). An unnamed segment may be released only by the rank that allocated it and by
+ * the home itself, a named one by any rank (ddss_release_ss(3)): -EPERM for any other,
+ * and nothing changes. -ESTALE (not live, or
+ * already being released), -EINVAL.
  */
-int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, char name[DDSS_NAME_MAX],
-			      uint8_t *cachers, size_t cachers_len);
+int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, uint32_t requester,
+			      char name[DDSS_NAME_MAX], uint8_t *cachers, size_t cachers_len);
 
 /**
  * End the release begun for @key: the key is gone; the memory is freed now, or, while the

@@ -73,7 +73,7 @@ static int serve_home(struct ddss_ctx *ctx, uint32_t from, uint16_t op, const ui
 
 		if (len != 8 || DDSS_NAME_MAX + bitmap > DDSS_RPC_BODY_MAX)
 			return -EPROTO; /* ddss_init refuses such groups; never overrun @out */
-		r = ddss_segtab_release_begin(ctx->segtab, wire_get64(body), (char *)out,
+		r = ddss_segtab_release_begin(ctx->segtab, wire_get64(body), from, (char *)out,
 					      out + DDSS_NAME_MAX, bitmap);
 		if (!r)
 			*out_len = DDSS_NAME_MAX + bitmap;

@@ -124,7 +124,7 @@ static void test_segtab_draining(void)
 	/* An exclusive holder (waiter id 2:5) sits in the tail half of the lock word. */
 	w = (uint64_t *)((uint8_t *)ddss_pool_base(pool) + a.data_off - DDSS_SEG_HDR_LEN);
 	__atomic_store_n(w, (uint64_t)0x00020005u << 32, __ATOMIC_RELEASE);
-	CU_ASSERT_EQUAL(ddss_segtab_release_begin(tab, a.key, name, cachers, 1), 0);
+	CU_ASSERT_EQUAL(ddss_segtab_release_begin(tab, a.key, 1, name, cachers, 1), 0);
 	CU_ASSERT_EQUAL(ddss_segtab_release_end(tab, a.key), 0);
 	CU_ASSERT_EQUAL(ddss_segtab_count(tab), 0);
 	CU_ASSERT_EQUAL(ddss_segtab_lookup(tab, a.key, 2, &b), -ESTALE);

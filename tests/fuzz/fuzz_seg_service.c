@@ -112,8 +112,8 @@ int ddss_segtab_lookup(struct ddss_segtab *tab, uint64_t key, uint32_t requester
 	return st.stub_r[0];
 }
 
-int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, char name[DDSS_NAME_MAX],
-			      uint8_t *cachers, size_t cachers_len)
+int ddss_segtab_release_begin(struct ddss_segtab *tab, uint64_t key, uint32_t requester,
+			      char name[DDSS_NAME_MAX], uint8_t *cachers, size_t cachers_len)
 {
 	st.table_calls++;
 	FUZZ_CHECK(cachers_len == (ctx.size + 7) / 8);

@@ -120,6 +120,63 @@ static void test_named_errors(void)
 	barrier();
 }
 
+/*
+ * Who may release (ddss_release_ss(3)): an unnamed segment only its allocator and its home;
+ * anyone else gets -EPERM and the segment stays usable. A named one, any rank. Rank 2
+ * allocates three unnamed segments at rank 3 (ranks 1 and 4 are bystanders).
+ */
+static void test_release_rights(void)
+{
+	enum { BOARD = 40 };
+	ddss_key_t a, b, c, named;
+	uint64_t v = 0;
+
+	if (nranks < 4)
+		return;
+	if (me == 2) {
+		struct ddss_seg_attr at = { .placement = DDSS_PLACE_RANK, .rank = 3 };
+
+		CU_ASSERT_EQUAL(ddss_allocate_ss(ctx, 8, &at, &a), 0);
+		CU_ASSERT_EQUAL(ddss_allocate_ss(ctx, 8, &at, &b), 0);
+		CU_ASSERT_EQUAL(ddss_allocate_ss(ctx, 8, &at, &c), 0);
+		v = 42;
+		CU_ASSERT_EQUAL(ddss_put(ctx, a, 0, &v, 8), 0);
+		publish(BOARD, a);
+		publish(BOARD + 1, b);
+		publish(BOARD + 2, c);
+	}
+	barrier();
+	a = fetch(2, BOARD);
+	b = fetch(2, BOARD + 1);
+	c = fetch(2, BOARD + 2);
+	if (me == 1 || me == 4) {
+		CU_ASSERT_EQUAL(ddss_release_ss(ctx, a), -EPERM);
+		CU_ASSERT_EQUAL(ddss_get(ctx, a, 0, &v, 8), 0); /* still there, unchanged */
+		CU_ASSERT_EQUAL(v, 42);
+	}
+	barrier();
+	if (me == 2) /* the allocator */
+		CU_ASSERT_EQUAL(ddss_release_ss(ctx, a), 0);
+	if (me == 3) /* the home */
+		CU_ASSERT_EQUAL(ddss_release_ss(ctx, b), 0);
+	barrier();
+	CU_ASSERT_EQUAL(ddss_get(ctx, a, 0, &v, 8), -ESTALE);
+	CU_ASSERT_EQUAL(ddss_get(ctx, b, 0, &v, 8), -ESTALE);
+	/* A name shares a segment with the group: anyone may release it. */
+	if (me == 2)
+		CU_ASSERT_EQUAL(ddss_allocate_ss(ctx, 8, &(struct ddss_seg_attr){
+			.placement = DDSS_PLACE_RANK, .rank = 3, .name = "released-by-4" }, &named), 0);
+	barrier();
+	if (me == 4) {
+		CU_ASSERT_EQUAL(ddss_lookup_ss(ctx, "released-by-4", &named), 0);
+		CU_ASSERT_EQUAL(ddss_release_ss(ctx, named), 0);
+	}
+	barrier();
+	if (me == 2)
+		CU_ASSERT_EQUAL(ddss_release_ss(ctx, c), 0);
+	barrier();
+}
+
 /* ---- placement ---- */
 
 static uint32_t home_of(ddss_key_t key)
@@ -543,6 +600,8 @@ int main(int argc, char **argv)
 	if (!threads_only) {
 		CU_add_test(s, "named segments: concurrent creation, one key", test_named_concurrent);
 		CU_add_test(s, "named segments: errors, reuse after release", test_named_errors);
+		CU_add_test(s, "release: unnamed by its allocator or home only (-EPERM)",
+			    test_release_rights);
 		CU_add_test(s, "placement: round robin, local, rank", test_placement);
 		CU_add_test(s, "data: 1 B .. 1 MiB byte-exact on every rank", test_data_sizes);
 		CU_add_test(s, "new segments read as zeros", test_zeroed);
