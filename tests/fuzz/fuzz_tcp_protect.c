@@ -2,7 +2,7 @@
  * Protected tcp frames (src/net/tcp/tcp_protect.c, DDSS_TCP_PROTECT): gathering a sealed
  * frame from a byte stream and opening it.
  *
- * Input: mode u8 | session key 32 | then up to 4 rounds of [header 48 | payload length u16 |
+ * Input: mode u8 | session key 32 | pool lengths 2 x 8 | then up to 4 rounds of [header 48 | payload length u16 |
  * action u8 | where u16 | chunk u8] with the payload bytes after each, then the rest:
  * bytes an attacker sends on a protected connection.
  * Rounds: the initiator seals a frame, the stream delivers it (action 0), with one bit
@@ -59,11 +59,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static unsigned char twice[2 * sizeof(sealed)];
 	struct tcp_protect ini, tgt, spy;
 	struct tcp_pframe f = { 0 };
+	uint64_t pools[2];
 	bool open = true;
 
 	fuzz_bytes(&in, session, sizeof(session));
-	tcp_protect_init(&ini, mode, session, true);
-	tcp_protect_init(&tgt, mode, session, false);
+	fuzz_bytes(&in, pools, sizeof(pools));
+	tcp_protect_init(&ini, mode, session, pools, true);
+	tcp_protect_init(&tgt, mode, session, pools, false);
 	for (int round = 0; open && round < 4 && in.left; round++) {
 		unsigned char hdr[TCP_WIRE_HDR_LEN];
 		size_t len, flen, fed, chunk, where;
@@ -128,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	 */
 	memcpy(other, session, sizeof(other));
 	other[0] ^= 0x80;
-	tcp_protect_init(&spy, mode, other, false);
+	tcp_protect_init(&spy, mode, other, pools, false);
 	while (in.left) {
 		uint64_t max = fuzz_u16(&in);
 		size_t chunk = (size_t)fuzz_u8(&in) + 1, fed;

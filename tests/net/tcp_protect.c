@@ -449,6 +449,37 @@ static void test_replay(void)
 	}
 }
 
+/*
+ * The relay alters what the handshake carries outside the proofs: the target's pool length
+ * in AUTH_ACK. Off, rank 1 believes it; protected, the keys differ and nothing works.
+ */
+static void test_altered_handshake(void)
+{
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		enum ddss_tp_protect m = modes[i];
+		struct ddss_tp_peer_info info;
+		struct pair p;
+
+		CU_ASSERT_EQUAL_FATAL(pair_open(&p, m, m, true), 0);
+		pthread_mutex_lock(&p.relay.mu);
+		/* AUTH_ACK's hello, its pool_len (offset 32), third byte: 0x40 -> 0x41. */
+		p.relay.flip_down = HANDSHAKE_LEN / 2 + TCP_WIRE_HDR_LEN + 32 + 2;
+		pthread_mutex_unlock(&p.relay.mu);
+		CU_ASSERT_EQUAL_FATAL(ddss_tp_peer_connect(p.tp[1], 2), 0);
+		CU_ASSERT_EQUAL(ddss_tp_peer_info(p.tp[1], 2, &info), 0);
+		CU_ASSERT_EQUAL(info.pool_len, POOL_LEN + (1u << 16));
+		if (m == DDSS_TP_PROTECT_OFF) {
+			CU_ASSERT_EQUAL(write_word(&p, 64, 5), 0);
+			CU_ASSERT_EQUAL(word(&p, 2, 64), 5);
+		} else {
+			CU_ASSERT_NOT_EQUAL(write_word(&p, 64, 5), 0);
+			CU_ASSERT(relay_wait(&p.relay, 0, true));
+			CU_ASSERT_EQUAL(word(&p, 2, 64), 0);
+		}
+		pair_close(&p);
+	}
+}
+
 /* Without an attacker, frames of every size go through whole in every mode. */
 static void test_large_frames(void)
 {
@@ -578,6 +609,8 @@ int main(void)
 	CU_add_test(suite, "an altered reply fails its operation with -EBADMSG",
 		    test_altered_reply);
 	CU_add_test(suite, "a replayed frame is rejected", test_replay);
+	CU_add_test(suite, "an altered handshake leaves a connection that carries nothing",
+		    test_altered_handshake);
 	CU_add_test(suite, "frames of every size, intact", test_large_frames);
 	CU_add_test(suite, "mode mismatch refused", test_mode_mismatch);
 	CU_add_test(suite, "protection without a secret, and bad values, refused",

@@ -93,16 +93,21 @@ static int protect_agree(const struct ddss_tp_config *cfg, uint32_t peer, uint32
 	return -EACCES;
 }
 
-/* Authenticated: the frame keys of the connection whose transcript is @tr. */
+/*
+ * Authenticated: the frame keys of the connection whose transcript is @tr and whose pool
+ * lengths (initiator's, target's) went by in AUTH and AUTH_ACK, outside the proofs.
+ */
 static void protect_keys(const struct ddss_tp_config *cfg, const struct ddss_auth_transcript *tr,
-			 bool initiator, struct tcp_protect *prot_p)
+			 uint64_t pool_i, uint64_t pool_t, bool initiator,
+			 struct tcp_protect *prot_p)
 {
 	unsigned char session[DDSS_AUTH_KEY_LEN];
+	const uint64_t pools[2] = { pool_i, pool_t };
 
 	if (cfg->tcp_protect == DDSS_TP_PROTECT_OFF)
 		return;
 	ddss_auth_session_key(cfg->auth, tr, session);
-	tcp_protect_init(prot_p, cfg->tcp_protect, session, initiator);
+	tcp_protect_init(prot_p, cfg->tcp_protect, session, pools, initiator);
 	sodium_memzero(session, sizeof(session));
 }
 
@@ -186,7 +191,7 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 	if (r)
 		return r;
 	*pool_len_p = them.pool_len;
-	protect_keys(cfg, &tr, true, prot_p);
+	protect_keys(cfg, &tr, t->pool_len, them.pool_len, true, prot_p);
 	return 0;
 }
 
@@ -273,6 +278,6 @@ int tcp_handshake_accept(struct tcp_tp *t, int fd, const unsigned char *first, i
 		me.pool_len = t->pool_len;
 	r = send_frame(fd, TCP_K_AUTH_ACK, status, &me);
 	if (!r && !status)
-		protect_keys(cfg, &tr, false, prot_p);
+		protect_keys(cfg, &tr, *pool_len_p, t->pool_len, false, prot_p);
 	return r ? r : status;
 }

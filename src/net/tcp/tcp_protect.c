@@ -27,25 +27,37 @@ const char *tcp_protect_name(enum ddss_tp_protect mode)
 	}
 }
 
-/* BLAKE2b keyed by the session key over a label naming the direction and the mode. */
+/*
+ * BLAKE2b keyed by the session key over a label naming the direction and the mode, then
+ * both pool lengths (le64).
+ */
 static void derive(unsigned char out[TCP_PROTECT_KEY_LEN], const unsigned char *session,
-		   enum ddss_tp_protect mode, char dir)
+		   enum ddss_tp_protect mode, const uint64_t pools[2], char dir)
 {
+	crypto_generichash_state st;
 	char label[48];
 	int n = snprintf(label, sizeof(label), "ddss tcp protect v1 %c %s", dir,
 			 tcp_protect_name(mode));
 
-	crypto_generichash(out, TCP_PROTECT_KEY_LEN, (const unsigned char *)label, (size_t)n,
-			   session, DDSS_AUTH_KEY_LEN);
+	crypto_generichash_init(&st, session, DDSS_AUTH_KEY_LEN, TCP_PROTECT_KEY_LEN);
+	crypto_generichash_update(&st, (const unsigned char *)label, (size_t)n);
+	for (int i = 0; i < 2; i++) {
+		uint64_t le = htole64(pools[i]);
+
+		crypto_generichash_update(&st, (const unsigned char *)&le, sizeof(le));
+	}
+	crypto_generichash_final(&st, out, TCP_PROTECT_KEY_LEN);
+	sodium_memzero(&st, sizeof(st));
 }
 
 void tcp_protect_init(struct tcp_protect *p, enum ddss_tp_protect mode,
-		      const unsigned char session[DDSS_AUTH_KEY_LEN], bool initiator)
+		      const unsigned char session[DDSS_AUTH_KEY_LEN], const uint64_t pools[2],
+		      bool initiator)
 {
 	/* 'I': what the initiator sends (requests), 'T': what the target sends (replies). */
 	p->mode = mode;
-	derive(p->tx.key, session, mode, initiator ? 'I' : 'T');
-	derive(p->rx.key, session, mode, initiator ? 'T' : 'I');
+	derive(p->tx.key, session, mode, pools, initiator ? 'I' : 'T');
+	derive(p->rx.key, session, mode, pools, initiator ? 'T' : 'I');
 	p->tx.ctr = p->rx.ctr = 0;
 }
 

@@ -3,8 +3,8 @@
  *
  * After an authenticated handshake both sides hold the connection's session key
  * (ddss_auth_session_key: bound to both nonces and both ranks). From it each side derives
- * one key per direction, with the mode mixed in, so a relay that rewrote the mode in a
- * hello gets two sides whose frames never verify. Every frame after the handshake is then
+ * one key per direction, with the mode and the pool lengths mixed in, so a relay that
+ * rewrote the mode in a hello, or a pool length, gets two sides whose frames never verify. Every frame after the handshake is then
  * sent as
  *
  *   header (48 bytes, in clear) | payload | tag (16 bytes)
@@ -48,11 +48,14 @@ const char *tcp_protect_name(enum ddss_tp_protect mode);
 
 /**
  * Derive both direction keys of a connection from its session key (@session, from
- * ddss_auth_session_key) and @mode (not OFF); @initiator: this side opened the connection.
- * Counters start at 0.
+ * ddss_auth_session_key), @mode (not OFF) and what the handshake carried outside the proofs
+ * (@pools: the initiator's and the target's pool lengths, as this side sent or received
+ * them), so a relay that altered any of it gets two sides whose frames never open.
+ * @initiator: this side opened the connection. Counters start at 0.
  */
 void tcp_protect_init(struct tcp_protect *p, enum ddss_tp_protect mode,
-		      const unsigned char session[DDSS_AUTH_KEY_LEN], bool initiator);
+		      const unsigned char session[DDSS_AUTH_KEY_LEN], const uint64_t pools[2],
+		      bool initiator);
 
 /** Wipe the keys; the mode becomes OFF. */
 void tcp_protect_clear(struct tcp_protect *p);
