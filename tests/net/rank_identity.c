@@ -257,6 +257,63 @@ static void test_group_secret_is_not_identity(void)
 	ddss_auth_key_clear(&group);
 }
 
+/* Loading: what a rank refuses (each a clear -errno, the key left off). */
+static void expect_load(const char *path, uint32_t rank, int want)
+{
+	struct ddss_auth_key k = { 0 };
+
+	setenv("DDSS_KEYS_FILE", path, 1);
+	CU_ASSERT_EQUAL(ddss_auth_keys_load(rank, N, &k), want);
+	CU_ASSERT_EQUAL(k.on, want == 0);
+	ddss_auth_key_clear(&k);
+	unsetenv("DDSS_KEYS_FILE");
+}
+
+static void test_keys_file_checks(void)
+{
+	struct ddss_auth_key k = { 0 }, secret = { 0 };
+	unsigned char a[KEY_LEN], b[KEY_LEN];
+	char path[128], bad[160];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/rank-1.keys", dir);
+	expect_load(path, 1, 0);
+	expect_load(path, 2, -EINVAL);             /* another rank's file */
+	expect_load("", 1, -EINVAL);               /* set but empty */
+	expect_load("/nonexistent/keys", 1, -ENOENT);
+	CU_ASSERT_EQUAL(chmod(path, 0640), 0);     /* the group may read it */
+	expect_load(path, 1, -EACCES);
+	CU_ASSERT_EQUAL(chmod(path, 0600), 0);
+	snprintf(bad, sizeof(bad), "%s/short.keys", dir);
+	f = fopen(bad, "w");
+	CU_ASSERT_FATAL(f != NULL);
+	fputs("DDSSKEY1", f);
+	fclose(f);
+	CU_ASSERT_EQUAL(chmod(bad, 0600), 0);
+	expect_load(bad, 1, -EINVAL);              /* truncated */
+	unlink(bad);
+	/* One or the other: a keys file and a group secret together are refused. */
+	CU_ASSERT_EQUAL(ddss_auth_key_load("s", &secret), 0);
+	setenv("DDSS_KEYS_FILE", path, 1);
+	CU_ASSERT_EQUAL(ddss_auth_keys_load(1, N, &secret), -EINVAL);
+	unsetenv("DDSS_KEYS_FILE");
+	/* A file knows its own pairs only; a group key derives every pair, symmetrically. */
+	load_keys("rank-1.keys", 1, &k);
+	CU_ASSERT_EQUAL(ddss_auth_pair_key(&k, 1, 3, a), 0);
+	CU_ASSERT_EQUAL(memcmp(a, pair[1][3], KEY_LEN), 0);
+	CU_ASSERT_EQUAL(ddss_auth_pair_key(&k, 3, 1, b), 0);
+	CU_ASSERT_EQUAL(memcmp(a, b, KEY_LEN), 0);
+	CU_ASSERT_EQUAL(ddss_auth_pair_key(&k, 2, 3, a), -EACCES);
+	CU_ASSERT_EQUAL(ddss_auth_pair_key(&k, 1, N + 1, a), -EACCES);
+	CU_ASSERT_EQUAL(ddss_auth_pair_key(&secret, 2, 3, a), 0);
+	CU_ASSERT_EQUAL(ddss_auth_pair_key(&secret, 3, 2, b), 0);
+	CU_ASSERT_EQUAL(memcmp(a, b, KEY_LEN), 0);
+	CU_ASSERT_EQUAL(ddss_auth_pair_key(&secret, 1, 3, b), 0);
+	CU_ASSERT_NOT_EQUAL(memcmp(a, b, KEY_LEN), 0);
+	ddss_auth_key_clear(&k);
+	ddss_auth_key_clear(&secret);
+}
+
 static int suite_init(void)
 {
 	if (sodium_init() < 0 || !mkdtemp(dir))
@@ -293,6 +350,7 @@ int main(void)
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	suite = CU_add_suite("rank identity (keys files)", suite_init, suite_cleanup);
+	CU_add_test(suite, "keys files: checks on load, own pairs only", test_keys_file_checks);
 	CU_add_test(suite, "a member cannot pass for another rank", test_member_cannot_pass_for_another);
 	CU_add_test(suite, "a member speaks as itself", test_member_speaks_as_itself);
 	CU_add_test(suite, "a group secret authenticates the group only",
