@@ -315,6 +315,15 @@ static int listen_any(uint16_t *port_p)
 	return fd;
 }
 
+/* DDSS_COMPLETION (event, poll; else adaptive), as for the ranks ddssrun starts. */
+static enum ddss_tp_completion protect_completion(void)
+{
+	const char *s = getenv("DDSS_COMPLETION");
+
+	return !s ? DDSS_TP_COMPLETION_ADAPTIVE : !strcmp(s, "event") ? DDSS_TP_COMPLETION_EVENT :
+	       !strcmp(s, "poll") ? DDSS_TP_COMPLETION_POLL : DDSS_TP_COMPLETION_ADAPTIVE;
+}
+
 /* Rank 2 (pinned to CPU 1 unless !@pin), then rank 1 (CPU 0), connected. */
 static int protect_pair_open(struct protect_pair *p, enum ddss_tp_protect mode,
 			     const struct ddss_auth_key *key, uint64_t group, bool pin)
@@ -332,7 +341,7 @@ static int protect_pair_open(struct protect_pair *p, enum ddss_tp_protect mode,
 	for (uint32_t rank = 2; rank >= 1; rank--) {
 		struct ddss_tp_config cfg = {
 			.rank = rank, .size = 2, .group = group, .nodes = n, .listen_fd = lfd[rank],
-			.completion = DDSS_TP_COMPLETION_ADAPTIVE, .op_timeout_ms = 30000,
+			.completion = protect_completion(), .op_timeout_ms = 30000,
 			.connect_timeout_ms = 5000, .auth = key, .tcp_protect = mode,
 		};
 		struct ddss_tp_mr *mr;
@@ -468,9 +477,10 @@ static int protect_main(const struct bench_opts *o)
 	if (o->csv)
 		printf("protect,op,size,median_us,p99_us,mean_us,ratio_to_off\n");
 	else
-		printf("tcp over loopback, completion=adaptive, samples=%zu per line, %s\n"
+		printf("tcp over loopback, completion=%s, samples=%zu per line, %s\n"
 		       "%-10s %-6s %6s %10s %10s %10s %7s\n",
-		       n, o->pin ? "rank 1 on CPU 0, rank 2 on CPU 1" : "unpinned",
+		       getenv("DDSS_COMPLETION") ? getenv("DDSS_COMPLETION") : "adaptive", n,
+		       o->pin ? "rank 1 on CPU 0, rank 2 on CPU 1" : "unpinned",
 		       "protect", "op", "size", "median_us", "p99_us", "mean_us", "x_off");
 	for (int s = 0; s < PROTECT_SIZES; s++)
 		for (int w = 0; w < 2; w++)
