@@ -23,15 +23,13 @@
 #include "net/transport.h"
 
 #include <CUnit/CUnit.h>
-#include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -97,19 +95,13 @@ static void load_keys(const char *name, uint32_t rank, struct ddss_auth_key *key
 	unsetenv("DDSS_KEYS_FILE");
 }
 
-static int bound_socket(uint16_t *port_p)
+/* A listening socket on a free loopback port for rank @i's node entry; -1 on failure. */
+static int listener(struct ddss_tp_node *node)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	unsigned port;
+	int fd = test_listen_loopback(&port);
 
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    getsockname(fd, (struct sockaddr *)&sa, &len) || listen(fd, 16)) {
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	*port_p = ntohs(sa.sin_port);
+	node->port = (uint16_t)port;
 	return fd;
 }
 
@@ -131,9 +123,7 @@ static void open_rank(struct rank *r, uint32_t me, const struct ddss_tp_node *no
 
 	if (handlers)
 		cfg.handlers = (struct ddss_tp_handlers){ .on_msg = on_msg, .on_peer = on_peer };
-	r->pool = aligned_alloc(4096, POOL_LEN);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(r->pool);
-	memset(r->pool, 0, POOL_LEN);
+	r->pool = test_alloc_pool(POOL_LEN);
 	CU_ASSERT_EQUAL_FATAL(ddss_tp_open("tcp", &cfg, &r->tp), 0);
 	CU_ASSERT_EQUAL_FATAL(ddss_tp_mem_register(r->tp, r->pool, POOL_LEN, true, &mr), 0);
 	CU_ASSERT_EQUAL_FATAL(ddss_tp_start(r->tp), 0);
@@ -168,7 +158,7 @@ static void forge(const struct ddss_auth_key *target_key, const struct ddss_auth
 	int r;
 
 	for (unsigned i = 0; i < N; i++) {
-		lfd[i] = bound_socket(&nodes[i].port);
+		lfd[i] = listener(&nodes[i]);
 		CU_ASSERT_FATAL(lfd[i] >= 0);
 	}
 	close(lfd[2]); /* rank 3 plays no part here */
@@ -222,7 +212,7 @@ static void test_member_speaks_as_itself(void)
 	int lfd[N];
 
 	for (unsigned i = 0; i < N; i++) {
-		lfd[i] = bound_socket(&nodes[i].port);
+		lfd[i] = listener(&nodes[i]);
 		CU_ASSERT_FATAL(lfd[i] >= 0);
 	}
 	close(lfd[1]);
