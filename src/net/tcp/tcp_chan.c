@@ -511,7 +511,14 @@ static int send_sealed(struct tcp_chan *ch, const unsigned char *hdrs, size_t n,
 		return r;
 	}
 	iov = (struct iovec){ ch->ptx, total };
-	return chan_send(ch, &iov, 1, true);
+	r = chan_send(ch, &iov, 1, true);
+	/* What did not go out was copied: a buffer grown for one large frame need not stay. */
+	if (ch->ptx_cap > TCP_PFRAME_KEEP) {
+		free(ch->ptx);
+		ch->ptx = NULL;
+		ch->ptx_cap = 0;
+	}
+	return r;
 }
 
 int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp_wire_hdr *h,

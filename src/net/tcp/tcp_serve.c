@@ -191,7 +191,15 @@ static int served_set_out(struct tcp_served *s, const struct tcp_wire_hdr *rep, 
 	tcp_wire_encode_hdr(rep, s->out_hdr);
 	if (s->protect) {
 		size_t n = tcp_protect_frame_len(len);
-		int r = tcp_buf_reserve(&s->ptx, &s->ptx_cap, n);
+		int r;
+
+		/* The last reply is out: a buffer grown for a large one need not stay. */
+		if (s->ptx_cap > TCP_PFRAME_KEEP && n <= TCP_PFRAME_KEEP) {
+			free(s->ptx);
+			s->ptx = NULL;
+			s->ptx_cap = 0;
+		}
+		r = tcp_buf_reserve(&s->ptx, &s->ptx_cap, n);
 
 		if (r)
 			return r;
