@@ -453,6 +453,7 @@ static const struct var vars[] = {
 	NUM("DDSS_PEER_TIMEOUT_MS", r_long, 0, 1l << 30, 10000, NULL),
 	WORDS("DDSS_THREAD_FILES", r_either, "private|shared", NULL),
 	WORDS("DDSS_TCP_ORDER", r_either, "strong|weak", NULL),
+	WORDS("DDSS_TCP_PROTECT", r_words, "off|integrity|encrypt", NULL),
 	/* The verbs provider (net/verbs/verbs_caps.c, verbs_guard.c, verbs_conn.c). */
 	NUM("DDSS_TRAFFIC_CLASS", r_long, 0, 255, -1, "(the fabric's default)"),
 	WORDS("DDSS_VERBS_FENCE", r_verbs_choice, "wait|nic", "auto"),

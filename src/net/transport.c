@@ -156,6 +156,9 @@ int ddss_tp_open(const char *provider, const struct ddss_tp_config *cfg, struct 
 		ops = ddss_tp_find(name);
 		r = ops->open(cfg, tp_p);
 	}
+	if (!r && cfg->tcp_protect != DDSS_TP_PROTECT_OFF && strcmp(name, "tcp"))
+		DDSS_WARN("DDSS_TCP_PROTECT applies to tcp only: this rank's %s traffic is not "
+			  "protected (use an encrypted fabric, docs/security.md)", name);
 	if (r)
 		return r;
 	/* The provider's open set its own table; use the filled copy from now on. */
