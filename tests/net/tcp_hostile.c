@@ -871,15 +871,21 @@ static void test_still_serves(void)
 	struct tcp_wire_hdr h = { .kind = TCP_K_FADD, .off = 128, .a = 3 }, rep;
 	int conns[16];
 
-	/* Several members at once, each served on its own connection. */
+	/*
+	 * A rank has one connection here: each new one closes those before it (a connection
+	 * its rank gave up cannot be kept for later use, issue 29), and the newest serves.
+	 */
 	for (unsigned i = 0; i < 16; i++) {
 		conns[i] = connect_member();
 		CU_ASSERT_FATAL(conns[i] >= 0);
-	}
-	for (unsigned i = 0; i < 16; i++) {
 		CU_ASSERT(write_read_ok(conns[i], 200000 + i * 512, 512, 100 + i));
+	}
+	for (unsigned i = 0; i < 15; i++) {
+		CU_ASSERT_EQUAL(wait_closed(conns[i]), 0);
 		close(conns[i]);
 	}
+	CU_ASSERT(write_read_ok(conns[15], 300000, 512, 99));
+	close(conns[15]);
 
 	conns[0] = connect_member();
 	CU_ASSERT_FATAL(conns[0] >= 0);
@@ -962,7 +968,7 @@ int main(void)
 	CU_add_test(suite, "forged requests rejected", test_forged_requests_rejected);
 	CU_add_test(suite, "protocol errors close", test_protocol_errors_close);
 	CU_add_test(suite, "abrupt and stuck peers", test_abrupt_and_stuck_peers);
-	CU_add_test(suite, "still serves", test_still_serves);
+	CU_add_test(suite, "a new connection of a rank closes its older ones; still serves", test_still_serves);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	return failed ? 1 : 0;

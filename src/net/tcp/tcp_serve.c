@@ -748,6 +748,12 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
 	tcp_set_sock_opts(fd);
 	tcp_peer_set_pool_len(t, s->peer, pool_len);
 	pthread_mutex_lock(&t->served_mu);
+	/* A rank talks to us on one connection (its channel, tcp_chan.c); it opens another only
+	 * once it gave the old one up. So the older ones go: a rank has one connection here,
+	 * and one it no longer uses cannot be kept open for requests it would not own up to. */
+	for (struct tcp_served *o = t->served; o; o = o->next)
+		if (o->peer == peer)
+			shutdown(o->fd, SHUT_RDWR); /* the progress thread sees the end and closes */
 	s->next = t->served;
 	t->served = s;
 	pthread_mutex_unlock(&t->served_mu);
