@@ -20,13 +20,16 @@
  */
 #include "common/test_util.h"
 #include "net/auth.h"
+#include "net/tcp/tcp_wire.h"
 #include "net/transport.h"
 
 #include <CUnit/CUnit.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sodium.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +237,77 @@ static void test_member_speaks_as_itself(void)
 	ddss_auth_key_clear(&k3);
 }
 
+/*
+ * A peer that knows the group id and sends a well-formed HELLO, then stalls before its
+ * AUTH (it cannot prove anything), holds nobody up: the acceptor waits for AUTH frames in
+ * its poll loop. Five such peers, then the honest rank 3 joins within STALL_BOUND_MS. (The
+ * acceptor used to wait for each AUTH in turn, up to 1 s from its accept.)
+ */
+#define STALLERS 5
+#define STALL_BOUND_MS 500
+
+static int stall_after_hello(uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct tcp_wire_hello h = { .magic = TCP_WIRE_MAGIC, .version = TCP_WIRE_VERSION,
+				    .from_rank = 2, .to_rank = 1, .size = N, .group = GROUP,
+				    .flags = TCP_WIRE_HELLO_AUTH };
+	struct tcp_wire_hdr hdr = { .kind = TCP_K_HELLO, .len = TCP_WIRE_HELLO_LEN };
+	unsigned char buf[TCP_WIRE_HDR_LEN + TCP_WIRE_HELLO_LEN];
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	randombytes_buf(h.nonce, sizeof(h.nonce));
+	tcp_wire_encode_hdr(&hdr, buf);
+	tcp_wire_encode_hello(&h, buf + TCP_WIRE_HDR_LEN);
+	if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf)) {
+		close(fd);
+		return -1;
+	}
+	return fd; /* and says nothing more */
+}
+
+static void test_stall_before_auth(void)
+{
+	struct ddss_tp_node nodes[N] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 }, { "127.0.0.1", 0 } };
+	struct ddss_auth_key k1, k3;
+	struct rank target, honest;
+	int lfd[N], stall[STALLERS];
+	int64_t t0, ms;
+
+	for (unsigned i = 0; i < N; i++) {
+		lfd[i] = listener(&nodes[i]);
+		CU_ASSERT_FATAL(lfd[i] >= 0);
+	}
+	close(lfd[1]);
+	load_keys("rank-1.keys", 1, &k1);
+	load_keys("rank-3.keys", 3, &k3);
+	open_rank(&target, 1, nodes, lfd[0], &k1, false);
+	open_rank(&honest, 3, nodes, lfd[2], &k3, false);
+	for (unsigned i = 0; i < STALLERS; i++) {
+		stall[i] = stall_after_hello(nodes[0].port);
+		CU_ASSERT(stall[i] >= 0);
+	}
+	t0 = ddss_now_ns();
+	CU_ASSERT_EQUAL(ddss_tp_peer_connect(honest.tp, 1), 0);
+	ms = (ddss_now_ns() - t0) / 1000000;
+	printf("  rank 3 joined in %lld ms behind %d peers stalled before AUTH ", (long long)ms,
+	       STALLERS);
+	CU_ASSERT(ms < STALL_BOUND_MS);
+	for (unsigned i = 0; i < STALLERS; i++)
+		if (stall[i] >= 0)
+			close(stall[i]);
+	close_rank(&honest);
+	close_rank(&target);
+	ddss_auth_key_clear(&k1);
+	ddss_auth_key_clear(&k3);
+}
+
 /* A group secret authenticates the group only: a member holding it passes for anyone. */
 static void test_group_secret_is_not_identity(void)
 {
@@ -343,6 +417,7 @@ int main(void)
 	CU_add_test(suite, "keys files: checks on load, own pairs only", test_keys_file_checks);
 	CU_add_test(suite, "a member cannot pass for another rank", test_member_cannot_pass_for_another);
 	CU_add_test(suite, "a member speaks as itself", test_member_speaks_as_itself);
+	CU_add_test(suite, "peers stalled before AUTH hold up no join", test_stall_before_auth);
 	CU_add_test(suite, "a group secret authenticates the group only",
 		    test_group_secret_is_not_identity);
 	failed = test_run_all();

@@ -18,6 +18,7 @@
 #ifndef DDSS_NET_TCP_TCP_H
 #define DDSS_NET_TCP_TCP_H
 
+#include "net/auth.h"
 #include "net/transport.h"
 #include "net/tcp/tcp_protect.h"
 #include "net/tcp/tcp_wire.h"
@@ -233,13 +234,28 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
 
 /** The bytes of a HELLO frame, the first thing a connecting peer sends. */
 #define TCP_HELLO_FRAME_LEN (TCP_WIRE_HDR_LEN + TCP_WIRE_HELLO_LEN)
+/* What the target keeps of a handshake from the peer's HELLO to its AUTH (tcp_accept.c
+ * waits for the AUTH frame in its poll loop, so a peer that stalls holds up nobody). */
+struct tcp_accept_hs {
+	uint32_t peer;                   /* the rank it claims (proven once done) */
+	uint64_t pool_len;               /* its pool length, once known */
+	bool need_auth;                  /* with a secret: an AUTH frame is still to come */
+	struct ddss_auth_transcript tr;  /* what the proofs cover */
+};
 /**
- * Target: answer the peer on @fd, whose HELLO frame (@first, TCP_HELLO_FRAME_LEN bytes)
- * the acceptor has read; the rest of the handshake ends by @deadline. 0 (accepted: its
- * rank and pool length) or -errno.
+ * Target, first step: answer the HELLO frame (@frame, TCP_HELLO_FRAME_LEN bytes) the
+ * acceptor has read from @fd. 0: accepted so far; if @hs->need_auth, the AUTH frame
+ * (same length) goes to tcp_handshake_accept_auth, else the handshake is done (@hs says
+ * the rank and pool length, @prot_p is off). -errno: refused (answered if possible).
  */
-int tcp_handshake_accept(struct tcp_tp *t, int fd, const unsigned char *first, int64_t deadline,
-			 uint32_t *peer_p, uint64_t *pool_len_p, struct tcp_protect *prot_p);
+int tcp_handshake_accept_hello(struct tcp_tp *t, int fd, const unsigned char *frame,
+			       struct tcp_accept_hs *hs);
+/**
+ * Target, second step (with a secret): check the AUTH frame and answer it. 0 (the rank is
+ * proven; @hs has its pool length, @prot_p the connection's frame keys) or -errno.
+ */
+int tcp_handshake_accept_auth(struct tcp_tp *t, int fd, const unsigned char *frame,
+			      struct tcp_accept_hs *hs, struct tcp_protect *prot_p);
 
 
 /* tcp_serve.c */

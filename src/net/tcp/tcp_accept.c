@@ -2,11 +2,13 @@
  * The tcp provider's acceptor: incoming connections up to the end of their handshake.
  *
  * One thread, one poll loop. A new connection waits, without blocking anyone, until its
- * HELLO frame has arrived in full; only then does the handshake proper run
- * (tcp_handshake.c), bounded by what is left of TCP_HANDSHAKE_TIMEOUT_MS from accept. So
- * connections that say nothing, or trickle their hello, never hold up a rank that is
- * joining: they are dropped at their deadline, and when too many wait at once (in all, or
- * from one address) the oldest is dropped for the newcomer (docs/security.md).
+ * HELLO frame has arrived in full; the answer goes out at once (tcp_handshake.c), and with
+ * a secret the connection waits in the same loop for its AUTH frame, then is answered
+ * again and served. Every wait is a poll, bounded by TCP_HANDSHAKE_TIMEOUT_MS from accept.
+ * So connections that say nothing, trickle their frames or stall between them never hold
+ * up a rank that is joining: they are dropped at their deadline, and when too many wait at
+ * once (in all, or from one address) the oldest is dropped for the newcomer
+ * (docs/security.md).
  */
 #include "net/tcp/tcp.h"
 #include "core/log.h"
@@ -24,8 +26,10 @@ struct pending {
 	int64_t deadline;                       /* the whole handshake ends by then */
 	struct sockaddr_storage from;
 	socklen_t from_len;
-	unsigned char hello[TCP_HELLO_FRAME_LEN]; /* what has arrived of it */
+	unsigned char frame[TCP_HELLO_FRAME_LEN]; /* what has arrived of HELLO, then AUTH */
 	size_t got;
+	bool hello_done;                        /* answered; AUTH is awaited */
+	struct tcp_accept_hs hs;
 };
 
 struct acceptor {
@@ -100,14 +104,12 @@ static bool take_new(struct acceptor *a)
 	return true;
 }
 
-/* Pending @i is readable: read what came of its hello; at the full frame, shake hands. */
+/* Pending @i is readable: read what came of its frame; at a full frame, the next step. */
 static void progress(struct acceptor *a, unsigned i)
 {
 	struct pending *x = &a->p[i];
-	ssize_t n = recv(x->fd, x->hello + x->got, sizeof(x->hello) - x->got, MSG_DONTWAIT);
+	ssize_t n = recv(x->fd, x->frame + x->got, sizeof(x->frame) - x->got, MSG_DONTWAIT);
 	struct tcp_protect prot = { .mode = DDSS_TP_PROTECT_OFF };
-	uint64_t pool_len = 0;
-	uint32_t peer = 0;
 	int fd = x->fd, r;
 
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -117,11 +119,19 @@ static void progress(struct acceptor *a, unsigned i)
 		return;
 	}
 	x->got += (size_t)n;
-	if (x->got < sizeof(x->hello))
+	if (x->got < sizeof(x->frame))
 		return;
-	r = tcp_handshake_accept(a->t, fd, x->hello, x->deadline, &peer, &pool_len, &prot);
+	x->got = 0;
+	if (!x->hello_done) {
+		r = tcp_handshake_accept_hello(a->t, fd, x->frame, &x->hs);
+		x->hello_done = true;
+		if (!r && x->hs.need_auth)
+			return; /* its AUTH frame comes through this loop too */
+	} else {
+		r = tcp_handshake_accept_auth(a->t, fd, x->frame, &x->hs, &prot);
+	}
 	if (!r)
-		r = tcp_serve_add(a->t, fd, peer, pool_len, &prot);
+		r = tcp_serve_add(a->t, fd, x->hs.peer, x->hs.pool_len, &prot);
 	tcp_protect_clear(&prot);
 	if (r) {
 		drop(a, i);

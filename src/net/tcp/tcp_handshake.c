@@ -182,7 +182,8 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 	memcpy(tr.nonce_t, them.nonce, sizeof(tr.nonce_t));
 	if (!(them.flags & TCP_WIRE_HELLO_AUTH) ||
 	    ddss_auth_check(cfg->auth, DDSS_AUTH_TARGET, &tr, them.proof, sizeof(them.proof))) {
-		DDSS_WARN("rank %u does not know the group secret: not talking to it", peer);
+		DDSS_WARN("rank %u cannot prove it is (wrong group secret or keys): not talking "
+			  "to it", peer);
 		return -EACCES;
 	}
 	ddss_auth_prove(cfg->auth, DDSS_AUTH_INITIATOR, &tr, me.proof);
@@ -225,59 +226,70 @@ static int check_hello(struct tcp_tp *t, const struct tcp_wire_hello *hello)
 }
 
 /* With a secret: the initiator's AUTH frame, checked. 0, or the status to refuse with. */
-static int check_auth(struct tcp_tp *t, int fd, int64_t deadline,
+static int check_auth(struct tcp_tp *t, const unsigned char *frame,
 		      const struct ddss_auth_transcript *tr, uint64_t *pool_len_p)
 {
 	struct tcp_wire_hello them;
-	int status, r = recv_frame(fd, TCP_K_AUTH, deadline, &status, &them);
+	int status, r = decode_frame(frame, TCP_K_AUTH, &status, &them);
 
 	if (r || status || them.from_rank != tr->initiator || them.to_rank != tr->target)
 		return -EPROTO;
 	if (ddss_auth_check(t->base.cfg.auth, DDSS_AUTH_INITIATOR, tr, them.proof,
 			    sizeof(them.proof))) {
-		DDSS_WARN("refusing rank %u: it does not know the group secret", tr->initiator);
+		DDSS_WARN("refusing rank %u: it cannot prove it is (wrong group secret or keys)",
+			  tr->initiator);
 		return -EACCES;
 	}
 	*pool_len_p = them.pool_len;
 	return 0;
 }
 
-int tcp_handshake_accept(struct tcp_tp *t, int fd, const unsigned char *first, int64_t deadline,
-			 uint32_t *peer_p, uint64_t *pool_len_p, struct tcp_protect *prot_p)
+int tcp_handshake_accept_hello(struct tcp_tp *t, int fd, const unsigned char *frame,
+			       struct tcp_accept_hs *hs)
 {
 	const struct ddss_tp_config *cfg = &t->base.cfg;
 	struct tcp_wire_hello hello = { 0 }, me;
-	struct ddss_auth_transcript tr = { .group = cfg->group, .target = cfg->rank,
-					   .size = cfg->size };
 	int status, r;
 
-	r = decode_frame(first, TCP_K_HELLO, &status, &hello);
+	memset(hs, 0, sizeof(*hs));
+	hs->tr = (struct ddss_auth_transcript){ .group = cfg->group, .target = cfg->rank,
+						.size = cfg->size };
+	r = decode_frame(frame, TCP_K_HELLO, &status, &hello);
 	status = r || status ? -EPROTO : check_hello(t, &hello);
 	me = my_hello(cfg, hello.from_rank);
 	/* Only a member learns anything about our pool; with a secret, only after its proof. */
 	if (!status && !cfg->auth)
 		me.pool_len = t->pool_len;
 	if (!status && cfg->auth) {
-		tr.initiator = hello.from_rank;
-		memcpy(tr.nonce_i, hello.nonce, sizeof(tr.nonce_i));
+		hs->tr.initiator = hello.from_rank;
+		memcpy(hs->tr.nonce_i, hello.nonce, sizeof(hs->tr.nonce_i));
 		ddss_auth_nonce(me.nonce);
-		memcpy(tr.nonce_t, me.nonce, sizeof(tr.nonce_t));
-		ddss_auth_prove(cfg->auth, DDSS_AUTH_TARGET, &tr, me.proof);
+		memcpy(hs->tr.nonce_t, me.nonce, sizeof(hs->tr.nonce_t));
+		ddss_auth_prove(cfg->auth, DDSS_AUTH_TARGET, &hs->tr, me.proof);
 	}
 	r = send_frame(fd, TCP_K_HELLO_ACK, status, &me);
 	if (r || status)
 		return r ? r : status;
-	*peer_p = hello.from_rank;
-	if (!cfg->auth) {
-		*pool_len_p = hello.pool_len;
-		return 0;
-	}
-	status = check_auth(t, fd, deadline, &tr, pool_len_p);
-	me = my_hello(cfg, hello.from_rank);
+	hs->peer = hello.from_rank;
+	hs->need_auth = cfg->auth != NULL;
+	if (!hs->need_auth)
+		hs->pool_len = hello.pool_len;
+	return 0;
+}
+
+int tcp_handshake_accept_auth(struct tcp_tp *t, int fd, const unsigned char *frame,
+			      struct tcp_accept_hs *hs, struct tcp_protect *prot_p)
+{
+	const struct ddss_tp_config *cfg = &t->base.cfg;
+	int status = check_auth(t, frame, &hs->tr, &hs->pool_len), r;
+	struct tcp_wire_hello me = my_hello(cfg, hs->peer);
+
 	if (!status)
 		me.pool_len = t->pool_len;
 	r = send_frame(fd, TCP_K_AUTH_ACK, status, &me);
-	if (!r && !status)
-		protect_keys(cfg, &tr, *pool_len_p, t->pool_len, false, prot_p);
+	if (!r && !status) {
+		hs->need_auth = false;
+		protect_keys(cfg, &hs->tr, hs->pool_len, t->pool_len, false, prot_p);
+	}
 	return r ? r : status;
 }
