@@ -63,21 +63,13 @@ struct relay {
 	bool closed;                /* either side hung up: both are shut down */
 };
 
+/* A listening socket on a free loopback port (test_util), its port in *port_p. */
 static int listen_loopback(uint16_t *port_p)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET,
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	unsigned port;
+	int fd = test_listen_loopback(&port);
 
-	if (fd < 0)
-		return -1;
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 16) ||
-	    getsockname(fd, (struct sockaddr *)&sa, &len)) {
-		close(fd);
-		return -1;
-	}
-	*port_p = ntohs(sa.sin_port);
+	*port_p = (uint16_t)port;
 	return fd;
 }
 

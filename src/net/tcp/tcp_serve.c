@@ -411,6 +411,18 @@ static unsigned char *payload_dst(struct tcp_tp *t, struct tcp_served *s)
 	return NULL;
 }
 
+/* Weak order, as a request's header is in (s->cur): a fenced request waits for every
+ * earlier READ and atomic, before any of its bytes land; any other but a READ overtakes
+ * the held READs. 0, or the error that ends the connection. */
+static int weak_on_request(struct tcp_tp *t, struct tcp_served *s)
+{
+	if ((s->cur.flags & TCP_WIRE_F_FENCE) && s->held_head)
+		return weak_release(t, s, true);
+	if (s->held_head && s->cur.kind != TCP_K_READ)
+		weak_overtaken(s, ddss_now_ns());
+	return 0;
+}
+
 /*
  * Protected connection: gather the next sealed request and open it; only then is any of it
  * used (its header checked, its bytes placed, a handler called). 0 = served, -EAGAIN =
@@ -440,13 +452,9 @@ static int served_step_sealed(struct tcp_tp *t, struct tcp_served *s)
 		return r;
 	s->cur_err = r;
 	s->payload_got = 0;
-	if ((s->cur.flags & TCP_WIRE_F_FENCE) && s->held_head) {
-		r = weak_release(t, s, true);
-		if (r)
-			return r;
-	} else if (s->held_head && s->cur.kind != TCP_K_READ) {
-		weak_overtaken(s, ddss_now_ns());
-	}
+	r = weak_on_request(t, s);
+	if (r)
+		return r;
 	dst = len ? payload_dst(t, s) : NULL;
 	if (dst && s->cur.kind == TCP_K_WRITE && len == 8 && !((uintptr_t)dst & 7)) {
 		uint64_t v; /* one store, as below */
@@ -486,15 +494,9 @@ static int served_step(struct tcp_tp *t, struct tcp_served *s)
 		s->payload_got = 0;
 		s->rx_start += TCP_WIRE_HDR_LEN;
 		avail -= TCP_WIRE_HDR_LEN;
-		/* Weak order: a fenced request waits for every earlier READ and atomic, before
-		 * any of its bytes land; any other but a READ overtakes the held READs. */
-		if ((s->cur.flags & TCP_WIRE_F_FENCE) && s->held_head) {
-			r = weak_release(t, s, true);
-			if (r)
-				return r;
-		} else if (s->held_head && s->cur.kind != TCP_K_READ) {
-			weak_overtaken(s, ddss_now_ns());
-		}
+		r = weak_on_request(t, s);
+		if (r)
+			return r;
 	}
 	if (s->payload_got < s->cur.len) {
 		size_t n = s->cur.len - s->payload_got;
