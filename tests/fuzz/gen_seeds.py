@@ -48,10 +48,11 @@ write("tcp_wire", "auth", tcp_hdr(10, ln=88) + tcp_hello(flags=1) + pool)
 
 vh = struct.pack("<IIQIIQQII", 0x56535344, 1, 0x1234, 2, 4, 0x7F0000000000, 1 << 20, 0x42, 0)
 write("verbs_wire", "hello", vh)
-write("verbs_wire", "auth_req", struct.pack("<IIQII", 0x41535344, 1, 0x1234, 2, 4)
+write("verbs_wire", "auth_req", struct.pack("<IQIQ", 0x32414444, 0x1234, 2, 0x1122334455667788)
       + bytes(range(16)) + bytes(range(16)))
 write("verbs_wire", "hello_padded", vh + bytes(8))
 write("verbs_wire", "reject", struct.pack("<II", 0x52535344, 111))
+write("verbs_wire", "reject_epoch", struct.pack("<IIQ", 0x52535344, 116, 0x1122334455667788))
 write("verbs_wire", "msg", struct.pack("<HHI", 0x4D44, 2, 5) + b"hello")
 write("verbs_wire", "msg_empty", struct.pack("<HHI", 0x4D44, 3, 0))
 
