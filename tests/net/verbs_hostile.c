@@ -193,41 +193,50 @@ out:
 	return r2;
 }
 
+/* A valid connect request of rank 2 for @r's QP and the target's @epoch, stamped @ahead_s
+ * seconds from now. */
+static void rogue_request(struct rogue *r, uint64_t epoch, int64_t ahead_s,
+			  unsigned char out[VERBS_AUTH_REQ_LEN])
+{
+	struct verbs_auth_req a = { .group = GROUP, .rank = 2, .epoch = epoch };
+	struct ddss_auth_transcript tr = { .group = GROUP, .initiator = 2, .target = 1, .size = 2 };
+	unsigned char proof[DDSS_AUTH_PROOF_LEN];
+	uint64_t t;
+
+	ddss_auth_stamp(a.nonce);
+	memcpy(&t, a.nonce, 8);
+	t = htole64(le64toh(t) + (uint64_t)ahead_s);
+	memcpy(a.nonce, &t, 8);
+	memcpy(tr.nonce_i, a.nonce, sizeof(tr.nonce_i));
+	ddss_auth_bind(epoch, r->id->route.addr.addr.ibaddr.sgid.raw, r->id->qp->qp_num,
+		       tr.nonce_t);
+	ddss_auth_prove(&key, DDSS_AUTH_INITIATOR, &tr, proof);
+	memcpy(a.proof, proof, sizeof(a.proof));
+	verbs_auth_req_encode(&a, out);
+}
+
 /*
- * Connect as rank 2 with the request in @pdata (NULL: a fresh one for @epoch, stamped
- * @ahead_s seconds from now). 0 (r->raddr, r->rkey learned), or the reject's -errno and
- * *epoch_p its epoch. The request sent is kept in r->sent.
+ * Connect as rank 2 with the request in @pdata (NULL: rogue_request(@epoch, @ahead_s)).
+ * 0 (r->raddr, r->rkey learned), or the reject's -errno and *epoch_p its epoch. The
+ * request sent is kept in r->sent.
  */
 static int rogue_connect(struct rogue *r, const unsigned char *pdata, uint64_t epoch,
 			 int64_t ahead_s, uint64_t *epoch_p)
 {
-	struct verbs_auth_req a = { .group = GROUP, .rank = 2, .epoch = epoch };
-	struct ddss_auth_transcript tr = { .group = GROUP, .initiator = 2, .target = 1, .size = 2 };
 	struct rdma_conn_param cp = {
 		.private_data = r->sent, .private_data_len = VERBS_AUTH_REQ_LEN,
 		.responder_resources = 1, .initiator_depth = 1, .retry_count = 1,
 		.rnr_retry_count = 1,
 	};
-	unsigned char proof[DDSS_AUTH_PROOF_LEN], got[256];
+	unsigned char got[256];
 	struct verbs_hello h;
 	size_t len = 0;
-	uint64_t t;
 	int type, e;
 
-	if (pdata) {
+	if (pdata)
 		memcpy(r->sent, pdata, VERBS_AUTH_REQ_LEN);
-	} else {
-		ddss_auth_stamp(a.nonce);
-		memcpy(&t, a.nonce, 8);
-		t = htole64(le64toh(t) + (uint64_t)ahead_s);
-		memcpy(a.nonce, &t, 8);
-		memcpy(tr.nonce_i, a.nonce, sizeof(tr.nonce_i));
-		ddss_auth_bind(epoch, r->id->route.addr.addr.ibaddr.sgid.raw, r->id->qp->qp_num,
-			       tr.nonce_t);
-		ddss_auth_prove(&key, DDSS_AUTH_INITIATOR, &tr, proof);
-		memcpy(a.proof, proof, sizeof(a.proof));
-		verbs_auth_req_encode(&a, r->sent);
-	}
+	else
+		rogue_request(r, epoch, ahead_s, r->sent);
 	if (rdma_connect(r->id, &cp))
 		return -errno;
 	type = rogue_event(r, got, &len);
@@ -346,10 +355,16 @@ static void test_replay(void)
 	CU_ASSERT_PTR_NOT_NULL_FATAL(t1);
 	epoch = learn_epoch(nodes);
 	CU_ASSERT_NOT_EQUAL_FATAL(epoch, 0);
-	CU_ASSERT_EQUAL_FATAL(rogue_join(&a, nodes, epoch), 0);
-	memcpy(captured, a.sent, sizeof(captured));
+	/* A request made for QP a, sent first from another QP (the target never saw its
+	 * authenticator): refused, it is bound to a's QP number; then from a: accepted. */
+	CU_ASSERT_EQUAL_FATAL(rogue_open(&a, nodes), 0);
+	rogue_request(&a, epoch, 0, captured);
+	CU_ASSERT_EQUAL_FATAL(rogue_open(&r, nodes), 0);
+	CU_ASSERT_EQUAL(rogue_connect(&r, captured, 0, 0, NULL), -EACCES);
+	rogue_close(&r);
+	CU_ASSERT_EQUAL(rogue_connect(&a, captured, 0, 0, NULL), 0);
 	rogue_close(&a);
-	/* The same bytes from another QP, same boot: bound to the QP that sent them. */
+	/* Again from another QP, same boot: refused (bound, and seen once). */
 	CU_ASSERT_EQUAL_FATAL(rogue_open(&r, nodes), 0);
 	CU_ASSERT_EQUAL(rogue_connect(&r, captured, 0, 0, NULL), -EACCES);
 	rogue_close(&r);
