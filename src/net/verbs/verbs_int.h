@@ -13,7 +13,17 @@
  *
  * Handshake (rdma_cm private data, verbs_wire.c): the connect request carries the
  * initiator's group, size, rank and pool (address, length, rkey); the accept carries the
- * acceptor's. Anything that does not match is rejected with a reason.
+ * acceptor's. Anything that does not match is rejected with a reason. With a group secret
+ * the request carries a proof instead of the pool, bound to the target's epoch (random
+ * per start; the first request learns it from a -ESTALE reject) and to the initiator's GID
+ * and QP number, so a recorded request is good neither after a restart nor from another
+ * QP (see struct verbs_auth_req).
+ *
+ * Served QPs and fencing. A rank has one served QP here that counts; a new one from it
+ * retires the older ones at once (error state: our rkey is useless through them), and
+ * verbs_serve_cut (a rank declared dead) cuts every QP the rank has here. Retired QPs are
+ * destroyed when their initiator closes them, at the latest VERBS_RETIRE_MS later; at
+ * most VERBS_SERVED_PER_RANK per rank (-EBUSY beyond).
  *
  * Completions. Every send work request is signaled, so send-queue accounting is exact and a
  * QP can be drained (every posted WR yields exactly one completion, flushed ones included).
