@@ -57,6 +57,8 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 			return -ENOMEM;
 		}
 		memcpy(net->env.nodes, env->nodes, env->size * sizeof(*env->nodes));
+		/* Its own reference to a keys file's row: both envs are freed. */
+		ddss_auth_key_copy(&net->env.auth, &env->auth);
 	} else if ((r = ddss_net_env_load(&net->env))) {
 		free(net);
 		return r;
