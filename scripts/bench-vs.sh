@@ -2,8 +2,9 @@
 # Compare two builds on the default path (tcp, direct mode): get and put of 1 B
 # (ddss-seg-bench, library medians) and an uncontended exclusive ncosed lock + unlock
 # (ddss-lock-bench part (a)), 2 ranks each. The builds take turns (old, new, old, new, ...)
-# so both see the same machine; prints every run, then the median of the runs per build and
-# new/old.
+# so both see the same machine; prints every run, then the median of the runs per build,
+# new/old, and the noise of the machine in the same run: each build's runs spread (p25..p75
+# relative to their median). A difference inside that spread is not one this machine shows.
 #
 #   scripts/bench-vs.sh OLD_BUILD_DIR NEW_BUILD_DIR [RUNS]   (default 5)
 set -euo pipefail
@@ -32,6 +33,13 @@ one_run() {
 }
 
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+# p25..p75 of the values on stdin, relative to their median, as "-a%..+b%".
+spread() {
+  sort -g | awk '{v[NR] = $1} END {
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    lo = v[int((NR - 1) * 0.25) + 1]; hi = v[int((NR - 1) * 0.75 + 0.5) + 1]
+    printf "%+.1f%%..%+.1f%%", 100 * (lo / m - 1), 100 * (hi / m - 1) }'
+}
 
 declare -a og op ol ng np nl
 printf '%-4s %-4s %10s %10s %14s\n' run build get_1B_us put_1B_us lock+unlock_us
@@ -49,3 +57,7 @@ printf 'median of %d runs: old get %.3f put %.3f lock+unlock %.3f us; new get %.
   "$runs" "${mo[@]}" "${mn[@]}"
 awk -v a="${mo[0]}" -v b="${mn[0]}" -v c="${mo[1]}" -v d="${mn[1]}" -v e="${mo[2]}" -v f="${mn[2]}" \
   'BEGIN { printf "new/old: get %.3f, put %.3f, lock+unlock %.3f\n", b / a, d / c, f / e }'
+printf 'noise (p25..p75 of the runs around their median): old get %s put %s lock %s; new get %s put %s lock %s\n' \
+  "$(printf '%s\n' "${og[@]}" | spread)" "$(printf '%s\n' "${op[@]}" | spread)" \
+  "$(printf '%s\n' "${ol[@]}" | spread)" "$(printf '%s\n' "${ng[@]}" | spread)" \
+  "$(printf '%s\n' "${np[@]}" | spread)" "$(printf '%s\n' "${nl[@]}" | spread)"
