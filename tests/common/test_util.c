@@ -256,3 +256,14 @@ char *test_read_file(const char *path)
 	fclose(f);
 	return buf;
 }
+
+void test_rdma_host_or_skip(char *host, size_t len)
+{
+	const char *h = getenv("DDSS_RDMA_HOST");
+
+	if (!h || !*h) {
+		printf("SKIP: DDSS_RDMA_HOST is not set (run under scripts/rdma-exec)\n");
+		exit(TEST_SKIP_EXIT);
+	}
+	snprintf(host, len, "%.*s", (int)strcspn(h, ","), h);
+}

@@ -10,6 +10,10 @@
 /* Exit status that ctest reports as SKIP (SKIP_RETURN_CODE). */
 #define TEST_SKIP_EXIT 77
 
+/** Verbs tests: the first address of DDSS_RDMA_HOST into @host (@len bytes), or print SKIP
+ * and exit with TEST_SKIP_EXIT when it is unset (not under scripts/rdma-exec). */
+void test_rdma_host_or_skip(char *host, size_t len);
+
 /** Fill @buf with bytes derived from @seed and each byte's position. */
 void test_fill(void *buf, size_t len, uint64_t seed);
 /** Index of the first byte that differs from test_fill(seed), or SIZE_MAX if none. */

@@ -191,15 +191,10 @@ static void test_traffic_class(void)
 
 int main(void)
 {
-	const char *h = getenv("DDSS_RDMA_HOST");
 	CU_pSuite suite;
 	unsigned failed;
 
-	if (!h || !*h) {
-		printf("SKIP: DDSS_RDMA_HOST is not set (run under scripts/rdma-exec)\n");
-		return TEST_SKIP_EXIT;
-	}
-	snprintf(host, sizeof(host), "%.*s", (int)strcspn(h, ","), h);
+	test_rdma_host_or_skip(host, sizeof(host));
 	base_port = (uint16_t)(30000 + (getpid() % 5000) * 4);
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;

@@ -452,15 +452,10 @@ static void test_qp_cap(void)
 
 int main(void)
 {
-	const char *h = getenv("DDSS_RDMA_HOST");
 	CU_pSuite suite;
 	unsigned failed;
 
-	if (!h || !*h) {
-		printf("SKIP: DDSS_RDMA_HOST is not set (run under scripts/rdma-exec)\n");
-		return TEST_SKIP_EXIT;
-	}
-	snprintf(host, sizeof(host), "%.*s", (int)strcspn(h, ","), h);
+	test_rdma_host_or_skip(host, sizeof(host));
 	base_port = (uint16_t)(24000 + getpid() % 2000 * 8);
 	unsetenv("DDSS_SECRET_FILE");
 	unsetenv("DDSS_SECRET");

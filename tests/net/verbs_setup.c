@@ -227,15 +227,10 @@ static void test_other_group_refused(void)
 
 int main(void)
 {
-	const char *h = getenv("DDSS_RDMA_HOST");
 	CU_pSuite suite;
 	unsigned failed;
 
-	if (!h || !*h) {
-		printf("SKIP: DDSS_RDMA_HOST is not set (run under scripts/rdma-exec)\n");
-		return TEST_SKIP_EXIT;
-	}
-	snprintf(host, sizeof(host), "%.*s", (int)strcspn(h, ","), h);
+	test_rdma_host_or_skip(host, sizeof(host));
 	/* rdma_cm ports are their own space; one per process id keeps parallel runs apart. */
 	base_port = (uint16_t)(30000 + (getpid() % 10000) * 2);
 	if (CU_initialize_registry() != CUE_SUCCESS)
