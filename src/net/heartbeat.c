@@ -65,7 +65,7 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 	if (net->env.peer_timeout_ms <= 0)
 		return;
 	for (uint32_t r = 1; r <= net->env.size; r++) {
-		int64_t silent;
+		int64_t silent, heard;
 
 		if (r == net->env.rank)
 			continue;
@@ -74,7 +74,8 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 		pthread_mutex_unlock(&net->mu);
 		if (!up)
 			continue;
-		silent = ddss_now_ns() - __atomic_load_n(&net->last_heard[r], __ATOMIC_RELAXED);
+		heard = __atomic_load_n(&net->last_heard[r], __ATOMIC_RELAXED);
+		silent = ddss_now_ns() - heard;
 		if (silent > bound && __atomic_load_n(&net->leaving, __ATOMIC_ACQUIRE)) {
 			/* Past the final barrier, where a lost disconnect (a lossy fabric) leaves
 			 * the coordinator waiting: the rank has left; there is nothing to recover. */
@@ -83,6 +84,14 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 			ddss_tp_peer_refuse(net->tp, r);
 			continue;
 		}
+		if (silent > bound / 2 && silent <= bound &&
+		    net->warned_heard[r] != heard) {
+			/* Once per silence, at half the timeout: the time to look at the link
+			 * (tests/net/fabric_fault.sh snapshots the QPs when it sees this). */
+			net->warned_heard[r] = heard;
+			DDSS_WARN("rank %u silent for %lld ms (half the peer timeout %d ms)", r,
+				  (long long)(silent / 1000000), net->env.peer_timeout_ms);
+		}
 		if (silent > bound) {
 			DDSS_WARN("rank %u silent for %lld ms (peer timeout %d ms): declared dead", r,
 				  (long long)(silent / 1000000), net->env.peer_timeout_ms);
@@ -90,8 +99,11 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 			ddss_tp_peer_refuse(net->tp, r);
 			continue;
 		}
-		/* Errors mean the peer is going down: the transport reports that itself. */
-		ddss_net_send(net, r, DDSS_MSG_HEARTBEAT, &seq, sizeof(seq));
+		/* Errors mean the peer is going down: the transport reports that itself.
+		 * -EAGAIN: the post bound passed with the connection busy (skipped). */
+		if (ddss_net_send(net, r, DDSS_MSG_HEARTBEAT, &seq, sizeof(seq)) == -EAGAIN)
+			DDSS_INFO("heartbeat to rank %u skipped: its connection stayed busy for %d ms",
+				  r, HEARTBEAT_POST_BOUND_MS);
 	}
 }
 
@@ -123,8 +135,9 @@ static void *heartbeat_main(void *arg)
 int ddss_net_heartbeat_init(struct ddss_net *net)
 {
 	net->last_heard = calloc(net->env.size + 1, sizeof(*net->last_heard));
+	net->warned_heard = calloc(net->env.size + 1, sizeof(*net->warned_heard));
 	net->dead_pending = calloc(net->env.size + 1, sizeof(*net->dead_pending));
-	if (!net->last_heard || !net->dead_pending) {
+	if (!net->last_heard || !net->warned_heard || !net->dead_pending) {
 		ddss_net_heartbeat_fini(net);
 		return -ENOMEM;
 	}
@@ -166,6 +179,8 @@ void ddss_net_heartbeat_fini(struct ddss_net *net)
 {
 	free(net->last_heard);
 	net->last_heard = NULL;
+	free(net->warned_heard);
+	net->warned_heard = NULL;
 	free(net->dead_pending);
 	net->dead_pending = NULL;
 }

@@ -31,6 +31,7 @@ struct ddss_net {
 
 	/* heartbeat.c */
 	int64_t *last_heard;        /* [rank] (atomic): when its last heartbeat came */
+	int64_t *warned_heard;      /* [rank] (heartbeat thread): last_heard when we warned */
 	pthread_t heartbeat_thread;
 	bool heartbeat_running;
 	bool heartbeat_stop;        /* under mu */

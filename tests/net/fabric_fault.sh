@@ -208,6 +208,7 @@ teardown() {
   local p
   for p in "${rank_pids[@]:-}"; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done
   [ -n "${suite_pid:-}" ] && kill -KILL "$suite_pid" 2>/dev/null
+  [ -n "${watch_pid:-}" ] && kill -KILL "$watch_pid" 2>/dev/null
   for p in "${wrap_pid[@]:-}"; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done
   for p in "${wrap_pid[@]:-}"; do [ -n "$p" ] && { wait "$p"; } 2>/dev/null; done
   wrap_pid=() rank_pids=()
@@ -250,6 +251,39 @@ if [ "$mode" = loss ]; then
   netem loss "$loss%" delay "${delay_ms}ms" "${jitter_ms}ms" rate 10gbit ||
     skip "tc could not add a netem qdisc on $dev_a/$dev_b"
   tc qdisc show dev "$dev_a" | sed 's/^/  /'
+  # At a rank's "silent for ... (half the peer timeout" warning, snapshots of what the
+  # link and the QPs were doing (docs/failure.md, "Fabric faults"): rxe's QPs (states and
+  # PSNs), both devices' counters, the qdiscs and the ranks' threads, three times 2 s apart,
+  # at most for the first two warnings of a suite. Reading these touches no rank.
+  snapshot() {
+    local d f v t p st
+    {
+      echo "== $(date +%T.%N)"; rdma res show qp
+      for d in /sys/class/infiniband/*; do
+        echo "== ${d##*/} counters"
+        for f in "$d"/ports/1/hw_counters/*; do read -r v <"$f"; echo "${f##*/} $v"; done
+      done
+      tc -s qdisc show dev "$dev_a"; tc -s qdisc show dev "$dev_b"
+      for p in $(pgrep -f "$(basename "${cmd[0]}")"); do
+        for t in /proc/$p/task/*; do
+          read -r v <"$t/wchan" 2>/dev/null; read -r -a st <"$t/stat" 2>/dev/null
+          echo "pid $p tid ${t##*/} state ${st[2]:-} utime ${st[13]:-} stime ${st[14]:-} wchan=$v"
+        done
+      done
+    } >>"$1" 2>&1
+  }
+  watch_silence() {
+    local seen=0 n=0 c i
+    while [ $n -lt 2 ]; do
+      c=$(grep -c "half the peer timeout" "$1" 2>/dev/null); c=${c:-0}
+      if [ "$c" -gt "$seen" ]; then
+        seen=$c n=$((n + 1))
+        grep -h "half the peer timeout" "$1" | tail -n +$n | head -1 >>"$1.snap$n"
+        for i in 1 2 3; do snapshot "$1.snap$n"; sleep 2; done
+      fi
+      sleep 1
+    done
+  }
   total_dead=0
   for s in ${suites//,/ }; do
     case $s in
@@ -262,21 +296,26 @@ if [ "$mode" = loss ]; then
       timeout -k 5 $((limit + 10)) "$ddssrun" -n 4 --transport verbs --timeout $limit -- \
       "${cmd[@]}" >"$logdir/$s.log" 2>&1 &
     suite_pid=$!
+    watch_silence "$logdir/$s.log" &
+    watch_pid=$!
     wait $suite_pid; rc=$?; suite_pid=""
+    kill $watch_pid 2>/dev/null; { wait $watch_pid; } 2>/dev/null; watch_pid=""
     secs=$(( ($(now_ms) - t0) / 100 ))
     dead=$(grep -c "declared dead" "$logdir/$s.log")
     opfail=$(grep -c "verbs: operation to rank .* failed" "$logdir/$s.log")
     down=$(grep -c "rank [0-9]* is down" "$logdir/$s.log")
+    half=$(grep -c "half the peer timeout" "$logdir/$s.log")
     verdict=PASS why=""
     [ $rc -eq 0 ] || why="$why rc=$rc"
     [ "$dead" -eq 0 ] || why="$why declared-dead=$dead"
     [ -z "$why" ] || { verdict="FAIL:$why"; failed=1; }
     netem_drops
     echo "$s $verdict $((secs / 10)).$((secs % 10))s declared-dead=$dead op-failed=$opfail" \
-         "peer-down=$down netem-dropped-so-far=$DROPS"
+         "silent-half-T=$half peer-down=$down netem-dropped-so-far=$DROPS"
     if [ -n "$why" ]; then
-      grep -h "declared dead\|operation to rank\|FAIL\|Assert\|error" "$logdir/$s.log" | head -12 | sed 's/^/    /'
+      grep -h "half the peer\|declared dead\|operation to rank\|FAIL\|Assert\|error" "$logdir/$s.log" | head -12 | sed 's/^/    /'
       echo "    log: $logdir/$s.log"
+      ls "$logdir/$s".log.snap* 2>/dev/null | sed 's/^/    snapshots at a silence: /'
     fi
     total_dead=$((total_dead + dead))
   done
