@@ -10,7 +10,8 @@
  *
  * Bound: a silent peer is declared dead between timeout and timeout + interval after its
  * last heartbeat (interval = timeout / 4). Only heartbeats count as signs of life, so the
- * hot paths never read the clock for this.
+ * hot paths never read the clock for this. They go unordered (ddss_tp_msg_send_unordered):
+ * verbs sends them on a lane that our own bulk transfers to the peer cannot hold up.
  */
 #include "net/net_internal.h"
 #include "core/log.h"
@@ -100,8 +101,11 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 			continue;
 		}
 		/* Errors mean the peer is going down: the transport reports that itself.
-		 * -EAGAIN: the post bound passed with the connection busy (skipped). */
-		if (ddss_net_send(net, r, DDSS_MSG_HEARTBEAT, &seq, sizeof(seq)) == -EAGAIN)
+		 * -EAGAIN: the post bound passed with the connection busy (skipped). Unordered:
+		 * on a lane that bulk data to the peer cannot hold up, where the transport has
+		 * one (verbs: net/verbs/verbs_liveness.c). */
+		if (ddss_tp_msg_send_unordered(net->tp, r, DDSS_MSG_HEARTBEAT, &seq, sizeof(seq)) ==
+		    -EAGAIN)
 			DDSS_INFO("heartbeat to rank %u skipped: its connection stayed busy for %d ms",
 				  r, HEARTBEAT_POST_BOUND_MS);
 	}

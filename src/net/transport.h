@@ -228,6 +228,13 @@ struct ddss_tp_ops {
 	 */
 	int (*msg_send)(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const void *buf,
 			size_t len);
+	/**
+	 * Optional: send a small message that needs no order with the others (the heartbeat)
+	 * on a path that bulk transfers to @peer cannot hold up. -EAGAIN when there is none
+	 * now (ddss_tp_msg_send_unordered then takes msg_send).
+	 */
+	int (*msg_send_unordered)(struct ddss_tp *tp, uint32_t peer, uint16_t tag,
+				  const void *buf, size_t len);
 
 	/* -- completion -- */
 	/** Make progress without blocking: 0 if @req is complete, -EAGAIN if not yet. */
@@ -480,6 +487,16 @@ static inline int ddss_tp_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t t
 				   size_t len)
 {
 	return tp->ops->msg_send(tp, peer, tag, buf, len);
+}
+
+/* A message that needs no order with the others: the provider's fast lane, else msg_send. */
+static inline int ddss_tp_msg_send_unordered(struct ddss_tp *tp, uint32_t peer, uint16_t tag,
+					     const void *buf, size_t len)
+{
+	if (tp->ops->msg_send_unordered &&
+	    tp->ops->msg_send_unordered(tp, peer, tag, buf, len) == 0)
+		return 0;
+	return ddss_tp_msg_send(tp, peer, tag, buf, len);
 }
 static inline int ddss_tp_test(struct ddss_tp *tp, struct ddss_tp_req *req)
 {

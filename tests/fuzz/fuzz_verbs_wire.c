@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(verbs_hello_decode(out, sizeof(out), &h2) == 0);
 		FUZZ_CHECK(h2.group == h.group && h2.rank == h.rank && h2.size == h.size &&
 			   h2.pool_addr == h.pool_addr && h2.pool_len == h.pool_len &&
-			   h2.rkey == h.rkey);
+			   h2.rkey == h.rkey && h2.flags == h.flags);
 	}
 
 	struct verbs_auth_req a, a2;
@@ -41,6 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(memcmp(aout, data, VERBS_AUTH_REQ_LEN) == 0);
 		FUZZ_CHECK(verbs_auth_req_decode(aout, sizeof(aout), &a2) == 0);
 		FUZZ_CHECK(a2.group == a.group && a2.rank == a.rank && a2.epoch == a.epoch &&
+			   a2.flags == a.flags &&
 			   !memcmp(a2.nonce, a.nonce, sizeof(a.nonce)) &&
 			   !memcmp(a2.proof, a.proof, sizeof(a.proof)));
 	}

@@ -4,6 +4,11 @@
  *  - the disconnect loop: rank 1 disconnects from rank 2 and reconnects, 500 times; every
  *    message sent each round arrives, and rank 2's posted receive buffers (SRQ, or without
  *    one, per-connection receive queues: DDSS_VERBS_DISABLE=srq) end where they started;
+ *    Each round rank 2 also sends rank 1 a message on the liveness lane (the QP rank 1
+ *    opened to it, backwards: net/verbs/verbs_liveness.c); rank 1's outgoing QP takes
+ *    those from its SRQ, and rank 1's posted receives end where they started too. With an
+ *    SRQ the lane must carry some of them; without one (rank 1 says it takes none) none;
+ *    either way every one arrives;
  *  - DDSS_TRAFFIC_CLASS: out-of-range values refuse to open, a valid one works.
  * ROUNDS=N in the environment changes the number of rounds.
  */
@@ -25,14 +30,26 @@ static char host[64];
 static uint16_t base_port;
 static unsigned received[2]; /* [rank - 1]: messages its handler saw */
 static unsigned bad_payload;
+static unsigned lane_received; /* rank 1: tag 8 from rank 2 (either path) */
+
+#define TAG_ORDERED 7
+#define TAG_LANE 8
 
 static void on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len)
 {
 	unsigned *count = arg;
 	uint32_t seq;
 
+	if (tag == TAG_LANE) {
+		if (count != &received[0] || from != 2 || len != sizeof(seq))
+			__atomic_add_fetch(&bad_payload, 1, __ATOMIC_RELAXED);
+		else
+			__atomic_add_fetch(&lane_received, 1, __ATOMIC_RELEASE);
+		return;
+	}
+
 	/* Messages arrive in order: each carries the sender's count so far. */
-	if (from != 1 || tag != 7 || len != sizeof(seq)) {
+	if (from != 1 || tag != TAG_ORDERED || len != sizeof(seq)) {
 		__atomic_add_fetch(&bad_payload, 1, __ATOMIC_RELAXED);
 		return;
 	}
@@ -71,12 +88,12 @@ static void nodes_init(struct ddss_tp_node *nodes)
 	base_port += 2;
 }
 
-/* Wait (bounded) until rank 2 has seen @want messages. */
-static bool wait_received(unsigned want)
+/* Wait (bounded) until *@count reaches @want. */
+static bool wait_count(unsigned *count, unsigned want)
 {
 	double until = test_now_ms() + 10000;
 
-	while (__atomic_load_n(&received[1], __ATOMIC_ACQUIRE) < want)
+	while (__atomic_load_n(count, __ATOMIC_ACQUIRE) < want)
 		if (test_now_ms() > until)
 			return false;
 		else
@@ -105,6 +122,8 @@ static void test_disconnect_loop(void)
 {
 	const char *env = getenv("ROUNDS");
 	unsigned rounds = env ? (unsigned)atoi(env) : 500, sent = 0, start, end;
+	unsigned lane_sent = 0, start1, end1;
+	bool srq = getenv("DDSS_VERBS_DISABLE") == NULL;
 	struct ddss_tp_node nodes[2];
 	uint64_t *p1 = test_alloc_pool(POOL_LEN), *p2 = test_alloc_pool(POOL_LEN);
 	struct ddss_tp_peer_info info;
@@ -114,26 +133,44 @@ static void test_disconnect_loop(void)
 	nodes_init(nodes);
 	received[1] = 0;
 	bad_payload = 0;
+	lane_received = 0;
 	t1 = open_rank(nodes, 1, p1);
 	t2 = open_rank(nodes, 2, p2);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(t1);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(t2);
 	CU_ASSERT_EQUAL_FATAL(ddss_tp_peer_connect(t1, 2), 0);
-	CU_ASSERT_EQUAL_FATAL(ddss_tp_msg_send(t1, 2, 7, &sent, sizeof(sent)), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_msg_send(t1, 2, TAG_ORDERED, &sent, sizeof(sent)), 0);
 	sent++;
-	CU_ASSERT_TRUE_FATAL(wait_received(sent));
+	CU_ASSERT_TRUE_FATAL(wait_count(&received[1], sent));
+	/* And one on the lane (without an SRQ it connects rank 2 to rank 1: counted at start). */
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_msg_send_unordered(t2, 1, TAG_LANE, &lane_sent,
+							 sizeof(lane_sent)), 0);
+	lane_sent++;
+	CU_ASSERT_TRUE_FATAL(wait_count(&lane_received, lane_sent));
 	start = settled_posted(t2, 0, false);
-	printf("\n  posted receive buffers at rank 2: %u at start\n", start);
+	start1 = settled_posted(t1, 0, false);
+	printf("\n  posted receive buffers at rank 2: %u, at rank 1: %u at start\n", start,
+	       start1);
 	CU_ASSERT_TRUE(start > 0);
 	for (unsigned round = 0; round < rounds; round++) {
 		for (unsigned i = 0; i < PER_ROUND; i++, sent++)
-			if (ddss_tp_msg_send(t1, 2, 7, &sent, sizeof(sent))) {
+			if (ddss_tp_msg_send(t1, 2, TAG_ORDERED, &sent, sizeof(sent))) {
 				CU_FAIL("msg_send failed");
 				goto out;
 			}
-		if (!wait_received(sent)) {
+		if (!wait_count(&received[1], sent)) {
 			printf("  round %u: %u of %u messages received\n", round, received[1], sent);
 			CU_FAIL("messages lost");
+			goto out;
+		}
+		if (ddss_tp_msg_send_unordered(t2, 1, TAG_LANE, &lane_sent, sizeof(lane_sent))) {
+			CU_FAIL("msg_send_unordered failed");
+			goto out;
+		}
+		if (!wait_count(&lane_received, ++lane_sent)) {
+			printf("  round %u: %u of %u lane messages received\n", round, lane_received,
+			       lane_sent);
+			CU_FAIL("lane messages lost");
 			goto out;
 		}
 		if (ddss_tp_peer_disconnect(t1, 2) || ddss_tp_peer_connect(t1, 2)) {
@@ -143,9 +180,19 @@ static void test_disconnect_loop(void)
 		}
 	}
 	end = settled_posted(t2, start, true);
-	printf("  %u rounds, %u messages in %.1f s; posted at rank 2: %u at the end\n", rounds,
-	       sent, (test_now_ms() - t0) / 1000, end);
+	end1 = settled_posted(t1, start1, true);
+	printf("  %u rounds, %u messages in %.1f s; posted at rank 2: %u, at rank 1: %u at the "
+	       "end; %u of %u messages to rank 1 on the liveness lane (%s)\n", rounds, sent,
+	       (test_now_ms() - t0) / 1000, end, end1, (unsigned)ddss_verbs_liveness_sent(t2),
+	       lane_sent, srq ? "SRQ: some must" : "no SRQ: none may");
 	CU_ASSERT_EQUAL(end, start);
+	CU_ASSERT_EQUAL(end1, start1);
+	CU_ASSERT_EQUAL(lane_received, lane_sent);
+	if (srq) {
+		CU_ASSERT_TRUE(ddss_verbs_liveness_sent(t2) > 0);
+	} else {
+		CU_ASSERT_EQUAL(ddss_verbs_liveness_sent(t2), 0);
+	}
 	CU_ASSERT_EQUAL(received[1], sent);
 	CU_ASSERT_EQUAL(bad_payload, 0);
 	CU_ASSERT_EQUAL(ddss_tp_peer_info(t1, 2, &info), 0);

@@ -18,4 +18,7 @@ bool ddss_verbs_usable(void);
  */
 unsigned ddss_verbs_srq_posted(struct ddss_tp *tp);
 
+/** Test only: messages sent on the liveness path (verbs_liveness.c) so far. */
+unsigned long ddss_verbs_liveness_sent(struct ddss_tp *tp);
+
 #endif

@@ -76,9 +76,21 @@ static int node_addr(const struct ddss_tp_node *node, bool with_port, struct soc
 	return 0;
 }
 
-static void local_hello(struct verbs_tp *vt, unsigned char out[VERBS_HELLO_LEN])
+/*
+ * What an initiator tells its target in the handshake: with an SRQ, its outgoing QP takes
+ * receives like any other (from the SRQ), so the target may send it liveness messages.
+ * Without one the QP has no receive buffers, and a SEND would meet RNR NAKs.
+ */
+static uint32_t takes_msgs(const struct verbs_tp *vt)
+{
+	return vt->srq ? VERBS_HELLO_TAKES_MSGS : 0;
+}
+
+/* @flags: VERBS_HELLO_* (an initiator's; a target sends 0). */
+static void local_hello(struct verbs_tp *vt, uint32_t flags, unsigned char out[VERBS_HELLO_LEN])
 {
 	struct verbs_hello h = {
+		.flags = flags,
 		.group = vt->base.cfg.group,
 		.rank = vt->base.cfg.rank,
 		.size = vt->base.cfg.size,
@@ -271,7 +283,8 @@ static struct ddss_auth_transcript transcript(struct verbs_tp *vt, uint32_t init
 static unsigned auth_request(struct verbs_out *o, unsigned char out[VERBS_AUTH_REQ_LEN])
 {
 	struct verbs_tp *vt = o->tp;
-	struct verbs_auth_req a = { .group = vt->base.cfg.group, .rank = vt->base.cfg.rank };
+	struct verbs_auth_req a = { .group = vt->base.cfg.group, .rank = vt->base.cfg.rank,
+				    .flags = takes_msgs(vt) };
 	unsigned char proof[DDSS_AUTH_PROOF_LEN];
 	struct ddss_auth_transcript tr;
 
@@ -327,7 +340,8 @@ static int check_auth_request(struct verbs_tp *vt, const struct cm_event *e, str
 		}
 		return -EPROTO;
 	}
-	*h = (struct verbs_hello){ .group = a.group, .rank = a.rank, .size = vt->base.cfg.size };
+	*h = (struct verbs_hello){ .group = a.group, .rank = a.rank, .size = vt->base.cfg.size,
+				   .flags = a.flags };
 	if (h->group != vt->base.cfg.group || h->rank < 1 || h->rank > vt->base.cfg.size)
 		return -EPERM;
 	if (a.epoch != vt->epoch)
@@ -388,11 +402,12 @@ static int out_connect(struct verbs_out *o)
 		DDSS_DBG("verbs: cannot set the ACK timeout: %s", strerror(errno));
 	pthread_mutex_lock(&o->sq_mu);
 	__atomic_store_n(&o->qp, o->id->qp, __ATOMIC_RELEASE);
+	__atomic_store_n(&o->qp_num, o->id->qp->qp_num, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&o->sq_mu);
 	if (vt->base.cfg.auth)
 		cp.private_data_len = auth_request(o, hello);
 	else
-		local_hello(vt, hello);
+		local_hello(vt, takes_msgs(vt), hello);
 	return rdma_connect(o->id, &cp) ? -errno : 0;
 }
 
@@ -401,6 +416,21 @@ static void out_set_failed(struct verbs_out *o, int err, bool retriable)
 	__atomic_store_n(&o->phase, VERBS_FAILED, __ATOMIC_RELEASE);
 	o->conn_err = err;
 	o->retriable = retriable;
+}
+
+/*
+ * rdma_cm leaves the min RNR NAK timer at 0, which encodes 655 ms: every receive underrun
+ * would stall the sender that long. Set on a QP that takes receives, once in RTS (where
+ * the timer may still change).
+ */
+static void set_min_rnr_timer(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr rnr = { .min_rnr_timer = VERBS_MIN_RNR_TIMER };
+	static bool warned;
+
+	if (ibv_modify_qp(qp, &rnr, IBV_QP_MIN_RNR_TIMER) && !__atomic_exchange_n(&warned, true,
+										   __ATOMIC_RELAXED))
+		DDSS_WARN("verbs: cannot set the min RNR timer: %s", strerror(errno));
 }
 
 /* cm thread: an event on an outgoing connection's id. */
@@ -447,6 +477,9 @@ static void out_event(struct verbs_tp *vt, struct verbs_out *o, const struct cm_
 		__atomic_store_n(&o->fail, 0, __ATOMIC_RELEASE);
 		__atomic_store_n(&o->phase, VERBS_UP, __ATOMIC_RELEASE);
 		o->ever_up = true;
+		o->took_msgs = takes_msgs(vt) != 0;
+		if (o->took_msgs)
+			set_min_rnr_timer(o->qp);
 		__atomic_store_n(&o->up, 1, __ATOMIC_RELEASE);
 		verbs_peer_set_state(vt, o->peer, DDSS_TP_PEER_UP);
 		break;
@@ -530,8 +563,14 @@ void verbs_out_fail_all(struct verbs_tp *vt, int err)
 		out_fail(&vt->peers[r].out, err, false);
 }
 
-/* o->mu held: free the previous attempt's QP and id, once nothing of it is outstanding. */
-static void out_teardown(struct verbs_out *o)
+static void qp_quiesce(struct verbs_tp *vt, struct ibv_qp *qp);
+
+/*
+ * o->mu held: free the previous attempt's QP and id, once nothing of it is outstanding.
+ * @quiesce: its receives (liveness messages, from the SRQ) are polled first, so that no
+ * buffer is lost with it (false at close: the receive thread has stopped).
+ */
+static void out_teardown(struct verbs_out *o, bool quiesce)
 {
 	struct ibv_qp *qp;
 
@@ -540,11 +579,15 @@ static void out_teardown(struct verbs_out *o)
 	if (o->qp) {
 		out_fail(o, -ECONNRESET, false);
 		verbs_drain(o, 5000);
+		if (quiesce && o->took_msgs)
+			qp_quiesce(o->tp, o->qp);
+		o->took_msgs = false;
 	}
 	/* fail is set and the queue is empty: no poster can still be using the QP (verbs_post). */
 	pthread_mutex_lock(&o->sq_mu);
 	qp = o->qp;
 	__atomic_store_n(&o->qp, NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(&o->qp_num, 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&o->sq_mu);
 	if (qp)
 		rdma_destroy_qp(o->id);
@@ -661,7 +704,7 @@ int verbs_out_connect(struct verbs_out *o)
 			}
 			timed_wait(o, ddss_now_ns() + VERBS_RETRY_MS * 1000000ll);
 		}
-		out_teardown(o);
+		out_teardown(o, true);
 		attempted = true;
 		r = out_start(o);
 		if (r && !o->retriable)
@@ -682,12 +725,13 @@ int verbs_out_connect(struct verbs_out *o)
 /* ---- incoming connections (cm thread) ---- */
 
 /*
- * cm thread: take a served QP out of service so that no receive buffer is lost: to the
+ * Take a QP that takes receives (a served one; an outgoing one that took liveness messages)
+ * out of service so that no receive buffer is lost: to the
  * error state, then (with an SRQ) wait for its last WQE event and for the receive thread
  * to poll the CQ empty, or (without) for every buffer of its RQ to flush. Each wait is
  * bounded; a device that never reports is not waited for again.
  */
-static void served_quiesce(struct verbs_tp *vt, struct ibv_qp *qp)
+static void qp_quiesce(struct verbs_tp *vt, struct ibv_qp *qp)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
 	int64_t until;
@@ -699,8 +743,8 @@ static void served_quiesce(struct verbs_tp *vt, struct ibv_qp *qp)
 		if (!vt->no_last_wqe &&
 		    !verbs_async_wait_last_wqe(vt, qp->qp_num, VERBS_TEARDOWN_MS)) {
 			vt->no_last_wqe = true;
-			DDSS_WARN("verbs: %s reported no last-WQE event for qp %u in %d ms; served QPs "
-				  "are destroyed once the receive CQ is drained",
+			DDSS_WARN("verbs: %s reported no last-WQE event for qp %u in %d ms; QPs on the "
+				  "SRQ are destroyed once the receive CQ is drained",
 				  ibv_get_device_name(vt->ctx->device), qp->qp_num, VERBS_TEARDOWN_MS);
 		}
 		if (!verbs_recv_sync(vt, VERBS_TEARDOWN_MS))
@@ -739,14 +783,17 @@ static void served_free(struct verbs_tp *vt, struct verbs_served *s, bool quiesc
 		}
 	if (s->qp && quiesce && !s->retired)
 		ibv_modify_qp(s->qp, &err, IBV_QP_STATE);
+	if (s->peer && vt->served_qpn[s->peer] == s->qp_num)
+		verbs_liveness_set(vt, s->peer, false);
 	pthread_mutex_unlock(&vt->served_mu);
 	/* Still known by its number meanwhile: messages it took before are delivered. */
 	if (s->id->qp && quiesce)
-		served_quiesce(vt, s->id->qp);
+		qp_quiesce(vt, s->id->qp);
 	pthread_mutex_lock(&vt->served_mu);
 	if (s->peer && vt->served_qpn[s->peer] == s->qp_num) {
 		vt->served_qpn[s->peer] = 0;
 		vt->served_qp[s->peer] = NULL;
+		verbs_liveness_set(vt, s->peer, false);
 	}
 	pthread_mutex_unlock(&vt->served_mu);
 	if (s->id->qp) {
@@ -827,9 +874,7 @@ static unsigned served_count(struct verbs_tp *vt, uint32_t rank)
 
 static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 {
-	struct ibv_qp_init_attr a = qp_attr(vt, 1, 0, true);
-	struct ibv_qp_attr rnr = { .min_rnr_timer = VERBS_MIN_RNR_TIMER };
-	static bool rnr_warned;
+	struct ibv_qp_init_attr a;
 	unsigned char hello[VERBS_AUTH_REP_LEN];
 	unsigned char nonce_i[DDSS_AUTH_NONCE_LEN] = { 0 }, bind[DDSS_AUTH_NONCE_LEN] = { 0 };
 	struct rdma_conn_param cp = {
@@ -882,7 +927,17 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 	s->id = e->id;
 	s->peer = h.rank;
 	e->id->context = s;
-	if (rdma_create_qp(e->id, vt->pd, &a)) {
+	/* Sends liveness messages if its initiator takes them, and the device lets it. */
+	s->liveness = h.flags & VERBS_HELLO_TAKES_MSGS;
+	a = qp_attr(vt, s->liveness ? VERBS_LIVENESS_SEND_WR : 1,
+		    s->liveness ? VERBS_LIVENESS_INLINE : 0, true);
+	if (s->liveness && rdma_create_qp(e->id, vt->pd, &a)) {
+		DDSS_DBG("verbs: no QP with %u bytes inline for rank %u (%s): no liveness path",
+			 VERBS_LIVENESS_INLINE, h.rank, strerror(errno));
+		s->liveness = false;
+		a = qp_attr(vt, 1, 0, true);
+	}
+	if (!e->id->qp && rdma_create_qp(e->id, vt->pd, &a)) {
 		r = -errno;
 		DDSS_ERR("verbs: cannot create a QP for rank %u: %s", h.rank, strerror(-r));
 		free(s);
@@ -891,6 +946,15 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 	}
 	s->qp = e->id->qp;
 	s->qp_num = e->id->qp->qp_num;
+	/*
+	 * The lane's sends wait for ACKs like ours do (rdma_cm's default on the passive side
+	 * is the initiator's packet lifetime, about 1 s a try on RoCE): set before
+	 * rdma_accept, which moves the QP to RTS with it.
+	 */
+	if (s->liveness && rdma_set_option(e->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+					   &vt->ack_timeout, sizeof(vt->ack_timeout)))
+		DDSS_DBG("verbs: cannot set the ACK timeout of rank %u's QP: %s", h.rank,
+			 strerror(errno));
 	if (verbs_recv_fill_qp(vt, e->id->qp)) { /* without an SRQ: its own buffers */
 		rdma_destroy_qp(e->id);
 		verbs_recv_reclaim(vt, s->qp_num);
@@ -920,7 +984,7 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 	/* Serve as many reads/atomics at once as the initiator will issue (device permitting). */
 	cp.responder_resources = e->initiator_depth < vt->rd_atom ? e->initiator_depth : vt->rd_atom;
 	cp.initiator_depth = vt->rd_atom;
-	local_hello(vt, hello);
+	local_hello(vt, 0, hello);
 	if (vt->base.cfg.auth) {
 		struct ddss_auth_transcript tr = transcript(vt, h.rank, vt->base.cfg.rank, nonce_i,
 							    bind);
@@ -931,6 +995,7 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 	pthread_mutex_lock(&vt->served_mu);
 	vt->served_qpn[h.rank] = s->qp_num;
 	vt->served_qp[h.rank] = e->id->qp;
+	verbs_liveness_set(vt, h.rank, false); /* until it is established */
 	pthread_mutex_unlock(&vt->served_mu);
 	if (!vt->base.cfg.auth) /* with a secret, learned on our own connection to it */
 		__atomic_store_n(&vt->peers[h.rank].pool_len, h.pool_len, __ATOMIC_RELEASE);
@@ -943,15 +1008,7 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 	for (t = vt->served; t; t = t->next)
 		if (t != s && t->peer == h.rank && !t->retired)
 			served_retire(vt, t);
-	/*
-	 * rdma_cm leaves the min RNR NAK timer at 0, which encodes 655 ms: every receive
-	 * underrun would stall the sender that long. The QP is in RTS now (rdma_accept moved
-	 * it there before answering), where the timer may still change.
-	 */
-	if (ibv_modify_qp(e->id->qp, &rnr, IBV_QP_MIN_RNR_TIMER) && !rnr_warned) {
-		rnr_warned = true;
-		DDSS_WARN("verbs: cannot set the min RNR timer: %s", strerror(errno));
-	}
+	set_min_rnr_timer(e->id->qp); /* in RTS now: rdma_accept moved it there */
 }
 
 static void served_event(struct verbs_tp *vt, struct verbs_served *s, const struct cm_event *e)
@@ -959,6 +1016,10 @@ static void served_event(struct verbs_tp *vt, struct verbs_served *s, const stru
 	switch (e->type) {
 	case RDMA_CM_EVENT_ESTABLISHED:
 		s->established = true;
+		pthread_mutex_lock(&vt->served_mu);
+		if (s->liveness && !s->retired && vt->served_qpn[s->peer] == s->qp_num)
+			verbs_liveness_set(vt, s->peer, true);
+		pthread_mutex_unlock(&vt->served_mu);
 		if (!s->retired)
 			verbs_peer_set_state(vt, s->peer, DDSS_TP_PEER_UP);
 		break;
@@ -1162,7 +1223,7 @@ void verbs_conn_close(struct verbs_tp *vt)
 		pthread_mutex_lock(&o->mu);
 		if (o->id)
 			rdma_disconnect(o->id);
-		out_teardown(o);
+		out_teardown(o, false);
 		pthread_mutex_unlock(&o->mu);
 	}
 	if (vt->cm_ch)

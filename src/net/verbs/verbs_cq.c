@@ -90,6 +90,10 @@ void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc)
 	struct verbs_out *o;
 	int status = 0;
 
+	if (verbs_wrid_is_liveness(wc->wr_id)) { /* a served QP's: no outgoing QP's business */
+		verbs_liveness_done(vt, wc);
+		return;
+	}
 	if (wc->wr_id & 1) {
 		peer = (uint32_t)(wc->wr_id >> 32);
 	} else {

@@ -131,6 +131,7 @@ struct verbs_out {
 	int conn_err;       /* why the last attempt failed (-errno) */
 	bool retriable;     /* the peer was simply not there (yet) */
 	bool ever_up;
+	bool took_msgs;     /* this attempt was up, telling the peer it takes liveness messages */
 	struct rdma_cm_id *id;
 	struct ibv_qp *qp;
 	uint64_t raddr;     /* peer's pool */
@@ -163,6 +164,7 @@ struct verbs_out {
 	unsigned guard_nleft;
 	int fail;           /* atomic: sticky error of the current connection (0 = healthy) */
 	int up;             /* atomic: established and not failed since (reports DOWN once) */
+	uint32_t qp_num;    /* atomic: the QP's number while it exists, else 0 (verbs_out_rank) */
 };
 
 /*
@@ -177,6 +179,7 @@ struct verbs_served {
 	uint32_t peer;
 	uint32_t qp_num;
 	bool established;
+	bool liveness;            /* sends liveness messages to its initiator (verbs_liveness.c) */
 	bool retired;             /* in the error state, replaced by a newer one (cm thread) */
 	int64_t retire_ns;        /* destroyed at the latest then (ddss_now_ns) */
 };
@@ -265,6 +268,9 @@ struct verbs_tp {
 	pthread_mutex_t served_mu;   /* the served list and the qp_num -> rank lookups below */
 	uint32_t *served_qpn;        /* [rank]: qp_num of the served QP, 0 = none */
 	struct ibv_qp **served_qp;   /* [rank]: that QP (to cut a refused peer off) */
+	bool *served_liveness;       /* [rank]: served_qp[rank] sends liveness messages */
+	int *liveness_inflight;      /* [rank] (atomic): its liveness sends not completed */
+	unsigned long liveness_sent; /* atomic: liveness messages sent that way (tests) */
 	/* With a group secret: authenticators accepted, one cache per initiator rank (made
 	 * when its first proof holds; cm thread), and this rank's epoch (random, per start). */
 	struct ddss_auth_replay **replay;  /* [rank] */
@@ -311,6 +317,17 @@ static inline uint64_t verbs_wrid_credit(uint32_t peer)
 	return ((uint64_t)peer << 32) | 1u;
 }
 
+/* wr_id of a liveness SEND on a served QP (verbs_liveness.c): low two bits set. */
+static inline uint64_t verbs_wrid_liveness(uint32_t peer)
+{
+	return ((uint64_t)peer << 32) | 3u;
+}
+
+static inline bool verbs_wrid_is_liveness(uint64_t wr_id)
+{
+	return (wr_id & 3u) == 3u;
+}
+
 /* ---- verbs_wire.c: handshake private data and message header ---- */
 #define VERBS_HELLO_LEN 48u
 #define VERBS_REJECT_LEN 16u
@@ -320,7 +337,10 @@ struct verbs_hello {
 	uint32_t rank, size;
 	uint64_t pool_addr, pool_len;
 	uint32_t rkey;
+	uint32_t flags; /* VERBS_HELLO_*; unknown bits are refused */
 };
+/* The initiator takes SENDs on its outgoing QP (it has an SRQ): verbs_liveness.c. */
+#define VERBS_HELLO_TAKES_MSGS 1u
 void verbs_hello_encode(const struct verbs_hello *h, unsigned char out[VERBS_HELLO_LEN]);
 /** 0, or -EPROTO if @buf is not a hello of this protocol version. */
 int verbs_hello_decode(const void *buf, size_t len, struct verbs_hello *h);
@@ -345,6 +365,7 @@ struct verbs_auth_req {
 	uint64_t epoch;                           /* the target's, as the initiator knows it */
 	unsigned char nonce[DDSS_AUTH_NONCE_LEN]; /* authenticator: time | random */
 	unsigned char proof[VERBS_AUTH_REQ_PROOF_LEN];
+	uint32_t flags; /* VERBS_HELLO_TAKES_MSGS or 0: which of the two magics */
 };
 void verbs_auth_req_encode(const struct verbs_auth_req *a, unsigned char out[VERBS_AUTH_REQ_LEN]);
 /** 0, or -EPROTO if @buf is not an authenticated connect request of this version. */
@@ -394,6 +415,20 @@ void verbs_peer_set_state(struct verbs_tp *vt, uint32_t rank, enum ddss_tp_peer_
 void verbs_serve_cut(struct verbs_tp *vt, uint32_t rank);
 /** Rank of the peer whose served QP is @qp_num, or 0. */
 uint32_t verbs_served_rank(struct verbs_tp *vt, uint32_t qp_num);
+
+/* ---- verbs_liveness.c: messages that bulk data to a peer cannot hold up ---- */
+/* Send WRs and inline bytes of a served QP that sends liveness messages. */
+#define VERBS_LIVENESS_SEND_WR 4u
+#define VERBS_LIVENESS_INLINE 32u
+/** 0 if sent on the QP @peer connected to us; -EAGAIN if there is none now. */
+int verbs_liveness_send(struct verbs_tp *vt, uint32_t peer, uint16_t tag, const void *buf,
+			size_t len);
+/** A completion of such a send (any status): its peer may have another in flight. */
+void verbs_liveness_done(struct verbs_tp *vt, const struct ibv_wc *wc);
+/** served_mu held: liveness messages to @rank go on served_qp[rank] (@on) or not. */
+void verbs_liveness_set(struct verbs_tp *vt, uint32_t rank, bool on);
+/** The rank whose outgoing QP (ours to it) has number @qp_num, or 0. */
+uint32_t verbs_out_rank(struct verbs_tp *vt, uint32_t qp_num);
 
 /* ---- verbs_cq.c ---- */
 int verbs_cq_open(struct verbs_tp *vt);

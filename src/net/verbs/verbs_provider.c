@@ -91,6 +91,8 @@ static void verbs_close(struct ddss_tp *tp)
 		ibv_dealloc_pd(vt->pd);
 	free(vt->served_qpn);
 	free(vt->served_qp);
+	free(vt->served_liveness);
+	free(vt->liveness_inflight);
 	free(vt->peers);
 	ddss_tp_fini_common(tp);
 	free(vt);
@@ -184,7 +186,10 @@ static int verbs_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 	vt->peers = calloc(cfg->size + 1, sizeof(*vt->peers));
 	vt->served_qpn = calloc(cfg->size + 1, sizeof(*vt->served_qpn));
 	vt->served_qp = calloc(cfg->size + 1, sizeof(*vt->served_qp));
-	if (!vt->peers || !vt->served_qpn || !vt->served_qp) {
+	vt->served_liveness = calloc(cfg->size + 1, sizeof(*vt->served_liveness));
+	vt->liveness_inflight = calloc(cfg->size + 1, sizeof(*vt->liveness_inflight));
+	if (!vt->peers || !vt->served_qpn || !vt->served_qp || !vt->served_liveness ||
+	    !vt->liveness_inflight) {
 		r = -ENOMEM;
 		goto err;
 	}
@@ -742,6 +747,15 @@ static int verbs_notify_many(struct ddss_tp *tp, uint32_t peer, const uint32_t *
 	return post_wr(vt, o, wr);
 }
 
+/* The heartbeat's lane: on the QP @peer connected to us (verbs_liveness.c). */
+static int verbs_msg_send_unordered(struct ddss_tp *tp, uint32_t peer, uint16_t tag,
+				    const void *buf, size_t len)
+{
+	if (!ddss_tp_valid_rank(tp, peer) || len > DDSS_TP_MSG_MAX || (len && !buf))
+		return -EINVAL;
+	return verbs_liveness_send(verbs_tp_of(tp), peer, tag, buf, len);
+}
+
 /*
  * A control message is one SEND of header + payload: inline when it fits, else from a
  * private copy that a provider-owned request frees on completion.
@@ -838,6 +852,7 @@ const struct ddss_tp_ops ddss_verbs_ops = {
 	.post_fadd = verbs_post_fadd,
 	.notify_many = verbs_notify_many,
 	.msg_send = verbs_msg_send,
+	.msg_send_unordered = verbs_msg_send_unordered,
 	.test = verbs_test_op,
 	.wait = verbs_wait_op,
 	.thread_fds = verbs_thread_fds,

@@ -291,9 +291,11 @@ static void handle_recv_wc(struct verbs_tp *vt, const struct ibv_wc *wc)
 					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return;
 	__atomic_sub_fetch(&vt->recv_posted, 1, __ATOMIC_ACQ_REL);
-	if (vt->srq)
+	if (vt->srq) {
 		from = verbs_served_rank(vt, wc->qp_num);
-	else
+		if (!from) /* a liveness message, on our outgoing QP (verbs_liveness.c) */
+			from = verbs_out_rank(vt, wc->qp_num);
+	} else
 		qp = current_qp(vt, wc->qp_num, &from);
 	if (wc->status != IBV_WC_SUCCESS)
 		goto repost; /* a served QP went away (flushed); the sender sees its own error */

@@ -19,7 +19,8 @@ static void put64(unsigned char *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 
 static uint32_t get32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
 static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
 
-/* magic 4 | version 4 | group 8 | rank 4 | size 4 | pool_addr 8 | pool_len 8 | rkey 4 | 0 4 */
+/* magic 4 | version 4 | group 8 | rank 4 | size 4 | pool_addr 8 | pool_len 8 | rkey 4 | flags 4
+ * (flags was 0 before VERBS_HELLO_TAKES_MSGS: an older rank refuses a hello that sets it) */
 void verbs_hello_encode(const struct verbs_hello *h, unsigned char out[VERBS_HELLO_LEN])
 {
 	memset(out, 0, VERBS_HELLO_LEN);
@@ -31,6 +32,7 @@ void verbs_hello_encode(const struct verbs_hello *h, unsigned char out[VERBS_HEL
 	put64(out + 24, h->pool_addr);
 	put64(out + 32, h->pool_len);
 	put32(out + 40, h->rkey);
+	put32(out + 44, h->flags);
 }
 
 int verbs_hello_decode(const void *buf, size_t len, struct verbs_hello *h)
@@ -39,7 +41,7 @@ int verbs_hello_decode(const void *buf, size_t len, struct verbs_hello *h)
 
 	/* Transports may pad private data (IB CM rounds it up), so only a minimum is checked. */
 	if (!p || len < VERBS_HELLO_LEN || get32(p) != HELLO_MAGIC || get32(p + 4) != PROTO_VERSION ||
-	    get32(p + 44) != 0)
+	    (get32(p + 44) & ~VERBS_HELLO_TAKES_MSGS) != 0)
 		return -EPROTO;
 	h->group = get64(p + 8);
 	h->rank = get32(p + 16);
@@ -47,16 +49,19 @@ int verbs_hello_decode(const void *buf, size_t len, struct verbs_hello *h)
 	h->pool_addr = get64(p + 24);
 	h->pool_len = get64(p + 32);
 	h->rkey = get32(p + 40);
+	h->flags = get32(p + 44);
 	return 0;
 }
 
-/* Version 2 (epoch, no size) has a magic of its own: "DDA2". */
+/* Version 2 (epoch, no size) has a magic of its own: "DDA2"; "DDA3" is the same request
+ * from an initiator that takes SENDs on its outgoing QP (VERBS_HELLO_TAKES_MSGS). */
 #define AUTH_REQ_MAGIC 0x32414444u
+#define AUTH_REQ_MAGIC_MSGS 0x33414444u
 
 /* magic 4 | group 8 | rank 4 | epoch 8 | nonce 16 | proof 16 */
 void verbs_auth_req_encode(const struct verbs_auth_req *a, unsigned char out[VERBS_AUTH_REQ_LEN])
 {
-	put32(out, AUTH_REQ_MAGIC);
+	put32(out, a->flags & VERBS_HELLO_TAKES_MSGS ? AUTH_REQ_MAGIC_MSGS : AUTH_REQ_MAGIC);
 	put64(out + 4, a->group);
 	put32(out + 12, a->rank);
 	put64(out + 16, a->epoch);
@@ -68,8 +73,10 @@ int verbs_auth_req_decode(const void *buf, size_t len, struct verbs_auth_req *a)
 {
 	const unsigned char *p = buf;
 
-	if (!p || len < VERBS_AUTH_REQ_LEN || get32(p) != AUTH_REQ_MAGIC)
+	if (!p || len < VERBS_AUTH_REQ_LEN ||
+	    (get32(p) != AUTH_REQ_MAGIC && get32(p) != AUTH_REQ_MAGIC_MSGS))
 		return -EPROTO;
+	a->flags = get32(p) == AUTH_REQ_MAGIC_MSGS ? VERBS_HELLO_TAKES_MSGS : 0;
 	a->group = get64(p + 4);
 	a->rank = get32(p + 12);
 	a->epoch = get64(p + 16);
