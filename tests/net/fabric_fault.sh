@@ -254,7 +254,8 @@ if [ "$mode" = loss ]; then
   # At a rank's "silent for ... (half the peer timeout" warning, snapshots of what the
   # link and the QPs were doing (docs/failure.md, "Fabric faults"): rxe's QPs (states and
   # PSNs), both devices' counters, the qdiscs and the ranks' threads, three times 2 s apart,
-  # at most for the first two warnings of a suite. Reading these touches no rank.
+  # at most for the first two warnings of a suite; at the first, the stacks of the rank
+  # that reported it.
   snapshot() {
     local d f v t p st
     {
@@ -272,14 +273,28 @@ if [ "$mode" = loss ]; then
       done
     } >>"$1" 2>&1
   }
+  # stacks R FILE: the threads' stacks of rank R (gdb stops it for a second or two: only
+  # once a suite, for a rank that reports a silence, whose receive thread may be stuck).
+  stacks() {
+    local p
+    command -v gdb >/dev/null || return 0
+    for p in $(pgrep -f "$(basename "${cmd[0]}")"); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DDSS_RANK=$1" || continue
+      echo "== rank $1 (pid $p) stacks" >>"$2"
+      timeout 60 gdb -p "$p" -batch -ex "thread apply all bt" >>"$2" 2>&1
+    done
+  }
   watch_silence() {
-    local seen=0 n=0 c i
+    local seen=0 n=0 c i line
     while [ $n -lt 2 ]; do
       c=$(grep -c "half the peer timeout" "$1" 2>/dev/null); c=${c:-0}
       if [ "$c" -gt "$seen" ]; then
         seen=$c n=$((n + 1))
-        grep -h "half the peer timeout" "$1" | tail -n +$n | head -1 >>"$1.snap$n"
-        for i in 1 2 3; do snapshot "$1.snap$n"; sleep 2; done
+        line=$(grep -h "half the peer timeout" "$1" | tail -n +$n | head -1)
+        echo "$line" >>"$1.snap$n"
+        snapshot "$1.snap$n"
+        [ $n -eq 1 ] && stacks "$(echo "$line" | sed -n 's/^\[\([0-9]*\)\].*/\1/p')" "$1.snap$n"
+        for i in 1 2; do sleep 2; snapshot "$1.snap$n"; done
       fi
       sleep 1
     done

@@ -69,8 +69,8 @@ int verbs_liveness_send(struct verbs_tp *vt, uint32_t peer, uint16_t tag, const 
 			int n = __atomic_sub_fetch(&vt->liveness_inflight[peer], 1,
 						   __ATOMIC_ACQ_REL);
 
-			DDSS_INFO("verbs: the liveness lane to rank %u is full (%d sends "
-				  "unanswered): this one goes the usual way", peer, n);
+			DDSS_INFO("verbs: the liveness lane to rank %u is full or refused the "
+				  "send (%d unanswered): this one goes the usual way", peer, n);
 		}
 	}
 	pthread_mutex_unlock(&vt->served_mu);
