@@ -254,8 +254,8 @@ if [ "$mode" = loss ]; then
   # At a rank's "silent for ... (half the peer timeout" warning, snapshots of what the
   # link and the QPs were doing (docs/failure.md, "Fabric faults"): rxe's QPs (states and
   # PSNs), both devices' counters, the qdiscs and the ranks' threads, three times 2 s apart,
-  # at most for the first two warnings of a suite; at the first, the stacks of the rank
-  # that reported it.
+  # at most for the first two warnings of a suite; at the first, with FABRIC_FAULT_STACKS=1,
+  # the stacks of the rank that reported it.
   snapshot() {
     local d f v t p st
     {
@@ -273,11 +273,12 @@ if [ "$mode" = loss ]; then
       done
     } >>"$1" 2>&1
   }
-  # stacks R FILE: the threads' stacks of rank R (gdb stops it for a second or two: only
-  # once a suite, for a rank that reports a silence, whose receive thread may be stuck).
+  # stacks R FILE: the threads' stacks of rank R, once a suite, for a rank that reports a
+  # silence (its receive thread may be stuck). Only with FABRIC_FAULT_STACKS=1: gdb stops
+  # the rank for seconds, which can itself fail a run that would have passed.
   stacks() {
     local p
-    command -v gdb >/dev/null || return 0
+    [ "${FABRIC_FAULT_STACKS:-0}" = 1 ] && command -v gdb >/dev/null || return 0
     for p in $(pgrep -f "$(basename "${cmd[0]}")"); do
       tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DDSS_RANK=$1" || continue
       echo "== rank $1 (pid $p) stacks" >>"$2"
