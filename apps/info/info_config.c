@@ -458,6 +458,7 @@ static const struct var vars[] = {
 	NUM("DDSS_TRAFFIC_CLASS", r_long, 0, 255, -1, "(the fabric's default)"),
 	WORDS("DDSS_VERBS_FENCE", r_verbs_choice, "wait|nic", "auto"),
 	WORDS("DDSS_VERBS_READ_GUARD", r_verbs_choice, "on|off", "auto"),
+	WORDS("DDSS_VERBS_LIVENESS", r_verbs_choice, "on|off", "on"),
 	OTHER("DDSS_VERBS_ACK_TIMEOUT", r_ack_timeout, "(provider default)"),
 	OTHER("DDSS_VERBS_DISABLE", r_verbs_disable, "(nothing)"),
 	/* Memory, locks, coherence (core/ctx.c, alloc/pool.c). */

@@ -83,6 +83,9 @@ static int node_addr(const struct ddss_tp_node *node, bool with_port, struct soc
  */
 static uint32_t takes_msgs(const struct verbs_tp *vt)
 {
+	/* DDSS_VERBS_LIVENESS=off: never (heartbeats then share the data QP, as before). */
+	if (verbs_env_choice("DDSS_VERBS_LIVENESS", "on", "off") == 2)
+		return 0;
 	return vt->srq ? VERBS_HELLO_TAKES_MSGS : 0;
 }
 
