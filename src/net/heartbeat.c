@@ -46,6 +46,50 @@ static int interval_ms(const struct ddss_net *net)
 	return ms < 1 ? 1 : ms;
 }
 
+/*
+ * Each transport delivers messages on one thread, and a handler may hold it up: a reply
+ * to a rank whose connection is still being made waits for it (a lost connect request
+ * costs rdma_cm seconds). Meanwhile nothing is heard from anyone, and that silence must
+ * not count against the peers. Returns whether this call marked the dispatch.
+ */
+bool ddss_net_dispatch_begin(struct ddss_net *net)
+{
+	int64_t none = 0;
+
+	/* A transport delivering to itself inline, on another thread: the first mark stays. */
+	return __atomic_compare_exchange_n(&net->dispatch_since, &none, ddss_now_ns(), false,
+					   __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+void ddss_net_dispatch_end(struct ddss_net *net, bool marked)
+{
+	int64_t since, now;
+
+	if (!marked)
+		return;
+	since = __atomic_load_n(&net->dispatch_since, __ATOMIC_RELAXED);
+	now = ddss_now_ns();
+	/* A hold the heartbeat thread may have judged by: what queued up drains now. */
+	if (now - since > (int64_t)interval_ms(net) * 1000000)
+		__atomic_store_n(&net->held_up_ended, now, __ATOMIC_RELEASE);
+	__atomic_store_n(&net->dispatch_since, 0, __ATOMIC_RELEASE);
+}
+
+/*
+ * True while the receive path has been held up for more than a heartbeat interval, and
+ * for one interval after such a hold ended (time for the queued messages to be read):
+ * no silence is judged then. A peer that really died is declared so once we listen again.
+ */
+static bool held_up(struct ddss_net *net, int64_t now, int64_t *since_p)
+{
+	int64_t bound = (int64_t)interval_ms(net) * 1000000;
+	int64_t since = __atomic_load_n(&net->dispatch_since, __ATOMIC_ACQUIRE);
+	int64_t ended = __atomic_load_n(&net->held_up_ended, __ATOMIC_ACQUIRE);
+
+	*since_p = since;
+	return (since && now - since > bound) || (ended && now - ended < bound);
+}
+
 /* Refusals asked for by ddss_net_declare_dead (they may block: never on its caller). */
 static void refuse_pending(struct ddss_net *net)
 {
@@ -62,9 +106,19 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 {
 	int64_t bound = (int64_t)net->env.peer_timeout_ms * 1000000;
 
+	int64_t since;
+	bool deaf;
+
 	refuse_pending(net);
 	if (net->env.peer_timeout_ms <= 0)
 		return;
+	deaf = held_up(net, ddss_now_ns(), &since);
+	if (deaf && since && net->warned_held_up != since) {
+		net->warned_held_up = since;
+		DDSS_WARN("this rank's receive path has been held up in a message handler for "
+			  "%lld ms: peers' silence is not judged until it is back",
+			  (long long)((ddss_now_ns() - since) / 1000000));
+	}
 	for (uint32_t r = 1; r <= net->env.size; r++) {
 		int64_t silent, heard;
 
@@ -76,7 +130,7 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 		if (!up)
 			continue;
 		heard = __atomic_load_n(&net->last_heard[r], __ATOMIC_RELAXED);
-		silent = ddss_now_ns() - heard;
+		silent = deaf ? 0 : ddss_now_ns() - heard;
 		if (silent > bound && __atomic_load_n(&net->leaving, __ATOMIC_ACQUIRE)) {
 			/* Past the final barrier, where a lost disconnect (a lossy fabric) leaves
 			 * the coordinator waiting: the rank has left; there is nothing to recover. */

@@ -10,20 +10,27 @@
 static void on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len)
 {
 	struct ddss_net *net = arg;
+	bool marked;
 
 	if (tag >= DDSS_MSG_TAG_MAX || !net->msg[tag].fn) {
 		DDSS_WARN("dropping a message with unknown tag %u from rank %u", tag, from);
 		return;
 	}
+	marked = ddss_net_dispatch_begin(net);
 	net->msg[tag].fn(net->msg[tag].arg, from, buf, len);
+	ddss_net_dispatch_end(net, marked);
 }
 
 static void on_notify(void *arg, uint32_t from, uint32_t value)
 {
 	struct ddss_net *net = arg;
+	bool marked;
 
-	if (net->notify_fn)
-		net->notify_fn(net->notify_arg, from, value);
+	if (!net->notify_fn)
+		return;
+	marked = ddss_net_dispatch_begin(net);
+	net->notify_fn(net->notify_arg, from, value);
+	ddss_net_dispatch_end(net, marked);
 }
 
 static void on_peer(void *arg, uint32_t rank, enum ddss_tp_peer_state state)

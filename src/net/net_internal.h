@@ -39,6 +39,11 @@ struct ddss_net {
 	bool leaving;               /* atomic: past the final barrier (ddss_net_wait_others_gone) */
 	uint8_t *dead_pending;      /* [rank] (atomic): ddss_net_declare_dead asked */
 	bool dead_requested;        /* under mu: some dead_pending is set */
+	/* The receive path held up in a handler (a reply waiting for a connection): the
+	 * silence heard meanwhile is ours, not the peers' (heartbeat.c). */
+	int64_t dispatch_since;     /* atomic: when the running handler began, 0: none */
+	int64_t held_up_ended;      /* atomic: when the last held-up handler returned */
+	int64_t warned_held_up;     /* heartbeat thread: dispatch_since when we said so */
 };
 
 /* barrier.c */
@@ -53,6 +58,10 @@ void ddss_net_heartbeat_stop(struct ddss_net *net);
 void ddss_net_heartbeat_fini(struct ddss_net *net);
 /* A peer came up: its silence is measured from now. */
 void ddss_net_heartbeat_peer_up(struct ddss_net *net, uint32_t rank);
+
+/* heartbeat.c: around each handler the transport's delivering thread runs (net.c). */
+bool ddss_net_dispatch_begin(struct ddss_net *net);
+void ddss_net_dispatch_end(struct ddss_net *net, bool marked);
 
 /* Wait on net->cv (mu held) until @deadline_ns (INT64_MAX: forever). false on timeout. */
 int ddss_net_cond_wait(struct ddss_net *net, int64_t deadline_ns);
