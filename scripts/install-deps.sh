@@ -10,6 +10,8 @@ pkgs=(
   libjemalloc-dev                    # the registered pool's allocator
   liburcu-dev                        # lock-free metadata
   libsodium-dev                      # group-secret authentication
+  libcurl4-openssl-dev libjson-c-dev # coordinator mode: etcd v3 JSON gateway (src/coord)
+  etcd-server etcd-client            # coordinator mode: its tests and ddssrun --coordinator
   libcunit1-dev                      # tests
   python3                            # launcher test helper
   iproute2                           # fault tests: network namespaces (ip netns)

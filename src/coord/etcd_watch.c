@@ -1,0 +1,265 @@
+/*
+ * The etcd client's watch: one streaming POST /v3/watch on a thread of its own. The
+ * gateway writes one JSON answer per line; each event goes to the callback in revision
+ * order, and a broken stream is opened again from the revision after the last delivered.
+ */
+#include "coord/etcd_int.h"
+#include "core/log.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WATCH_LINE_MAX (16u << 20)
+#define WATCH_RETRY_MS 250
+
+struct ddss_etcd_watch {
+	struct ddss_etcd *etcd;
+	char *prefix;
+	int64_t next_rev; /* watch thread: the first revision not yet delivered */
+	ddss_etcd_watch_fn fn;
+	ddss_etcd_watch_state_fn state;
+	void *arg;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stop;        /* atomic; also under mu for the retry wait */
+	bool up;          /* watch thread: the stream said "created" */
+	int stream_err;   /* watch thread: why the stream ended (a canceled watch) */
+	char *line;       /* watch thread: the partial line so far */
+	size_t line_len, line_cap;
+};
+
+static json_object *new_i64(int64_t v)
+{
+	char s[24];
+
+	snprintf(s, sizeof(s), "%lld", (long long)v);
+	return json_object_new_string(s);
+}
+
+static void deliver(struct ddss_etcd_watch *w, json_object *result)
+{
+	json_object *events, *created, *canceled;
+
+	if (json_object_object_get_ex(result, "created", &created) &&
+	    json_object_get_boolean(created) && !w->up) {
+		w->up = true;
+		if (w->state)
+			w->state(w->arg, 0);
+	}
+	if (json_object_object_get_ex(result, "canceled", &canceled) &&
+	    json_object_get_boolean(canceled)) {
+		/* Compacted past next_rev: changes are lost to us, the caller must read again. */
+		w->stream_err = etcd_i64(result, "compact_revision") ? -ERANGE : -EPROTO;
+		return;
+	}
+	if (!json_object_object_get_ex(result, "events", &events) ||
+	    !json_object_is_type(events, json_type_array))
+		return;
+	for (size_t i = 0; i < json_object_array_length(events); i++) {
+		json_object *ev = json_object_array_get_idx(events, i), *type, *kvo;
+		struct ddss_etcd_kv kv;
+		bool del = json_object_object_get_ex(ev, "type", &type) &&
+			   !strcmp(json_object_get_string(type), "DELETE");
+
+		if (!json_object_object_get_ex(ev, "kv", &kvo) || etcd_kv_parse(kvo, &kv))
+			continue;
+		if (kv.mod_rev >= w->next_rev) { /* never one twice, after a reopen */
+			w->fn(w->arg, del ? DDSS_ETCD_DELETE : DDSS_ETCD_PUT, &kv);
+			w->next_rev = kv.mod_rev + 1;
+		}
+		etcd_kv_free(&kv);
+	}
+}
+
+static void take_line(struct ddss_etcd_watch *w, const char *line)
+{
+	json_object *o = json_tokener_parse(line), *result;
+
+	if (!o) {
+		DDSS_WARN("etcd watch: unreadable answer dropped");
+		return;
+	}
+	if (json_object_object_get_ex(o, "result", &result))
+		deliver(w, result);
+	else if (json_object_object_get_ex(o, "error", &result))
+		w->stream_err = etcd_error(result);
+	json_object_put(o);
+}
+
+static size_t on_stream(char *ptr, size_t size, size_t n, void *arg)
+{
+	struct ddss_etcd_watch *w = arg;
+	size_t len = size * n;
+
+	for (size_t i = 0; i < len; i++) {
+		if (ptr[i] == '\n') {
+			if (w->line_len) {
+				w->line[w->line_len] = 0;
+				take_line(w, w->line);
+			}
+			w->line_len = 0;
+			continue;
+		}
+		if (w->line_len + 2 > w->line_cap) {
+			size_t cap = w->line_cap ? w->line_cap * 2 : 4096;
+			char *l;
+
+			if (cap > WATCH_LINE_MAX || !(l = realloc(w->line, cap)))
+				return 0; /* ends the transfer: the stream is opened again */
+			w->line = l;
+			w->line_cap = cap;
+		}
+		w->line[w->line_len++] = ptr[i];
+	}
+	return len;
+}
+
+static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	struct ddss_etcd_watch *w = arg;
+
+	(void)dt, (void)dn, (void)ut, (void)un;
+	return __atomic_load_n(&w->stop, __ATOMIC_ACQUIRE) ? 1 : 0;
+}
+
+/* One stream, from w->next_rev, until it breaks or we stop. */
+static int stream_once(struct ddss_etcd_watch *w, const char *endpoint)
+{
+	json_object *req = json_object_new_object(), *create = json_object_new_object();
+	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+	char url[512];
+	CURL *c = curl_easy_init();
+	CURLcode cr;
+	int r;
+
+	json_object_object_add(create, "key", etcd_b64(w->prefix, strlen(w->prefix)));
+	json_object_object_add(create, "range_end", etcd_prefix_end(w->prefix));
+	json_object_object_add(create, "start_revision", new_i64(w->next_rev));
+	json_object_object_add(req, "create_request", create);
+	snprintf(url, sizeof(url), "%s/v3/watch", endpoint);
+	if (!c) {
+		json_object_put(req);
+		curl_slist_free_all(hdr);
+		return -ENOMEM;
+	}
+	w->up = false;
+	w->stream_err = 0;
+	w->line_len = 0;
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS,
+			 json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_stream);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, w);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, w);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)w->etcd->timeout_ms);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_PROXY, "");
+	/* An idle stream is normal; a member that vanished without a FIN is found by TCP. */
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 2L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 1L);
+	cr = curl_easy_perform(c);
+	curl_easy_cleanup(c);
+	curl_slist_free_all(hdr);
+	json_object_put(req);
+	if (w->stream_err)
+		r = w->stream_err;
+	else if (cr == CURLE_COULDNT_CONNECT || cr == CURLE_OPERATION_TIMEDOUT)
+		r = -ECONNREFUSED;
+	else
+		r = -ECONNRESET; /* the stream ended: etcd went away, or we stopped */
+	return r;
+}
+
+static void *watch_main(void *arg)
+{
+	struct ddss_etcd_watch *w = arg;
+	unsigned at = 0;
+
+	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+		int r = stream_once(w, w->etcd->endpoints[at % w->etcd->count]);
+		struct timespec ts;
+
+		if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
+			break;
+		if ((w->up || r == -ERANGE) && w->state) /* it was up: say it broke */
+			w->state(w->arg, r);
+		if (r == -ERANGE) {
+			DDSS_ERR("etcd watch on %s: revision %lld was compacted", w->prefix,
+				 (long long)w->next_rev);
+			break;
+		}
+		at++; /* another member next time */
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += WATCH_RETRY_MS * 1000000L;
+		ts.tv_sec += ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		pthread_mutex_lock(&w->mu);
+		while (!w->stop && pthread_cond_timedwait(&w->cv, &w->mu, &ts) == 0)
+			;
+		pthread_mutex_unlock(&w->mu);
+	}
+	return NULL;
+}
+
+int ddss_etcd_watch_start(struct ddss_etcd *etcd, const char *prefix, int64_t start_rev,
+			  ddss_etcd_watch_fn fn, ddss_etcd_watch_state_fn state, void *arg,
+			  struct ddss_etcd_watch **w_p)
+{
+	struct ddss_etcd_watch *w;
+	pthread_condattr_t ca;
+	int r;
+
+	if (!prefix || !*prefix || prefix[strlen(prefix) - 1] != '/' || !fn || start_rev < 0)
+		return -EINVAL;
+	w = calloc(1, sizeof(*w));
+	if (!w || !(w->prefix = strdup(prefix))) {
+		free(w);
+		return -ENOMEM;
+	}
+	w->etcd = etcd;
+	w->next_rev = start_rev;
+	w->fn = fn;
+	w->state = state;
+	w->arg = arg;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	r = pthread_create(&w->thread, NULL, watch_main, w);
+	if (r) {
+		pthread_mutex_destroy(&w->mu);
+		pthread_cond_destroy(&w->cv);
+		free(w->prefix);
+		free(w);
+		return -r;
+	}
+	*w_p = w;
+	return 0;
+}
+
+void ddss_etcd_watch_stop(struct ddss_etcd_watch *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	__atomic_store_n(&w->stop, true, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w->line);
+	free(w->prefix);
+	free(w);
+}

@@ -1,0 +1,98 @@
+/*
+ * Group membership agreed through etcd (coordinator mode; docs/membership.md).
+ *
+ * Keys under the group's prefix P (it ends in '/'):
+ *   P max              the group's maximum size, fixed by the first process that joins
+ *   P members/SSSSS    slot S's current member: {"addr": ..., "nonce": ...}, attached to that
+ *                      member's lease. Its create revision is the member's incarnation:
+ *                      unique, and larger for every later join.
+ *   P suspect/SSSSS    a live member's report that slot S (incarnation in the value) is
+ *                      silent to it
+ *
+ * The view is the set of member keys at an etcd revision; that revision is the view
+ * number. Every process reads the same revisions in the same order, so every process
+ * goes through the same views.
+ *
+ * A member leaves the view only when its key goes: its lease expired (it stopped
+ * renewing: dead, frozen or cut off from etcd), or it revoked its lease itself after it
+ * stopped acting (it was reported, or it leaves). Nobody else deletes a member key. So
+ * when a view without incarnation I appears, I has stopped acting, or will have before
+ * anyone can use what it held: it stops at its own deadline, the last renewal it sent
+ * plus the TTL minus a margin (ddss_member_acting), earlier than etcd lets its lease go.
+ */
+#ifndef DDSS_COORD_MEMBER_H
+#define DDSS_COORD_MEMBER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DDSS_MEMBER_ADDR_MAX 256
+
+struct ddss_view_member {
+	uint32_t slot;        /* 1..max */
+	int64_t incarnation;  /* the member key's create revision */
+	char addr[DDSS_MEMBER_ADDR_MAX];
+};
+
+struct ddss_view {
+	int64_t number;       /* the etcd revision this view was read at */
+	uint32_t max;         /* the group's maximum size */
+	size_t count;
+	struct ddss_view_member *members; /* sorted by slot */
+};
+
+/** Called on the watch thread with each new view, in order (@v is valid for the call). */
+typedef void (*ddss_member_view_fn)(void *arg, const struct ddss_view *v);
+
+struct ddss_member_cfg {
+	const char *endpoints; /* etcd: "host:port[,host:port...]" */
+	const char *prefix;    /* the group's keys: "/ddss/<name>/" */
+	uint32_t max;          /* the maximum size, if this process creates the group (1..4096) */
+	int ttl_ms;            /* the lease TTL (etcd counts whole seconds: rounded up) */
+	const char *addr;      /* what this member publishes for others to reach it */
+	ddss_member_view_fn on_view; /* optional */
+	void *arg;
+};
+
+struct ddss_member;
+
+/**
+ * Join the group: take a free slot, or the slot of a member that is gone, in one etcd
+ * transaction (two joiners never get the same slot), under a new lease that a thread
+ * keeps alive. Returns -ENOSPC if every slot is taken, -EINVAL for a bad @cfg, and the
+ * etcd client's errors (-ECONNREFUSED: no etcd endpoint answered).
+ */
+int ddss_member_join(const struct ddss_member_cfg *cfg, struct ddss_member **m_p);
+
+/** Leave: stop renewing, revoke the lease (the slot frees at once), stop the threads. */
+void ddss_member_leave(struct ddss_member *m);
+
+uint32_t ddss_member_slot(const struct ddss_member *m);
+int64_t ddss_member_incarnation(const struct ddss_member *m);
+
+/**
+ * 0 while this member may act; else why not, for good: -ENOLINK (its lease was not
+ * renewed before its deadline: etcd unreachable, or the process was paused) or
+ * -EHOSTDOWN (reported silent by a member, or its lease is gone). Cheap: a clock read.
+ */
+int ddss_member_acting(struct ddss_member *m);
+
+/** A copy of the current view (free with ddss_view_free). */
+int ddss_member_view(struct ddss_member *m, struct ddss_view *v_p);
+void ddss_view_free(struct ddss_view *v);
+/** The view member with @slot, or NULL. */
+const struct ddss_view_member *ddss_view_find(const struct ddss_view *v, uint32_t slot);
+
+/**
+ * Report slot @slot's incarnation @incarnation silent (its heartbeats stopped reaching
+ * us). It leaves the view when it has stopped acting: at once if it still reaches etcd
+ * (it sees the report and revokes its own lease), else when its lease expires. -ESTALE if
+ * that incarnation is no longer the slot's member.
+ */
+int ddss_member_report(struct ddss_member *m, uint32_t slot, int64_t incarnation);
+
+/** -EAGAIN while etcd is unreachable (membership changes are refused then), else 0. */
+int ddss_member_etcd_state(struct ddss_member *m);
+
+#endif /* DDSS_COORD_MEMBER_H */

@@ -1,0 +1,269 @@
+/*
+ * The etcd client (src/coord/etcd.h) against a real etcd (run under with_etcd.sh):
+ * keys, prefixes, compare-and-swap, leases, watch order, and clear errors for bad input
+ * and for endpoints that do not answer.
+ */
+#include "common/test_util.h"
+#include "coord/etcd.h"
+
+#include <CUnit/CUnit.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct ddss_etcd *etcd;
+static char prefix[64];
+
+static void key(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "%s%s", prefix, name);
+}
+
+static void test_bad_input(void)
+{
+	struct ddss_etcd *e;
+
+	CU_ASSERT_EQUAL(ddss_etcd_open("", 0, &e), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_etcd_open("127.0.0.1", 0, &e), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_etcd_open("127.0.0.1:0", 0, &e), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_etcd_open("127.0.0.1:70000", 0, &e), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_etcd_open("127.0.0.1:2379,", 0, &e), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_etcd_open("http://x/y:1", 0, &e), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_etcd_lease_grant(etcd, 0, &(int64_t){ 0 }), -EINVAL);
+	CU_ASSERT_EQUAL(ddss_etcd_delete_if(etcd, "/x", 0), -EINVAL);
+}
+
+static void test_unreachable(void)
+{
+	struct ddss_etcd *e;
+	struct ddss_etcd_kvs kvs;
+	double t0;
+	int r;
+
+	/* Port 1 on loopback: nobody listens, the answer is a refusal, at once. */
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open("127.0.0.1:1", 500, &e), 0);
+	t0 = test_now_ms();
+	r = ddss_etcd_get(e, "/x", false, &kvs);
+	CU_ASSERT_EQUAL(r, -ECONNREFUSED);
+	CU_ASSERT(test_now_ms() - t0 < 2000);
+	ddss_etcd_close(e);
+}
+
+static void test_failover(void)
+{
+	char list[512], k[128];
+	struct ddss_etcd *e;
+	struct ddss_etcd_kvs kvs;
+
+	/* A dead endpoint first: the next one answers. */
+	snprintf(list, sizeof(list), "127.0.0.1:1,%s", getenv("DDSS_TEST_ETCD"));
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open(list, 1000, &e), 0);
+	key(k, sizeof(k), "failover");
+	CU_ASSERT_EQUAL(ddss_etcd_put(e, k, "v", 1, 0, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_get(e, k, false, &kvs), 0);
+	CU_ASSERT_EQUAL(kvs.count, 1);
+	ddss_etcd_kvs_free(&kvs);
+	ddss_etcd_close(e);
+}
+
+static void test_put_get(void)
+{
+	char k[128], p[128];
+	struct ddss_etcd_kvs kvs;
+	const char bin[5] = { 'a', 0, 'b', '\n', (char)0xff };
+	int64_t rev1, rev2;
+
+	key(k, sizeof(k), "kv/one");
+	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k, bin, sizeof(bin), 0, &rev1), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_get(etcd, k, false, &kvs), 0);
+	CU_ASSERT_EQUAL_FATAL(kvs.count, 1);
+	CU_ASSERT_STRING_EQUAL(kvs.kv[0].key, k);
+	CU_ASSERT_EQUAL(kvs.kv[0].value_len, sizeof(bin));
+	CU_ASSERT(memcmp(kvs.kv[0].value, bin, sizeof(bin)) == 0);
+	CU_ASSERT_EQUAL(kvs.kv[0].create_rev, rev1);
+	CU_ASSERT_EQUAL(kvs.kv[0].mod_rev, rev1);
+	CU_ASSERT(kvs.revision >= rev1);
+	ddss_etcd_kvs_free(&kvs);
+	/* Overwrite: same create revision, a later mod revision. An empty value reads back. */
+	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k, "", 0, 0, &rev2), 0);
+	CU_ASSERT(rev2 > rev1);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_get(etcd, k, false, &kvs), 0);
+	CU_ASSERT_EQUAL_FATAL(kvs.count, 1);
+	CU_ASSERT_EQUAL(kvs.kv[0].value_len, 0);
+	CU_ASSERT_EQUAL(kvs.kv[0].create_rev, rev1);
+	CU_ASSERT_EQUAL(kvs.kv[0].mod_rev, rev2);
+	ddss_etcd_kvs_free(&kvs);
+	/* A prefix: its keys and no others. */
+	key(k, sizeof(k), "kv/two");
+	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k, "2", 1, 0, NULL), 0);
+	key(k, sizeof(k), "kv0"); /* just past the prefix "kv/" */
+	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k, "x", 1, 0, NULL), 0);
+	key(p, sizeof(p), "kv/");
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_get(etcd, p, true, &kvs), 0);
+	CU_ASSERT_EQUAL(kvs.count, 2);
+	ddss_etcd_kvs_free(&kvs);
+	CU_ASSERT_EQUAL(ddss_etcd_delete(etcd, p, true), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_get(etcd, p, true, &kvs), 0);
+	CU_ASSERT_EQUAL(kvs.count, 0);
+	ddss_etcd_kvs_free(&kvs);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_get(etcd, k, false, &kvs), 0);
+	CU_ASSERT_EQUAL(kvs.count, 1); /* "kv0" was outside it */
+	ddss_etcd_kvs_free(&kvs);
+}
+
+static void test_compare_and_swap(void)
+{
+	char k[128];
+	int64_t rev, rev2;
+	struct ddss_etcd_kvs kvs;
+
+	key(k, sizeof(k), "cas");
+	CU_ASSERT_EQUAL(ddss_etcd_create(etcd, k, "a", 1, 0, &rev), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_create(etcd, k, "b", 1, 0, &rev2), -EEXIST);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_get(etcd, k, false, &kvs), 0);
+	CU_ASSERT_EQUAL_FATAL(kvs.count, 1);
+	CU_ASSERT_STRING_EQUAL(kvs.kv[0].value, "a"); /* the loser changed nothing */
+	CU_ASSERT_EQUAL(kvs.kv[0].create_rev, rev);
+	ddss_etcd_kvs_free(&kvs);
+	CU_ASSERT_EQUAL(ddss_etcd_delete_if(etcd, k, rev + 1000), -ESTALE);
+	CU_ASSERT_EQUAL(ddss_etcd_delete_if(etcd, k, rev), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_delete_if(etcd, k, rev), -ESTALE); /* gone */
+	/* Created again: a new, larger create revision. */
+	CU_ASSERT_EQUAL(ddss_etcd_create(etcd, k, "c", 1, 0, &rev2), 0);
+	CU_ASSERT(rev2 > rev);
+}
+
+static void test_leases(void)
+{
+	char k[128];
+	int64_t lease;
+	int ttl = 0;
+	struct ddss_etcd_kvs kvs;
+
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_lease_grant(etcd, 30, &lease), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_lease_keepalive(etcd, lease, &ttl), 0);
+	CU_ASSERT(ttl >= 29 && ttl <= 30);
+	key(k, sizeof(k), "leased");
+	CU_ASSERT_EQUAL(ddss_etcd_create(etcd, k, "v", 1, lease, NULL), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_get(etcd, k, false, &kvs), 0);
+	CU_ASSERT_EQUAL_FATAL(kvs.count, 1);
+	CU_ASSERT_EQUAL(kvs.kv[0].lease, lease);
+	ddss_etcd_kvs_free(&kvs);
+	/* Revoked: its keys go with it, and it cannot be renewed. */
+	CU_ASSERT_EQUAL(ddss_etcd_lease_revoke(etcd, lease), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_get(etcd, k, false, &kvs), 0);
+	CU_ASSERT_EQUAL(kvs.count, 0);
+	ddss_etcd_kvs_free(&kvs);
+	CU_ASSERT_EQUAL(ddss_etcd_lease_keepalive(etcd, lease, &ttl), -ENOENT);
+	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k, "v", 1, lease, NULL), -ENOENT);
+}
+
+struct seen {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned n;
+	enum ddss_etcd_event ev[16];
+	char key[16][128];
+	char value[16][16];
+	int64_t rev[16];
+};
+
+static void on_event(void *arg, enum ddss_etcd_event ev, const struct ddss_etcd_kv *kv)
+{
+	struct seen *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	if (s->n < 16) {
+		s->ev[s->n] = ev;
+		snprintf(s->key[s->n], sizeof(s->key[0]), "%s", kv->key);
+		snprintf(s->value[s->n], sizeof(s->value[0]), "%s", kv->value);
+		s->rev[s->n] = kv->mod_rev;
+		s->n++;
+	}
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static bool wait_seen(struct seen *s, unsigned want)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	pthread_mutex_lock(&s->mu);
+	while (s->n < want && pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0)
+		;
+	pthread_mutex_unlock(&s->mu);
+	return s->n >= want;
+}
+
+static void test_watch(void)
+{
+	struct seen s = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	struct ddss_etcd_watch *w;
+	char p[128], k1[128], k2[128], other[128];
+	int64_t r0, r1, r2, r3;
+
+	key(p, sizeof(p), "w/");
+	key(k1, sizeof(k1), "w/1");
+	key(k2, sizeof(k2), "w/2");
+	key(other, sizeof(other), "x/1");
+	CU_ASSERT_EQUAL(ddss_etcd_watch_start(etcd, "/no-slash", 1, on_event, NULL, &s, &w),
+			-EINVAL);
+	/* A change made before the watch starts, from its start revision, is delivered. */
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_put(etcd, k1, "a", 1, 0, &r0), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_watch_start(etcd, p, r0, on_event, NULL, &s, &w), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, other, "no", 2, 0, NULL), 0); /* not watched */
+	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k2, "b", 1, 0, &r1), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k1, "c", 1, 0, &r2), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_delete(etcd, k2, false), 0);
+	CU_ASSERT(wait_seen(&s, 4));
+	ddss_etcd_watch_stop(w);
+	CU_ASSERT_EQUAL_FATAL(s.n, 4);
+	CU_ASSERT(s.ev[0] == DDSS_ETCD_PUT && !strcmp(s.key[0], k1) && !strcmp(s.value[0], "a"));
+	CU_ASSERT_EQUAL(s.rev[0], r0);
+	CU_ASSERT(s.ev[1] == DDSS_ETCD_PUT && !strcmp(s.key[1], k2) && !strcmp(s.value[1], "b"));
+	CU_ASSERT_EQUAL(s.rev[1], r1);
+	CU_ASSERT(s.ev[2] == DDSS_ETCD_PUT && !strcmp(s.key[2], k1) && !strcmp(s.value[2], "c"));
+	CU_ASSERT_EQUAL(s.rev[2], r2);
+	CU_ASSERT(s.ev[3] == DDSS_ETCD_DELETE && !strcmp(s.key[3], k2));
+	CU_ASSERT(s.rev[3] > r2);
+	/* Stopped: nothing more arrives. */
+	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k1, "d", 1, 0, &r3), 0);
+	CU_ASSERT_EQUAL(s.n, 4);
+}
+
+int main(void)
+{
+	const char *ep = getenv("DDSS_TEST_ETCD");
+	CU_pSuite suite;
+	unsigned failed;
+
+	if (!ep) {
+		printf("SKIP: run under tests/coord/with_etcd.sh (no DDSS_TEST_ETCD)\n");
+		return TEST_SKIP_EXIT;
+	}
+	snprintf(prefix, sizeof(prefix), "/ddss-test/%d/", (int)getpid());
+	if (ddss_etcd_open(ep, 0, &etcd)) {
+		fprintf(stderr, "cannot open the etcd client for %s\n", ep);
+		return 1;
+	}
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	suite = CU_add_suite("etcd_client", NULL, NULL);
+	CU_add_test(suite, "bad input: -EINVAL, nothing sent", test_bad_input);
+	CU_add_test(suite, "no endpoint answers: -ECONNREFUSED at once", test_unreachable);
+	CU_add_test(suite, "a dead endpoint first: the next one answers", test_failover);
+	CU_add_test(suite, "put, get, prefix, binary values", test_put_get);
+	CU_add_test(suite, "create only if absent, delete only at a revision", test_compare_and_swap);
+	CU_add_test(suite, "leases: keys go with them", test_leases);
+	CU_add_test(suite, "watch: every change under a prefix, in order", test_watch);
+	failed = test_run_all();
+	CU_cleanup_registry();
+	ddss_etcd_close(etcd);
+	return failed ? 1 : 0;
+}
