@@ -96,6 +96,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ddssrun_etcd.h"
 #include "ddssrun_keys.h"
 
 enum {
@@ -138,6 +139,7 @@ struct options {
     const char *ddssd;
     char ddssd_default[PATH_MAX];
     const char *write_keys;         /* --write-keys DIR */
+    bool coordinator;               /* --coordinator: a private etcd, coordinator mode */
     char **prog_argv;
 };
 
@@ -145,6 +147,8 @@ struct options {
 struct launch {
     int nranks;
     bool use_tcp;
+    bool coordinator;
+    struct ddssrun_etcd etcd;       /* --coordinator */
     int nhosts;
     char hosts[MAX_HOSTS][INET_ADDRSTRLEN]; /* rank r listens on hosts[(r-1) % nhosts] */
     char *nodes;
@@ -260,7 +264,7 @@ static void say(const char *fmt, ...)
 static void usage(FILE *to)
 {
     fputs("usage: ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR..]] [--timeout SEC]\n"
-          "               [--daemon [--clients K] [--ddssd PATH]] [--] prog [args...]\n"
+          "               [--daemon [--clients K] [--ddssd PATH]] [--coordinator] [--] prog [args...]\n"
           "       ddssrun -n N --write-keys DIR\n"
           "  -n, --np N        number of ranks (1..1024)\n"
           "  --transport T     tcp or verbs (default: $DDSS_TRANSPORT, else tcp)\n"
@@ -271,6 +275,8 @@ static void usage(FILE *to)
           "  --daemon          daemon mode: each rank is a ddssd, prog runs as its clients\n"
           "  --clients K       daemon mode: clients of prog per rank (1..256, default 1)\n"
           "  --ddssd PATH      daemon mode: the daemon binary (default: ddssd next to ddssrun)\n"
+          "  --coordinator     coordinator mode: start a private etcd on loopback for the\n"
+          "                    run; the ranks form the group through it (docs/membership.md)\n"
           "  --write-keys DIR  write the ranks' keys files (DIR/rank-R.keys) and exit\n"
           "  -h, --help        show this help\n",
           to);
@@ -402,6 +408,7 @@ static enum parse_result parse_options(int argc, char **argv, struct options *op
         { "clients", required_argument, NULL, 'C' },
         { "ddssd", required_argument, NULL, 'B' },
         { "write-keys", required_argument, NULL, 'K' },
+        { "coordinator", no_argument, NULL, 'E' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -448,6 +455,9 @@ static enum parse_result parse_options(int argc, char **argv, struct options *op
             break;
         case 'K':
             opt->write_keys = optarg;
+            break;
+        case 'E':
+            opt->coordinator = true;
             break;
         case 'h':
             return PARSE_HELP;
@@ -661,6 +671,7 @@ static void free_launch(struct launch *l)
     if (l->keys_dir[0])
         keys_remove(l->keys_dir, l->nranks);
     l->keys_dir[0] = 0;
+    ddssrun_etcd_stop(&l->etcd);
 }
 
 static bool make_sock_dir(struct launch *l)
@@ -674,11 +685,51 @@ static bool make_sock_dir(struct launch *l)
     return true;
 }
 
+/*
+ * --coordinator: the run's own etcd, and a group secret in its directory (the ranks take
+ * their slots in any order, so per-rank keys files cannot be handed out in advance; a
+ * secret the user configured is kept).
+ */
+static bool start_coordinator(struct launch *l)
+{
+    char name[GROUP_ID_LEN + 8];
+    const char *secret;
+
+    snprintf(name, sizeof name, "run-%s", l->group);
+    if (!ddssrun_etcd_start(&l->etcd, name))
+        return false;
+    if (nonempty_env("DDSS_SECRET") || nonempty_env("DDSS_SECRET_FILE") ||
+        nonempty_env("DDSS_KEYS_FILE"))
+        return true;
+    secret = ddssrun_etcd_secret(&l->etcd);
+    if (!secret) {
+        say("ddssrun: cannot write the run's group secret: %s\n", strerror(errno));
+        return false;
+    }
+    setenv("DDSS_SECRET_FILE", secret, 1);
+    return true;
+}
+
+/* Entry @rank (1..N) of the node list, "host:port", into @out. */
+static void node_entry(const struct launch *l, int rank, char *out, size_t len)
+{
+    const char *p = l->nodes;
+
+    for (int i = 1; i < rank && p; i++) {
+        p = strchr(p, ',');
+        if (p)
+            p++;
+    }
+    snprintf(out, len, "%.*s", p ? (int)strcspn(p, ",") : 0, p ? p : "");
+}
+
 static bool prepare_launch(const struct options *opt, struct launch *l)
 {
     *l = (struct launch){
         .nranks = opt->nranks,
         .use_tcp = strcmp(opt->transport, "tcp") == 0,
+        .coordinator = opt->coordinator,
+        .etcd = { .pid = -1 },
         .prog_argv = opt->prog_argv,
         .daemon = opt->daemon,
         .clients = opt->clients,
@@ -686,7 +737,8 @@ static bool prepare_launch(const struct options *opt, struct launch *l)
     };
     l->nhosts = parse_hosts(opt->host, l->hosts);
     raise_fd_limit(child_count(opt), &l->saved_nofile);
-    if (!make_group_id(l->group) || !make_keys(l) || !reserve_ports(l) ||
+    if (!make_group_id(l->group) || (l->coordinator && !start_coordinator(l)) ||
+        !make_keys(l) || !reserve_ports(l) ||
         (l->daemon && !make_sock_dir(l))) {
         free_launch(l);
         return false;
@@ -710,9 +762,20 @@ static void setenv_int(const char *name, int value)
 
 static void set_rank_env(const struct launch *l, int rank)
 {
-    setenv_int("DDSS_RANK", rank);
+    if (l->coordinator) {
+        /* The slot taken is the rank, and the view gives the others' addresses. */
+        char listen[INET_ADDRSTRLEN + 8];
+
+        node_entry(l, rank, listen, sizeof listen);
+        setenv("DDSS_COORDINATOR", l->etcd.url, 1);
+        setenv("DDSS_LISTEN", listen, 1);
+        setenv_int("DDSS_RANK", rank); /* the slot it asks for: all are free at start */
+        unsetenv("DDSS_NODES");
+    } else {
+        setenv_int("DDSS_RANK", rank);
+        setenv("DDSS_NODES", l->nodes, 1);
+    }
     setenv_int("DDSS_SIZE", l->nranks);
-    setenv("DDSS_NODES", l->nodes, 1);
     setenv("DDSS_TRANSPORT", l->use_tcp ? "tcp" : "verbs", 1);
     setenv("DDSS_GROUP", l->group, 1);
     if (l->use_tcp)
@@ -720,7 +783,7 @@ static void set_rank_env(const struct launch *l, int rank)
     else
         unsetenv("DDSS_LISTEN_FD");
     unsetenv("DDSS_NODES_FILE");
-    if (l->keys_dir[0]) {
+    if (l->keys_dir[0] && !l->coordinator) {
         char path[sizeof l->keys_dir + 32];
         keys_path(path, sizeof path, l->keys_dir, rank);
         setenv("DDSS_KEYS_FILE", path, 1);

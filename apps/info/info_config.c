@@ -437,6 +437,9 @@ static const struct var vars[] = {
 	OTHER("DDSS_SIZE", r_size_rank, "(the node list's length)"),
 	OTHER("DDSS_RANK", r_size_rank, "(unset: required to join)"),
 	OTHER("DDSS_GROUP", r_hex, "0"),
+	/* Coordinator mode (net/coordinator.c; docs/membership.md). */
+	OTHER("DDSS_COORDINATOR", r_text, "(unset: the static node list)"),
+	OTHER("DDSS_LISTEN", r_text, "(unset; coordinator mode needs it)"),
 	NUM("DDSS_LISTEN_FD", r_long, -1, 1 << 20, -1, "(none)"),
 	OTHER("DDSS_SECRET_FILE", r_secret, "(unset)"),
 	OTHER("DDSS_SECRET", r_secret, "(unset: connections not authenticated)"),

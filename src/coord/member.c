@@ -185,7 +185,7 @@ static bool ours_after_all(struct ddss_member *m, const char *key, int64_t *rev_
 }
 
 /* Take the first slot without a member, in one transaction each. */
-static int claim_slot(struct ddss_member *m)
+static int claim_slot(struct ddss_member *m, uint32_t want)
 {
 	char prefix[DDSS_MEMBER_KEY_MAX], key[DDSS_MEMBER_KEY_MAX];
 	struct ddss_etcd_kvs kvs;
@@ -209,9 +209,13 @@ static int claim_slot(struct ddss_member *m)
 	}
 	ddss_etcd_kvs_free(&kvs);
 	r = -ENOSPC;
-	for (uint32_t s = 1; s <= m->max; s++) {
+	for (uint32_t s = want ? want : 1; s <= (want ? want : m->max); s++) {
 		int64_t rev;
 
+		if (taken[s] && want) {
+			r = -EBUSY;
+			break;
+		}
 		if (taken[s])
 			continue;
 		member_key(m, "members", s, key, sizeof(key));
@@ -225,7 +229,7 @@ static int claim_slot(struct ddss_member *m)
 		}
 		if (r != -EEXIST) /* taken meanwhile: the next one */
 			break;
-		r = -ENOSPC;
+		r = want ? -EBUSY : -ENOSPC;
 	}
 out:
 	free(taken);
@@ -238,7 +242,7 @@ static int cfg_check(const struct ddss_member_cfg *cfg)
 	size_t plen;
 
 	if (!cfg || !cfg->endpoints || !cfg->prefix || !cfg->addr || cfg->ttl_ms < 1 ||
-	    cfg->max < 1 || cfg->max > DDSS_MEMBER_SLOTS_MAX)
+	    cfg->max < 1 || cfg->max > DDSS_MEMBER_SLOTS_MAX || cfg->slot > cfg->max)
 		return -EINVAL;
 	plen = strlen(cfg->prefix);
 	if (plen < 2 || cfg->prefix[0] != '/' || cfg->prefix[plen - 1] != '/' ||
@@ -296,10 +300,13 @@ int ddss_member_join(const struct ddss_member_cfg *cfg, struct ddss_member **m_p
 	m->ttl_s = ttl_s;
 	m->margin_ns = (int64_t)ttl_s * 1000000000 / DDSS_MEMBER_MARGIN_DIV;
 	m->deadline_ns = deadline_after(m, sent, ttl_s);
-	r = claim_slot(m);
+	r = claim_slot(m, cfg->slot);
 	if (r) {
 		if (r == -ENOSPC)
 			DDSS_ERR("membership: all %" PRIu32 " slots of %s are taken", m->max,
+				 m->prefix);
+		if (r == -EBUSY)
+			DDSS_ERR("membership: slot %" PRIu32 " of %s has a member", cfg->slot,
 				 m->prefix);
 		goto err_lease;
 	}

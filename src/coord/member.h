@@ -51,6 +51,7 @@ struct ddss_member_cfg {
 	uint32_t max;          /* the maximum size, if this process creates the group (1..4096) */
 	int ttl_ms;            /* the lease TTL (etcd counts whole seconds: rounded up) */
 	const char *addr;      /* what this member publishes for others to reach it */
+	uint32_t slot;         /* the slot to take (-EBUSY if it has a member), 0: any free one */
 	ddss_member_view_fn on_view; /* optional */
 	void *arg;
 };
@@ -60,7 +61,8 @@ struct ddss_member;
 /**
  * Join the group: take a free slot, or the slot of a member that is gone, in one etcd
  * transaction (two joiners never get the same slot), under a new lease that a thread
- * keeps alive. Returns -ENOSPC if every slot is taken, -EINVAL for a bad @cfg, and the
+ * keeps alive. Returns -ENOSPC if every slot is taken, -EBUSY if the slot asked for is,
+ * -EINVAL for a bad @cfg, and the
  * etcd client's errors (-ECONNREFUSED: no etcd endpoint answered).
  */
 int ddss_member_join(const struct ddss_member_cfg *cfg, struct ddss_member **m_p);

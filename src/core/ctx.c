@@ -264,6 +264,8 @@ int ddss_ctx_close(ddss_ctx_t *ctx)
 {
 	int r = ddss_net_barrier(ctx->net, -1);
 
+	if (!r)
+		ddss_net_set_leaving(ctx->net);
 	/*
 	 * Rank 1 coordinates the barrier: it leaves last. A rank still waiting for the
 	 * barrier's release could otherwise see rank 1's connection close before the release

@@ -13,6 +13,7 @@
  * hot paths never read the clock for this. They go unordered (ddss_tp_msg_send_unordered):
  * verbs sends them on a lane that our own bulk transfers to the peer cannot hold up.
  */
+#include "net/coordinator.h"
 #include "net/net_internal.h"
 #include "core/log.h"
 #include "net/thread_files.h"
@@ -152,6 +153,8 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 				  (long long)(silent / 1000000), net->env.peer_timeout_ms);
 			__atomic_add_fetch(&net->peers_declared_dead, 1, __ATOMIC_RELAXED);
 			ddss_tp_peer_refuse(net->tp, r);
+			if (net->env.coord) /* so that it leaves the view for everyone */
+				ddss_coord_report(net->env.coord, r);
 			continue;
 		}
 		/* Errors mean the peer is going down: the transport reports that itself.

@@ -1,3 +1,4 @@
+#include "net/coordinator.h"
 #include "net/exposure.h"
 #include "net/net_internal.h"
 #include "core/log.h"
@@ -66,6 +67,7 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 		memcpy(net->env.nodes, env->nodes, env->size * sizeof(*env->nodes));
 		/* Its own reference to a keys file's row: both envs are freed. */
 		ddss_auth_key_copy(&net->env.auth, &env->auth);
+		ddss_coord_ref(net->env.coord);
 	} else if ((r = ddss_net_env_load(&net->env))) {
 		free(net);
 		return r;
@@ -93,6 +95,8 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 	r = ddss_tp_open(net->env.transport, &cfg, &net->tp);
 	if (r)
 		goto err_sync;
+	if (net->env.coord) /* who leaves the view is dead, here as everywhere */
+		ddss_coord_attach(net->env.coord, net);
 	*net_p = net;
 	return 0;
 
@@ -138,6 +142,8 @@ void ddss_net_close(struct ddss_net *net)
 {
 	if (!net)
 		return;
+	if (net->env.coord)
+		ddss_coord_detach(net->env.coord);
 	ddss_net_heartbeat_stop(net);
 	if (net->tp) /* NULL: a fallback that failed left none */
 		ddss_tp_close(net->tp);
@@ -189,6 +195,11 @@ int ddss_net_wait_peer(struct ddss_net *net, uint32_t rank, enum ddss_tp_peer_st
 	return r;
 }
 
+void ddss_net_set_leaving(struct ddss_net *net)
+{
+	__atomic_store_n(&net->leaving, true, __ATOMIC_RELEASE);
+}
+
 int ddss_net_wait_others_gone(struct ddss_net *net, int timeout_ms)
 {
 	int64_t deadline = ddss_now_ns() + (int64_t)timeout_ms * 1000000;
@@ -210,4 +221,9 @@ int ddss_net_wait_others_gone(struct ddss_net *net, int timeout_ms)
 	}
 	pthread_mutex_unlock(&net->mu);
 	return err;
+}
+
+int ddss_net_acting(struct ddss_net *net)
+{
+	return net->env.coord ? ddss_coord_acting(net->env.coord) : 0;
 }

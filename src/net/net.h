@@ -66,6 +66,10 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms);
  * 0 or -ETIMEDOUT. The barrier's coordinator uses it to leave last.
  */
 int ddss_net_wait_others_gone(struct ddss_net *net, int timeout_ms);
+/** Past the final barrier: from now on a rank that goes (silent, or out of the view in
+ * coordinator mode) has left, not died. */
+void ddss_net_set_leaving(struct ddss_net *net);
+
 
 /**
  * Declare @rank dead for good (ddss_tp_peer_refuse), from any thread, without blocking:
@@ -77,5 +81,9 @@ void ddss_net_declare_dead(struct ddss_net *net, uint32_t rank);
 
 /** Peers this rank declared dead because they went silent (net/heartbeat.c). */
 unsigned ddss_net_peers_declared_dead(const struct ddss_net *net);
+
+/** Coordinator mode: 0 while this process may act, else why not (net/coordinator.h).
+ * Without a coordinator: always 0. A clock read; any thread. */
+int ddss_net_acting(struct ddss_net *net);
 
 #endif /* DDSS_NET_NET_H */

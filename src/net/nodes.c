@@ -1,6 +1,7 @@
 #include "net/nodes.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "net/coordinator.h"
 #include "net/spin.h"
 
 #include <errno.h>
@@ -181,11 +182,15 @@ int ddss_net_env_load(struct ddss_net_env *env)
 	const char *s;
 	char *text = NULL;
 	long rank, size, v;
+	bool coord;
 	int r;
 
 	memset(env, 0, sizeof(*env));
 	env->listen_fd = -1;
-	if (list && *list) {
+	coord = ddss_coord_wanted();
+	if (coord) {
+		r = 0; /* rank, size and nodes come from the group's view, last */
+	} else if (list && *list) {
 		r = ddss_nodes_parse(list, &env->nodes, &env->size);
 	} else if (file && *file) {
 		text = read_file(file);
@@ -196,17 +201,20 @@ int ddss_net_env_load(struct ddss_net_env *env)
 		r = ddss_nodes_parse(text, &env->nodes, &env->size);
 		free(text);
 	} else {
-		DDSS_ERR("no group configured: set DDSS_NODES or DDSS_NODES_FILE (ddssrun does)");
+		DDSS_ERR("no group configured: set DDSS_NODES or DDSS_NODES_FILE (ddssrun does), "
+			 "or DDSS_COORDINATOR");
 		return -EINVAL;
 	}
 	if (r)
 		return r;
-	r = ddss_env_long("DDSS_SIZE", 1, 1 << 20, env->size, &size);
-	if (!r && (uint32_t)size != env->size) {
-		DDSS_ERR("DDSS_SIZE=%ld but the node list has %u entries", size, env->size);
-		r = -EINVAL;
+	if (!coord) {
+		r = ddss_env_long("DDSS_SIZE", 1, 1 << 20, env->size, &size);
+		if (!r && (uint32_t)size != env->size) {
+			DDSS_ERR("DDSS_SIZE=%ld but the node list has %u entries", size, env->size);
+			r = -EINVAL;
+		}
 	}
-	if (!r) {
+	if (!r && !coord) {
 		r = ddss_env_long("DDSS_RANK", 0, env->size, 0, &rank);
 		if (!r && rank == 0) {
 			DDSS_ERR("DDSS_RANK must be set to 1..%u", env->size);
@@ -232,6 +240,9 @@ int ddss_net_env_load(struct ddss_net_env *env)
 		r = protect_load(&env->tcp_protect);
 	if (!r)
 		r = ddss_auth_key_load(NULL, &env->auth);
+	/* Joining waits for the group to form: after every other setting is known good. */
+	if (!r && coord)
+		r = ddss_coord_env_load(env);
 	if (!r)
 		r = ddss_auth_keys_load(env->rank, env->size, &env->auth);
 	if (!r) {
@@ -249,6 +260,8 @@ void ddss_net_env_free(struct ddss_net_env *env)
 {
 	free(env->nodes);
 	env->nodes = NULL;
+	ddss_coord_unref(env->coord);
+	env->coord = NULL;
 	ddss_auth_key_clear(&env->auth);
 }
 

@@ -23,6 +23,8 @@
  *   DDSS_THREAD_FILES        private (default) | shared: whether helper threads drop their
  *                            share of the process's fd table where the provider allows it
  *                            (net/thread_files.h)
+ *   DDSS_COORDINATOR         etcd://HOST:PORT[,...]/NAME: the group forms through etcd
+ *                            instead of DDSS_RANK and DDSS_NODES (net/coordinator.h)
  */
 #ifndef DDSS_NET_NODES_H
 #define DDSS_NET_NODES_H
@@ -45,6 +47,7 @@ struct ddss_net_env {
 	bool share_files;          /* DDSS_THREAD_FILES=shared */
 	enum ddss_tp_protect tcp_protect; /* DDSS_TCP_PROTECT */
 	struct ddss_auth_key auth; /* group key, if a secret is configured */
+	struct ddss_coord *coord;  /* coordinator mode (net/coordinator.h): a reference */
 };
 
 /** Parse a node list; *nodes_p is malloc'd. -EINVAL (logged) on a malformed entry. */

@@ -1,0 +1,443 @@
+/*
+ * Coordinator mode (coordinator.h): the group's start and its deaths through etcd, by way
+ * of the membership of coord/member.h.
+ */
+#include "net/coordinator.h"
+#include "coord/member.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "net/net_internal.h"
+#include "net/nodes.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COORD_NAME_MAX 64
+/* A lease shorter than this would expire in an etcd leader election (about 1-2 s). */
+#define COORD_TTL_MIN_MS 3000
+#define COORD_TTL_DEFAULT_MS 10000
+
+struct ddss_coord {
+	int refs; /* atomic */
+	struct ddss_member *member;
+	uint32_t size;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;      /* broadcast on each view */
+	size_t view_count;      /* under mu */
+	int64_t *incarnation;   /* [slot] under mu: the start view's; -1 once declared dead */
+	bool started;           /* under mu: incarnation[] is filled */
+	struct ddss_net *net;   /* under mu: where deaths go, once attached */
+	bool closed;            /* under mu: detached, the process is leaving */
+	uint32_t self;          /* our slot */
+};
+
+bool ddss_coord_wanted(void)
+{
+	const char *s = getenv("DDSS_COORDINATOR");
+
+	return s && *s;
+}
+
+/* "etcd://EP[,EP...]/NAME" into endpoints and the key prefix "/ddss/NAME/". */
+static int parse_url(const char *url, char **endpoints_p, char *prefix, size_t len)
+{
+	const char *p, *slash, *name;
+
+	if (strncmp(url, "etcd://", 7))
+		goto bad;
+	p = url + 7;
+	slash = strchr(p, '/');
+	if (!slash || slash == p)
+		goto bad;
+	name = slash + 1;
+	if (!*name || strlen(name) > COORD_NAME_MAX)
+		goto bad;
+	for (const char *c = name; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '_' || *c == '.'))
+			goto bad;
+	*endpoints_p = strndup(p, (size_t)(slash - p));
+	if (!*endpoints_p)
+		return -ENOMEM;
+	snprintf(prefix, len, "/ddss/%s/", name);
+	return 0;
+bad:
+	DDSS_ERR("DDSS_COORDINATOR=%s: expected etcd://HOST:PORT[,HOST:PORT...]/NAME (NAME of "
+		 "letters, digits, '-', '_' or '.')", url);
+	return -EINVAL;
+}
+
+static void on_view(void *arg, const struct ddss_view *v)
+{
+	struct ddss_coord *c = arg;
+	struct ddss_net *net = NULL;
+	uint32_t *gone = calloc(c->size + 1, sizeof(*gone));
+	size_t ngone = 0;
+	bool leaving;
+
+	pthread_mutex_lock(&c->mu);
+	c->view_count = v->count;
+	/* Past the final barrier the others leave too: that is the end, not a death. */
+	leaving = c->closed || (c->net && __atomic_load_n(&c->net->leaving, __ATOMIC_ACQUIRE));
+	/* A start member whose incarnation left the view is dead, for every rank alike. */
+	for (uint32_t s = 1; c->started && s <= c->size; s++) {
+		const struct ddss_view_member *m = ddss_view_find(v, s);
+
+		if (s == c->self || c->incarnation[s] <= 0 ||
+		    (m && m->incarnation == c->incarnation[s]))
+			continue;
+		if (leaving) {
+			DDSS_INFO("rank %" PRIu32 " left the group (view %" PRId64 ")", s,
+				  v->number);
+			c->incarnation[s] = 0;
+			continue;
+		}
+		DDSS_WARN("rank %" PRIu32 " (incarnation %" PRId64 ") left the view %" PRId64
+			  ": dead", s, c->incarnation[s], v->number);
+		c->incarnation[s] = -1;
+		if (gone)
+			gone[ngone++] = s;
+		else
+			DDSS_ERR("out of memory: rank %" PRIu32 " is declared dead by its heartbeat "
+				 "only", s);
+	}
+	net = c->net;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; net && i < ngone; i++)
+		ddss_net_declare_dead(net, gone[i]);
+	free(gone);
+}
+
+/* Our own address: DDSS_LISTEN, with the port of DDSS_LISTEN_FD or of a socket we bind. */
+static int listen_addr(struct ddss_net_env *env, char *addr, size_t len)
+{
+	const char *s = getenv("DDSS_LISTEN");
+	struct ddss_tp_node *node;
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICHOST | AI_PASSIVE };
+	struct addrinfo *ai;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	uint32_t n;
+	char port[8];
+	int fd, r;
+
+	if (!s || !*s) {
+		DDSS_ERR("coordinator mode: set DDSS_LISTEN=HOST:PORT, the address this process "
+			 "serves on and publishes (port 0: any free one)");
+		return -EINVAL;
+	}
+	/* Port 0 is ours to resolve; the node parser wants a real one. */
+	{
+		size_t slen = strlen(s);
+		char tmp[DDSS_MEMBER_ADDR_MAX];
+
+		if (slen >= sizeof(tmp) - 1) {
+			DDSS_ERR("DDSS_LISTEN is too long");
+			return -EINVAL;
+		}
+		strcpy(tmp, s);
+		if (slen > 2 && !strcmp(tmp + slen - 2, ":0"))
+			strcpy(tmp + slen - 2, ":1");
+		r = ddss_nodes_parse(tmp, &node, &n);
+		if (r || n != 1) {
+			if (!r)
+				free(node);
+			DDSS_ERR("DDSS_LISTEN=%s: expected one HOST:PORT", s);
+			return -EINVAL;
+		}
+		if (slen > 2 && !strcmp(s + slen - 2, ":0"))
+			node->port = 0;
+	}
+	if (env->listen_fd >= 0 || node->port) {
+		snprintf(addr, len, "%s", s);
+		free(node);
+		return 0;
+	}
+	/* Port 0: bind it here and hand the socket to the transport (tcp serves on it). */
+	snprintf(port, sizeof(port), "0");
+	r = getaddrinfo(node->host, port, &hints, &ai);
+	if (r) {
+		DDSS_ERR("DDSS_LISTEN=%s: %s", s, gai_strerror(r));
+		free(node);
+		return -EINVAL;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 128) ||
+	    getsockname(fd, (struct sockaddr *)&ss, &sl)) {
+		r = -errno;
+		DDSS_ERR("DDSS_LISTEN=%s: cannot listen: %s", s, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(ai);
+		free(node);
+		return r;
+	}
+	freeaddrinfo(ai);
+	env->listen_fd = fd;
+	snprintf(addr, len, ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", node->host,
+		 ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) :
+					    ntohs(((struct sockaddr_in *)&ss)->sin_port));
+	free(node);
+	return 0;
+}
+
+/* Wait (bounded) until the view holds every slot. */
+static int wait_formed(struct ddss_coord *c, int timeout_ms)
+{
+	struct timespec ts;
+	int64_t ns;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ns = ts.tv_nsec + (int64_t)(timeout_ms % 1000) * 1000000;
+	ts.tv_sec += timeout_ms / 1000 + ns / 1000000000;
+	ts.tv_nsec = ns % 1000000000;
+	pthread_mutex_lock(&c->mu);
+	while (c->view_count < c->size && pthread_cond_timedwait(&c->cv, &c->mu, &ts) == 0)
+		;
+	if (c->view_count < c->size) {
+		DDSS_ERR("coordinator mode: the group did not form: %zu of %" PRIu32 " members "
+			 "joined within %d ms", c->view_count, c->size, timeout_ms);
+		pthread_mutex_unlock(&c->mu);
+		return -ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+/* The start view: the nodes, and each slot's incarnation. */
+static int take_view(struct ddss_coord *c, struct ddss_net_env *env)
+{
+	struct ddss_view v;
+	int r = ddss_member_view(c->member, &v);
+
+	if (r)
+		return r;
+	env->nodes = calloc(c->size, sizeof(*env->nodes));
+	if (!env->nodes) {
+		ddss_view_free(&v);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < v.count && !r; i++) {
+		const struct ddss_view_member *m = &v.members[i];
+		struct ddss_tp_node *node;
+		uint32_t n;
+
+		if (m->slot > c->size || ddss_nodes_parse(m->addr, &node, &n) || n != 1) {
+			DDSS_ERR("coordinator mode: slot %" PRIu32 " published '%s', not HOST:PORT",
+				 m->slot, m->addr);
+			r = -EPROTO;
+			break;
+		}
+		env->nodes[m->slot - 1] = *node;
+		free(node);
+		c->incarnation[m->slot] = m->incarnation;
+	}
+	c->started = !r;
+	pthread_mutex_unlock(&c->mu);
+	ddss_view_free(&v);
+	return r;
+}
+
+static struct ddss_coord *coord_new(uint32_t size)
+{
+	struct ddss_coord *c = calloc(1, sizeof(*c));
+
+	if (!c || !(c->incarnation = calloc(size + 1, sizeof(*c->incarnation)))) {
+		free(c);
+		return NULL;
+	}
+	c->refs = 1;
+	c->size = size;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	return c;
+}
+
+static void coord_free(struct ddss_coord *c)
+{
+	ddss_member_leave(c->member); /* stops the view's thread first */
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	free(c->incarnation);
+	free(c);
+}
+
+/* etcd may not serve yet (starting, electing a leader): ask again until the connect timeout. */
+static int join_retrying(const struct ddss_member_cfg *cfg, int timeout_ms,
+			 struct ddss_member **m_p)
+{
+	struct timespec now, pause = { 0, 250 * 1000000 };
+	int64_t deadline;
+	int r;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	deadline = now.tv_sec * 1000LL + now.tv_nsec / 1000000 + timeout_ms;
+	for (;;) {
+		r = ddss_member_join(cfg, m_p);
+		if (r != -ECONNREFUSED && r != -EAGAIN && r != -ETIMEDOUT)
+			return r;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec * 1000LL + now.tv_nsec / 1000000 >= deadline)
+			return r;
+		nanosleep(&pause, NULL); /* a bounded retry: nothing to wait on but etcd */
+	}
+}
+
+int ddss_coord_env_load(struct ddss_net_env *env)
+{
+	char prefix[COORD_NAME_MAX + 16], addr[DDSS_MEMBER_ADDR_MAX], *endpoints = NULL;
+	struct ddss_member_cfg cfg = { 0 };
+	struct ddss_coord *c;
+	long size, want;
+	int r;
+
+	if (getenv("DDSS_NODES") || getenv("DDSS_NODES_FILE")) {
+		DDSS_ERR("coordinator mode: DDSS_NODES and DDSS_NODES_FILE must not be set (the "
+			 "view gives the nodes)");
+		return -EINVAL;
+	}
+	r = ddss_env_long("DDSS_SIZE", 0, 4096, 0, &size);
+	if (!r && size == 0) {
+		DDSS_ERR("coordinator mode: set DDSS_SIZE, the group's size (1..4096)");
+		r = -EINVAL;
+	}
+	if (!r) /* the slot to take; unset: the first free one */
+		r = ddss_env_long("DDSS_RANK", 0, size, 0, &want);
+	if (r)
+		return r;
+	r = parse_url(getenv("DDSS_COORDINATOR"), &endpoints, prefix, sizeof(prefix));
+	if (r)
+		return r;
+	r = listen_addr(env, addr, sizeof(addr));
+	if (r)
+		goto out;
+	c = coord_new((uint32_t)size);
+	if (!c) {
+		r = -ENOMEM;
+		goto out;
+	}
+	cfg.endpoints = endpoints;
+	cfg.prefix = prefix;
+	cfg.max = (uint32_t)size;
+	cfg.ttl_ms = env->peer_timeout_ms > 0 ? env->peer_timeout_ms : COORD_TTL_DEFAULT_MS;
+	if (cfg.ttl_ms < COORD_TTL_MIN_MS)
+		cfg.ttl_ms = COORD_TTL_MIN_MS;
+	cfg.addr = addr;
+	cfg.slot = (uint32_t)want;
+	cfg.on_view = on_view;
+	cfg.arg = c;
+	r = join_retrying(&cfg, env->connect_timeout_ms, &c->member);
+	if (r) {
+		DDSS_ERR("coordinator mode: cannot join %s through %s: %s", prefix, endpoints,
+			 strerror(-r));
+		goto err_coord;
+	}
+	c->self = ddss_member_slot(c->member);
+	r = wait_formed(c, env->connect_timeout_ms);
+	if (!r)
+		r = take_view(c, env);
+	if (r)
+		goto err_member;
+	env->rank = c->self;
+	env->size = (uint32_t)size;
+	if (!env->group) { /* every member of the group derives the same one */
+		unsigned char h[8];
+
+		crypto_generichash(h, sizeof(h), (const unsigned char *)prefix, strlen(prefix),
+				   NULL, 0);
+		memcpy(&env->group, h, sizeof(env->group));
+	}
+	env->coord = c;
+	free(endpoints);
+	return 0;
+err_member:
+	free(env->nodes);
+	env->nodes = NULL;
+err_coord:
+	if (c->member)
+		coord_free(c);
+	else {
+		pthread_mutex_destroy(&c->mu);
+		pthread_cond_destroy(&c->cv);
+		free(c->incarnation);
+		free(c);
+	}
+out:
+	free(endpoints);
+	return r;
+}
+
+struct ddss_coord *ddss_coord_ref(struct ddss_coord *c)
+{
+	if (c)
+		__atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+	return c;
+}
+
+void ddss_coord_unref(struct ddss_coord *c)
+{
+	if (c && __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		coord_free(c);
+}
+
+void ddss_coord_attach(struct ddss_coord *c, struct ddss_net *net)
+{
+	uint32_t *gone = calloc(c->size + 1, sizeof(*gone));
+	size_t n = 0;
+
+	pthread_mutex_lock(&c->mu);
+	c->net = net;
+	/* Deaths seen while the net was opening. */
+	for (uint32_t s = 1; gone && s <= c->size; s++)
+		if (c->incarnation[s] < 0)
+			gone[n++] = s;
+	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; i < n; i++)
+		ddss_net_declare_dead(net, gone[i]);
+	free(gone);
+}
+
+void ddss_coord_detach(struct ddss_coord *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->net = NULL;
+	c->closed = true;
+	pthread_mutex_unlock(&c->mu);
+}
+
+void ddss_coord_report(struct ddss_coord *c, uint32_t rank)
+{
+	int64_t inc;
+	int r;
+
+	if (rank < 1 || rank > c->size)
+		return;
+	pthread_mutex_lock(&c->mu);
+	inc = c->incarnation[rank];
+	pthread_mutex_unlock(&c->mu);
+	if (inc <= 0)
+		return;
+	r = ddss_member_report(c->member, rank, inc);
+	if (r && r != -ESTALE)
+		DDSS_WARN("coordinator mode: cannot report rank %" PRIu32 " silent: %s; it leaves "
+			  "the view when its lease expires", rank, strerror(-r));
+}
+
+int ddss_coord_acting(struct ddss_coord *c)
+{
+	return c ? ddss_member_acting(c->member) : 0;
+}

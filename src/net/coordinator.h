@@ -1,0 +1,53 @@
+/*
+ * Coordinator mode: the group formed, and deaths decided, through etcd (docs/membership.md).
+ *
+ *   DDSS_COORDINATOR  etcd://HOST:PORT[,HOST:PORT...]/NAME  turns it on: the group NAME's
+ *                     keys live under /ddss/NAME/ in that etcd cluster
+ *   DDSS_LISTEN       HOST:PORT this process serves on and publishes (port 0: any free one,
+ *                     tcp only); ddssrun --coordinator sets it with DDSS_LISTEN_FD
+ *   DDSS_SIZE         the group's size: its slots (fixed by the first process to join), and
+ *                     how many members the start waits for
+ * DDSS_RANK and DDSS_NODES must not be set: the slot is the rank, the view gives the nodes.
+ *
+ * What it does today: a process joins (a free slot, in one etcd transaction, under a lease
+ * kept alive from DDSS_PEER_TIMEOUT_MS), waits until the view holds DDSS_SIZE members, and
+ * starts with their addresses. A rank the heartbeat finds silent is reported; a member
+ * that leaves the view is declared dead by every rank at once; a process whose lease was
+ * not renewed in time stops acting (every call returns -ENOLINK or -EHOSTDOWN).
+ * Replacing a dead slot while the group runs is the next step (issue 30).
+ */
+#ifndef DDSS_NET_COORDINATOR_H
+#define DDSS_NET_COORDINATOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct ddss_net;
+struct ddss_net_env;
+struct ddss_coord;
+
+/** True if DDSS_COORDINATOR asks for coordinator mode. */
+bool ddss_coord_wanted(void);
+
+/**
+ * Join the group DDSS_COORDINATOR names and wait for it to form (bounded by
+ * @env->connect_timeout_ms): fills @env's rank, size, nodes, listen_fd and coord.
+ */
+int ddss_coord_env_load(struct ddss_net_env *env);
+
+/** References: the env that loaded it holds one, each net that copies the env another. */
+struct ddss_coord *ddss_coord_ref(struct ddss_coord *c);
+/** The last reference leaves the group (the lease is revoked: the slot frees at once). */
+void ddss_coord_unref(struct ddss_coord *c);
+
+/** From now on, a member that leaves the view is declared dead in @net. */
+void ddss_coord_attach(struct ddss_coord *c, struct ddss_net *net);
+void ddss_coord_detach(struct ddss_coord *c);
+
+/** The heartbeat found @rank silent: report it, so that it leaves the view for everyone. */
+void ddss_coord_report(struct ddss_coord *c, uint32_t rank);
+
+/** 0 while this process may act, else -ENOLINK or -EHOSTDOWN for good. */
+int ddss_coord_acting(struct ddss_coord *c);
+
+#endif /* DDSS_NET_COORDINATOR_H */
