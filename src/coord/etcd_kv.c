@@ -23,12 +23,13 @@ static json_object *key_obj(const char *key)
 
 int ddss_etcd_lease_grant(struct ddss_etcd *etcd, int ttl_s, int64_t *id_p)
 {
-	json_object *req = json_object_new_object(), *resp;
+	json_object *req, *resp;
 	int64_t id;
 	int r;
 
 	if (ttl_s < 1)
 		return -EINVAL;
+	req = json_object_new_object();
 	json_object_object_add(req, "TTL", new_i64(ttl_s));
 	r = etcd_post(etcd, "/v3/lease/grant", req, &resp);
 	if (r)
@@ -219,13 +220,15 @@ int ddss_etcd_create(struct ddss_etcd *etcd, const char *key, const void *value,
 
 int ddss_etcd_delete_if(struct ddss_etcd *etcd, const char *key, int64_t create_rev)
 {
-	json_object *req = json_object_new_object(), *del = json_object_new_object();
+	json_object *req, *del;
 	int64_t rev;
 	bool ok;
 	int r;
 
 	if (create_rev <= 0)
 		return -EINVAL;
+	req = json_object_new_object();
+	del = json_object_new_object();
 	json_object_object_add(del, "key", key_obj(key));
 	json_object_object_add(req, "compare", compare_create(key, create_rev));
 	json_object_object_add(req, "success", one_op("request_delete_range", del));

@@ -187,17 +187,19 @@ int ddss_ctx_open(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 	r = ddss_net_env_load(&env);
 	if (r)
 		return r;
+	r = configure(attr, &env, &conf);
+	if (!r) /* coordinator mode: join now that the peer timeout (the lease TTL) is final */
+		r = ddss_net_env_join(&env);
+	if (r) {
+		ddss_net_env_free(&env);
+		return r;
+	}
 	/* Keys hold 16-bit ranks, and a release names its cachers in one message. */
 	if (env.size > DDSS_KEY_MAX_RANK ||
 	    DDSS_NAME_MAX + (env.size + 7) / 8 > DDSS_RPC_BODY_MAX) {
 		DDSS_ERR("a group of %u ranks is larger than DDSS supports", env.size);
 		ddss_net_env_free(&env);
 		return -EINVAL;
-	}
-	r = configure(attr, &env, &conf);
-	if (r) {
-		ddss_net_env_free(&env);
-		return r;
 	}
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx) {

@@ -36,6 +36,7 @@ struct ddss_coord {
 	pthread_cond_t cv;      /* broadcast on each view */
 	size_t view_count;      /* under mu */
 	int64_t *incarnation;   /* [slot] under mu: the start view's; -1 once declared dead */
+	int64_t *reported;      /* [slot] heartbeat thread: the incarnation last reported */
 	bool started;           /* under mu: incarnation[] is filled */
 	struct ddss_net *net;   /* under mu: where deaths go, once attached */
 	bool closed;            /* under mu: detached, the process is leaving */
@@ -256,7 +257,10 @@ static struct ddss_coord *coord_new(uint32_t size)
 {
 	struct ddss_coord *c = calloc(1, sizeof(*c));
 
-	if (!c || !(c->incarnation = calloc(size + 1, sizeof(*c->incarnation)))) {
+	if (!c || !(c->incarnation = calloc(size + 1, sizeof(*c->incarnation))) ||
+	    !(c->reported = calloc(size + 1, sizeof(*c->reported)))) {
+		if (c)
+			free(c->incarnation);
 		free(c);
 		return NULL;
 	}
@@ -273,6 +277,7 @@ static void coord_free(struct ddss_coord *c)
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
 	free(c->incarnation);
+	free(c->reported);
 	free(c);
 }
 
@@ -374,6 +379,7 @@ err_coord:
 		pthread_mutex_destroy(&c->mu);
 		pthread_cond_destroy(&c->cv);
 		free(c->incarnation);
+		free(c->reported);
 		free(c);
 	}
 out:
@@ -419,7 +425,7 @@ void ddss_coord_detach(struct ddss_coord *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
-void ddss_coord_report(struct ddss_coord *c, uint32_t rank)
+void ddss_coord_report(struct ddss_coord *c, uint32_t rank, int64_t silent_ms)
 {
 	int64_t inc;
 	int r;
@@ -429,12 +435,27 @@ void ddss_coord_report(struct ddss_coord *c, uint32_t rank)
 	pthread_mutex_lock(&c->mu);
 	inc = c->incarnation[rank];
 	pthread_mutex_unlock(&c->mu);
-	if (inc <= 0)
+	if (inc <= 0 || c->reported[rank] == inc)
 		return;
 	r = ddss_member_report(c->member, rank, inc);
+	if (r == -EAGAIN || r == -ECONNREFUSED || r == -ETIMEDOUT)
+		return; /* etcd unreachable: the next heartbeat round asks again */
+	c->reported[rank] = inc;
 	if (r && r != -ESTALE)
 		DDSS_WARN("coordinator mode: cannot report rank %" PRIu32 " silent: %s; it leaves "
 			  "the view when its lease expires", rank, strerror(-r));
+	else if (!r)
+		DDSS_WARN("rank %" PRIu32 " silent for %lld ms: reported; it is dead when it "
+			  "leaves the view", rank, (long long)silent_ms);
+}
+
+void ddss_coord_unreported(struct ddss_coord *c, uint32_t rank, unsigned heard, unsigned others)
+{
+	if (rank < 1 || rank > c->size || c->reported[rank] == -1)
+		return;
+	c->reported[rank] = -1; /* said once; a report later may still go */
+	DDSS_WARN("rank %" PRIu32 " is silent but not reported: this rank hears only %u of "
+		  "%u others (its lease settles it)", rank, heard, others);
 }
 
 int ddss_coord_acting(struct ddss_coord *c)

@@ -11,9 +11,10 @@
  *
  * What it does today: a process joins (a free slot, in one etcd transaction, under a lease
  * kept alive from DDSS_PEER_TIMEOUT_MS), waits until the view holds DDSS_SIZE members, and
- * starts with their addresses. A rank the heartbeat finds silent is reported; a member
- * that leaves the view is declared dead by every rank at once; a process whose lease was
- * not renewed in time stops acting (every call returns -ENOLINK or -EHOSTDOWN).
+ * starts with their addresses. A rank the heartbeat finds silent is reported, not declared
+ * dead; a member that leaves the view is declared dead by every rank at once; a process
+ * whose lease was not renewed in time stops acting (every call returns -ENOLINK or
+ * -EHOSTDOWN).
  * Replacing a dead slot while the group runs is the next step (issue 30).
  */
 #ifndef DDSS_NET_COORDINATOR_H
@@ -44,8 +45,13 @@ void ddss_coord_unref(struct ddss_coord *c);
 void ddss_coord_attach(struct ddss_coord *c, struct ddss_net *net);
 void ddss_coord_detach(struct ddss_coord *c);
 
-/** The heartbeat found @rank silent: report it, so that it leaves the view for everyone. */
-void ddss_coord_report(struct ddss_coord *c, uint32_t rank);
+/**
+ * The heartbeat found @rank silent for @silent_ms: report it (once per incarnation), so
+ * that it leaves the view for everyone once it has stopped acting. Heartbeat thread.
+ */
+void ddss_coord_report(struct ddss_coord *c, uint32_t rank, int64_t silent_ms);
+/** Say once per silence why @rank was not reported (we hear too few of the others). */
+void ddss_coord_unreported(struct ddss_coord *c, uint32_t rank, unsigned heard, unsigned others);
 
 /** 0 while this process may act, else -ENOLINK or -EHOSTDOWN for good. */
 int ddss_coord_acting(struct ddss_coord *c);

@@ -107,13 +107,37 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 {
 	int64_t bound = (int64_t)net->env.peer_timeout_ms * 1000000;
 
-	int64_t since;
-	bool deaf;
+	int64_t since, now = ddss_now_ns(), gap = now - net->last_round_ns;
+	unsigned others = 0, heard_from = 0;
+	bool deaf, paused;
 
 	refuse_pending(net);
 	if (net->env.peer_timeout_ms <= 0)
 		return;
-	deaf = held_up(net, ddss_now_ns(), &since);
+	/*
+	 * This thread did not run for two intervals: the process was paused (SIGSTOP, a VM
+	 * stall) or starved. What it finds silent now went silent to a rank that was not
+	 * there: judge nobody this round. A thawed rank would otherwise accuse everyone.
+	 */
+	paused = net->last_round_ns && gap > 2 * (int64_t)interval_ms(net) * 1000000;
+	net->last_round_ns = now;
+	if (paused)
+		DDSS_INFO("the heartbeat thread did not run for %lld ms (the process was paused or "
+			  "starved): peers' silence is not judged this round",
+			  (long long)(gap / 1000000));
+	deaf = held_up(net, now, &since) || paused;
+	/* How many of the others we hear: a report needs us on the side that hears most. */
+	for (uint32_t r = 1; r <= net->env.size; r++) {
+		if (r == net->env.rank)
+			continue;
+		pthread_mutex_lock(&net->mu);
+		bool up = net->peer_state[r] == DDSS_TP_PEER_UP;
+		pthread_mutex_unlock(&net->mu);
+		if (!up)
+			continue;
+		others++;
+		heard_from += now - __atomic_load_n(&net->last_heard[r], __ATOMIC_RELAXED) <= bound;
+	}
 	if (deaf && since && net->warned_held_up != since) {
 		net->warned_held_up = since;
 		DDSS_WARN("this rank's receive path has been held up in a message handler for "
@@ -148,13 +172,24 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 			DDSS_WARN("rank %u silent for %lld ms (half the peer timeout %d ms)", r,
 				  (long long)(silent / 1000000), net->env.peer_timeout_ms);
 		}
+		if (silent > bound && net->env.coord) {
+			/*
+			 * Coordinator mode: death is the view's to decide, for everyone at once
+			 * (net/coordinator.c), and only once the rank has stopped acting. Report
+			 * it; but only if we hear at least half of the others: a rank that hears
+			 * nobody is more likely the one cut off, and its lease settles it.
+			 */
+			if (2 * heard_from >= others)
+				ddss_coord_report(net->env.coord, r, silent / 1000000);
+			else
+				ddss_coord_unreported(net->env.coord, r, heard_from, others);
+			continue;
+		}
 		if (silent > bound) {
 			DDSS_WARN("rank %u silent for %lld ms (peer timeout %d ms): declared dead", r,
 				  (long long)(silent / 1000000), net->env.peer_timeout_ms);
 			__atomic_add_fetch(&net->peers_declared_dead, 1, __ATOMIC_RELAXED);
 			ddss_tp_peer_refuse(net->tp, r);
-			if (net->env.coord) /* so that it leaves the view for everyone */
-				ddss_coord_report(net->env.coord, r);
 			continue;
 		}
 		/* Errors mean the peer is going down: the transport reports that itself.

@@ -71,6 +71,10 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 	} else if ((r = ddss_net_env_load(&net->env))) {
 		free(net);
 		return r;
+	} else if ((r = ddss_net_env_join(&net->env))) {
+		ddss_net_env_free(&net->env);
+		free(net);
+		return r;
 	}
 	ddss_log_set_rank(net->env.rank);
 	r = ddss_net_check_exposure(&net->env);

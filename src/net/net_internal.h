@@ -44,6 +44,7 @@ struct ddss_net {
 	int64_t dispatch_since;     /* atomic: when the running handler began, 0: none */
 	int64_t held_up_ended;      /* atomic: when the last held-up handler returned */
 	int64_t warned_held_up;     /* heartbeat thread: dispatch_since when we said so */
+	int64_t last_round_ns;      /* heartbeat thread: when its last round began */
 };
 
 /* barrier.c */

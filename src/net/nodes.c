@@ -240,11 +240,10 @@ int ddss_net_env_load(struct ddss_net_env *env)
 		r = protect_load(&env->tcp_protect);
 	if (!r)
 		r = ddss_auth_key_load(NULL, &env->auth);
-	/* Joining waits for the group to form: after every other setting is known good. */
-	if (!r && coord)
-		r = ddss_coord_env_load(env);
-	if (!r)
+	/* Coordinator mode: the rank is known once ddss_net_env_join has joined. */
+	if (!r && !coord)
 		r = ddss_auth_keys_load(env->rank, env->size, &env->auth);
+	env->coordinated = coord;
 	if (!r) {
 		s = getenv("DDSS_TRANSPORT");
 		snprintf(env->transport, sizeof(env->transport), "%s", s && *s ? s : "auto");
@@ -253,6 +252,19 @@ int ddss_net_env_load(struct ddss_net_env *env)
 	}
 	if (r)
 		ddss_net_env_free(env);
+	return r;
+}
+
+int ddss_net_env_join(struct ddss_net_env *env)
+{
+	int r;
+
+	if (!env->coordinated || env->coord)
+		return 0;
+	/* Waits for the group to form: after every other setting is final (ddss_attr too). */
+	r = ddss_coord_env_load(env);
+	if (!r)
+		r = ddss_auth_keys_load(env->rank, env->size, &env->auth);
 	return r;
 }
 

@@ -47,14 +47,20 @@ struct ddss_net_env {
 	bool share_files;          /* DDSS_THREAD_FILES=shared */
 	enum ddss_tp_protect tcp_protect; /* DDSS_TCP_PROTECT */
 	struct ddss_auth_key auth; /* group key, if a secret is configured */
-	struct ddss_coord *coord;  /* coordinator mode (net/coordinator.h): a reference */
+	bool coordinated;          /* DDSS_COORDINATOR is set (net/coordinator.h) */
+	struct ddss_coord *coord;  /* once joined: a reference */
 };
 
 /** Parse a node list; *nodes_p is malloc'd. -EINVAL (logged) on a malformed entry. */
 int ddss_nodes_parse(const char *text, struct ddss_tp_node **nodes_p, uint32_t *count_p);
 
-/** Fill @env from the environment (see above). Free with ddss_net_env_free. */
+/** Fill @env from the environment (see above). Free with ddss_net_env_free. In
+ * coordinator mode rank, size and nodes stay unset until ddss_net_env_join. */
 int ddss_net_env_load(struct ddss_net_env *env);
+/** Coordinator mode: join the group and wait for it to form (fills rank, size, nodes).
+ * Nothing to do otherwise. Call once every setting is final (the peer timeout is the
+ * lease's TTL). */
+int ddss_net_env_join(struct ddss_net_env *env);
 void ddss_net_env_free(struct ddss_net_env *env);
 
 /** A transport configuration pointing into @env (which must outlive its use). */
