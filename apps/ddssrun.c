@@ -275,8 +275,9 @@ static void usage(FILE *to)
           "  --daemon          daemon mode: each rank is a ddssd, prog runs as its clients\n"
           "  --clients K       daemon mode: clients of prog per rank (1..256, default 1)\n"
           "  --ddssd PATH      daemon mode: the daemon binary (default: ddssd next to ddssrun)\n"
-          "  --coordinator     coordinator mode: start a private etcd on loopback for the\n"
-          "                    run; the ranks form the group through it (docs/membership.md)\n"
+          "  --coordinator     coordinator mode: the ranks form the group through etcd: the\n"
+          "                    one $DDSS_COORDINATOR names, else a private one on loopback\n"
+          "                    for the run (docs/membership.md)\n"
           "  --write-keys DIR  write the ranks' keys files (DIR/rank-R.keys) and exit\n"
           "  -h, --help        show this help\n",
           to);

@@ -1,5 +1,6 @@
 /*
- * ddssrun --coordinator: a private etcd for the run (coordinator mode, docs/membership.md).
+ * ddssrun --coordinator: a private etcd for the run (coordinator mode, docs/membership.md),
+ * unless DDSS_COORDINATOR names one already.
  * One member on loopback, its data in a temporary directory; started before the ranks,
  * killed and removed after them. Readiness is asked of Debian's etcdctl, so ddssrun
  * speaks no HTTP itself.
@@ -81,6 +82,7 @@ bool ddssrun_etcd_start(struct ddssrun_etcd *e, const char *group)
 {
     char client_url[64], peer_url[64], cluster[96], data[sizeof e->dir + 8],
         log[sizeof e->dir + 16];
+    const char *given = getenv("DDSS_COORDINATOR");
     int peer_port;
 
     memset(e, 0, sizeof *e);
@@ -90,6 +92,10 @@ bool ddssrun_etcd_start(struct ddssrun_etcd *e, const char *group)
         fprintf(stderr, "ddssrun: cannot make a directory for etcd: %s\n", strerror(errno));
         e->dir[0] = 0;
         return false;
+    }
+    if (given && *given) { /* the user's etcd: only the directory (for the secret) is ours */
+        snprintf(e->url, sizeof e->url, "%s", given);
+        return true;
     }
     e->client_port = free_port();
     peer_port = free_port();

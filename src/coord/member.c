@@ -398,3 +398,27 @@ int ddss_member_report(struct ddss_member *m, uint32_t slot, int64_t incarnation
 			  slot, incarnation);
 	return r;
 }
+
+int64_t ddss_member_time_left(struct ddss_member *m)
+{
+	if (__atomic_load_n(&m->fenced, __ATOMIC_ACQUIRE))
+		return 0;
+	return __atomic_load_n(&m->deadline_ns, __ATOMIC_ACQUIRE) - member_now_ns();
+}
+
+int ddss_member_extend(struct ddss_member *m, int64_t until_ns)
+{
+	int64_t cur;
+	int r = ddss_member_acting(m);
+
+	if (r)
+		return r;
+	if (!__atomic_load_n(&m->etcd_err, __ATOMIC_ACQUIRE))
+		return -EALREADY;
+	cur = __atomic_load_n(&m->deadline_ns, __ATOMIC_ACQUIRE);
+	while (until_ns > cur &&
+	       !__atomic_compare_exchange_n(&m->deadline_ns, &cur, until_ns, false,
+					    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		;
+	return 0;
+}

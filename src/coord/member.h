@@ -97,4 +97,15 @@ int ddss_member_report(struct ddss_member *m, uint32_t slot, int64_t incarnation
 /** -EAGAIN while etcd is unreachable (membership changes are refused then), else 0. */
 int ddss_member_etcd_state(struct ddss_member *m);
 
+/** Nanoseconds until this member must stop acting (<= 0: past it, or it has stopped). */
+int64_t ddss_member_time_left(struct ddss_member *m);
+
+/**
+ * etcd is unreachable for every member (the caller asked them: net/coordinator.c): no
+ * view can change while that lasts, so act on until @until_ns (monotonic) at most. Only
+ * while renewals fail and this member has not stopped; never shortens the deadline.
+ * Returns 0, or why not (-EALREADY: etcd answers us; -ENOLINK/-EHOSTDOWN: stopped).
+ */
+int ddss_member_extend(struct ddss_member *m, int64_t until_ns);
+
 #endif /* DDSS_COORD_MEMBER_H */

@@ -10,6 +10,7 @@
 #include "net/nodes.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
@@ -36,12 +37,22 @@ struct ddss_coord {
 	pthread_cond_t cv;      /* broadcast on each view */
 	size_t view_count;      /* under mu */
 	int64_t *incarnation;   /* [slot] under mu: the start view's; -1 once declared dead */
-	int64_t *reported;      /* [slot] heartbeat thread: the incarnation last reported */
+	int64_t *reported;      /* [slot] under mu: the incarnation last reported (-1: said why not) */
+	unsigned reporting;     /* under mu: report threads running (report_main) */
 	bool started;           /* under mu: incarnation[] is filled */
 	struct ddss_net *net;   /* under mu: where deaths go, once attached */
 	bool closed;            /* under mu: detached, the process is leaving */
 	uint32_t self;          /* our slot */
+	int64_t ttl_ns;
+	/* etcd outage (coord_tick): is etcd down for every member, or only for us? */
+	uint32_t ask_epoch;     /* under mu: the current question's number, 0: none */
+	uint8_t *answer;        /* [slot] under mu: 0 none, ANSWER_DOWN, ANSWER_UP */
+	bool in_outage;         /* under mu: we said etcd is down for everyone */
+	bool said_alone;        /* under mu: we said etcd answers others but not us */
 };
+
+enum { COORD_ASK = 1, COORD_ANSWER = 2 };
+enum { ANSWER_DOWN = 1, ANSWER_UP = 2 };
 
 bool ddss_coord_wanted(void)
 {
@@ -258,9 +269,12 @@ static struct ddss_coord *coord_new(uint32_t size)
 	struct ddss_coord *c = calloc(1, sizeof(*c));
 
 	if (!c || !(c->incarnation = calloc(size + 1, sizeof(*c->incarnation))) ||
-	    !(c->reported = calloc(size + 1, sizeof(*c->reported)))) {
-		if (c)
+	    !(c->reported = calloc(size + 1, sizeof(*c->reported))) ||
+	    !(c->answer = calloc(size + 1, 1))) {
+		if (c) {
 			free(c->incarnation);
+			free(c->reported);
+		}
 		free(c);
 		return NULL;
 	}
@@ -273,11 +287,17 @@ static struct ddss_coord *coord_new(uint32_t size)
 
 static void coord_free(struct ddss_coord *c)
 {
+	pthread_mutex_lock(&c->mu);
+	c->closed = true;
+	while (c->reporting) /* they use the member */
+		pthread_cond_wait(&c->cv, &c->mu);
+	pthread_mutex_unlock(&c->mu);
 	ddss_member_leave(c->member); /* stops the view's thread first */
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
 	free(c->incarnation);
 	free(c->reported);
+	free(c->answer);
 	free(c);
 }
 
@@ -341,6 +361,7 @@ int ddss_coord_env_load(struct ddss_net_env *env)
 	cfg.ttl_ms = env->peer_timeout_ms > 0 ? env->peer_timeout_ms : COORD_TTL_DEFAULT_MS;
 	if (cfg.ttl_ms < COORD_TTL_MIN_MS)
 		cfg.ttl_ms = COORD_TTL_MIN_MS;
+	c->ttl_ns = (int64_t)((cfg.ttl_ms + 999) / 1000) * 1000000000;
 	cfg.addr = addr;
 	cfg.slot = (uint32_t)want;
 	cfg.on_view = on_view;
@@ -380,6 +401,7 @@ err_coord:
 		pthread_cond_destroy(&c->cv);
 		free(c->incarnation);
 		free(c->reported);
+		free(c->answer);
 		free(c);
 	}
 out:
@@ -400,10 +422,112 @@ void ddss_coord_unref(struct ddss_coord *c)
 		coord_free(c);
 }
 
+/* Receive thread: a member asks whether we reach etcd, or answers that question. */
+static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
+{
+	struct ddss_coord *c = arg;
+	struct ddss_net *net;
+	uint8_t msg[12];
+	uint32_t kind, epoch, reaches, down = 1, up = 0; /* we count ourselves: down */
+
+	if (len != sizeof(msg) || from < 1 || from > c->size) {
+		DDSS_WARN("coordinator mode: malformed message from rank %" PRIu32 " dropped", from);
+		return;
+	}
+	memcpy(msg, buf, sizeof(msg));
+	kind = le32toh(*(uint32_t *)msg);
+	epoch = le32toh(*(uint32_t *)(msg + 4));
+	reaches = le32toh(*(uint32_t *)(msg + 8));
+	if (kind == COORD_ASK) {
+		pthread_mutex_lock(&c->mu);
+		net = c->net;
+		pthread_mutex_unlock(&c->mu);
+		*(uint32_t *)(msg) = htole32(COORD_ANSWER);
+		*(uint32_t *)(msg + 8) = htole32(ddss_member_etcd_state(c->member) == 0);
+		if (net)
+			ddss_net_send(net, from, DDSS_MSG_COORD, msg, sizeof(msg));
+		return;
+	}
+	if (kind != COORD_ANSWER)
+		return;
+	pthread_mutex_lock(&c->mu);
+	if (epoch != c->ask_epoch || !epoch) {
+		pthread_mutex_unlock(&c->mu);
+		return; /* an old question's */
+	}
+	c->answer[from] = reaches ? ANSWER_UP : ANSWER_DOWN;
+	for (uint32_t s = 1; s <= c->size; s++) {
+		down += c->answer[s] == ANSWER_DOWN;
+		up += c->answer[s] == ANSWER_UP;
+	}
+	if (up) {
+		/* etcd answers someone: we are the one cut off, and stop at our deadline. */
+		if (!c->said_alone)
+			DDSS_ERR("coordinator mode: etcd answers rank %" PRIu32 " but not this rank: "
+				 "it stops acting at its lease deadline", from);
+		c->said_alone = true;
+	} else if (2 * down > c->size) {
+		/*
+		 * A majority of the group, us among them, cannot reach etcd: no view can change
+		 * while that lasts (etcd gives every lease a full TTL again when it elects a
+		 * leader), so serve on for half a TTL more, and ask again before it ends.
+		 */
+		if (ddss_member_extend(c->member, ddss_now_ns() + c->ttl_ns / 2) == 0 &&
+		    !c->in_outage) {
+			c->in_outage = true;
+			DDSS_WARN("coordinator mode: etcd is unreachable for %" PRIu32 " of %" PRIu32
+				  " ranks: serving data and locks on; membership changes are "
+				  "refused until it is back", down, c->size);
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+void ddss_coord_tick(struct ddss_coord *c, struct ddss_net *net)
+{
+	uint8_t msg[12];
+	uint32_t epoch;
+
+	if (ddss_member_etcd_state(c->member) == 0) {
+		pthread_mutex_lock(&c->mu);
+		if (c->in_outage)
+			DDSS_WARN("coordinator mode: etcd answers again; membership changes work "
+				  "again");
+		c->in_outage = c->said_alone = false;
+		c->ask_epoch = 0;
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	/* Renewals fail: before the deadline comes near, ask the others whether they reach it. */
+	if (ddss_member_time_left(c->member) > c->ttl_ns / 2 ||
+	    ddss_member_acting(c->member))
+		return;
+	pthread_mutex_lock(&c->mu);
+	epoch = ++c->ask_epoch ? c->ask_epoch : ++c->ask_epoch;
+	memset(c->answer, 0, c->size + 1);
+	pthread_mutex_unlock(&c->mu);
+	*(uint32_t *)msg = htole32(COORD_ASK);
+	*(uint32_t *)(msg + 4) = htole32(epoch);
+	*(uint32_t *)(msg + 8) = 0;
+	for (uint32_t r = 1; r <= c->size; r++) {
+		bool up;
+
+		pthread_mutex_lock(&net->mu);
+		up = net->peer_state[r] == DDSS_TP_PEER_UP;
+		pthread_mutex_unlock(&net->mu);
+		if (r != c->self && up) /* not under mu: a send may connect (on_peer takes it) */
+			ddss_net_send(net, r, DDSS_MSG_COORD, msg, sizeof(msg));
+	}
+}
+
 void ddss_coord_attach(struct ddss_coord *c, struct ddss_net *net)
 {
 	uint32_t *gone = calloc(c->size + 1, sizeof(*gone));
 	size_t n = 0;
+
+	if (ddss_net_on_msg(net, DDSS_MSG_COORD, on_coord_msg, c))
+		DDSS_WARN("coordinator mode: cannot take its messages; an etcd outage stops this "
+			  "rank at its lease deadline");
 
 	pthread_mutex_lock(&c->mu);
 	c->net = net;
@@ -425,35 +549,92 @@ void ddss_coord_detach(struct ddss_coord *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
+struct report {
+	struct ddss_coord *c;
+	uint32_t rank;
+	int64_t inc, silent_ms;
+};
+
+/*
+ * A thread of its own per report: an etcd member that does not answer costs the request
+ * timeout, and the heartbeat thread must not miss its rounds meanwhile. Reports are rare
+ * (one per silent incarnation).
+ */
+static void *report_main(void *arg)
+{
+	struct report *rep = arg;
+	struct ddss_coord *c = rep->c;
+	int r = ddss_member_report(c->member, rep->rank, rep->inc);
+
+	if (r == -EAGAIN || r == -ECONNREFUSED || r == -ETIMEDOUT) {
+		/* etcd unreachable: the next heartbeat round asks again */
+		pthread_mutex_lock(&c->mu);
+		if (c->reported[rep->rank] == rep->inc)
+			c->reported[rep->rank] = 0;
+		pthread_mutex_unlock(&c->mu);
+	} else if (r && r != -ESTALE) {
+		DDSS_WARN("coordinator mode: cannot report rank %" PRIu32 " silent: %s; it leaves "
+			  "the view when its lease expires", rep->rank, strerror(-r));
+	} else if (!r) {
+		DDSS_WARN("rank %" PRIu32 " silent for %lld ms: reported; it is dead when it "
+			  "leaves the view", rep->rank, (long long)rep->silent_ms);
+	}
+	free(rep);
+	pthread_mutex_lock(&c->mu);
+	c->reporting--;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
 void ddss_coord_report(struct ddss_coord *c, uint32_t rank, int64_t silent_ms)
 {
+	struct report *rep;
+	pthread_attr_t a;
+	pthread_t t;
 	int64_t inc;
-	int r;
 
 	if (rank < 1 || rank > c->size)
 		return;
 	pthread_mutex_lock(&c->mu);
 	inc = c->incarnation[rank];
-	pthread_mutex_unlock(&c->mu);
-	if (inc <= 0 || c->reported[rank] == inc)
+	if (inc <= 0 || c->reported[rank] == inc || c->closed) {
+		pthread_mutex_unlock(&c->mu);
 		return;
-	r = ddss_member_report(c->member, rank, inc);
-	if (r == -EAGAIN || r == -ECONNREFUSED || r == -ETIMEDOUT)
-		return; /* etcd unreachable: the next heartbeat round asks again */
+	}
 	c->reported[rank] = inc;
-	if (r && r != -ESTALE)
-		DDSS_WARN("coordinator mode: cannot report rank %" PRIu32 " silent: %s; it leaves "
-			  "the view when its lease expires", rank, strerror(-r));
-	else if (!r)
-		DDSS_WARN("rank %" PRIu32 " silent for %lld ms: reported; it is dead when it "
-			  "leaves the view", rank, (long long)silent_ms);
+	c->reporting++;
+	pthread_mutex_unlock(&c->mu);
+	rep = malloc(sizeof(*rep));
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	if (rep) {
+		*rep = (struct report){ c, rank, inc, silent_ms };
+		if (pthread_create(&t, &a, report_main, rep) == 0) {
+			pthread_attr_destroy(&a);
+			return;
+		}
+		free(rep);
+	}
+	pthread_attr_destroy(&a);
+	pthread_mutex_lock(&c->mu);
+	c->reported[rank] = 0; /* the next round tries again */
+	c->reporting--;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
 }
 
 void ddss_coord_unreported(struct ddss_coord *c, uint32_t rank, unsigned heard, unsigned others)
 {
-	if (rank < 1 || rank > c->size || c->reported[rank] == -1)
+	if (rank < 1 || rank > c->size)
 		return;
+	pthread_mutex_lock(&c->mu);
+	if (c->reported[rank] != 0) {
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
 	c->reported[rank] = -1; /* said once; a report later may still go */
+	pthread_mutex_unlock(&c->mu);
 	DDSS_WARN("rank %" PRIu32 " is silent but not reported: this rank hears only %u of "
 		  "%u others (its lease settles it)", rank, heard, others);
 }
@@ -461,4 +642,9 @@ void ddss_coord_unreported(struct ddss_coord *c, uint32_t rank, unsigned heard, 
 int ddss_coord_acting(struct ddss_coord *c)
 {
 	return c ? ddss_member_acting(c->member) : 0;
+}
+
+int ddss_coord_etcd_state(struct ddss_coord *c)
+{
+	return ddss_member_etcd_state(c->member);
 }

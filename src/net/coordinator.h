@@ -53,6 +53,18 @@ void ddss_coord_report(struct ddss_coord *c, uint32_t rank, int64_t silent_ms);
 /** Say once per silence why @rank was not reported (we hear too few of the others). */
 void ddss_coord_unreported(struct ddss_coord *c, uint32_t rank, unsigned heard, unsigned others);
 
+/**
+ * Heartbeat thread, each round: while renewals fail and the lease deadline comes near,
+ * ask the others whether etcd answers them. If a majority
+ * of the group cannot reach it either, nobody can change the view meanwhile, and this
+ * rank serves on (docs/membership.md, "etcd faults"); if etcd answers anyone, this rank
+ * is the one cut off and stops at its deadline.
+ */
+void ddss_coord_tick(struct ddss_coord *c, struct ddss_net *net);
+
+/** -EAGAIN while etcd does not answer this rank's renewals, else 0. */
+int ddss_coord_etcd_state(struct ddss_coord *c);
+
 /** 0 while this process may act, else -ENOLINK or -EHOSTDOWN for good. */
 int ddss_coord_acting(struct ddss_coord *c);
 

@@ -112,6 +112,8 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 	bool deaf, paused;
 
 	refuse_pending(net);
+	if (net->env.coord)
+		ddss_coord_tick(net->env.coord, net);
 	if (net->env.peer_timeout_ms <= 0)
 		return;
 	/*

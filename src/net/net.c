@@ -231,3 +231,8 @@ int ddss_net_acting(struct ddss_net *net)
 {
 	return net->env.coord ? ddss_coord_acting(net->env.coord) : 0;
 }
+
+int ddss_net_coord_state(struct ddss_net *net)
+{
+	return net->env.coord ? ddss_coord_etcd_state(net->env.coord) : 0;
+}

@@ -19,6 +19,7 @@ enum ddss_msg_tag {
 	DDSS_MSG_SRSL = 4,      /* lock/srsl.c */
 	DDSS_MSG_HEARTBEAT = 5, /* net/heartbeat.c */
 	DDSS_MSG_LOCK = 6,      /* lock/lock_recover.c */
+	DDSS_MSG_COORD = 7,     /* net/coordinator.c: is etcd down for everyone? */
 	DDSS_MSG_USER_FIRST = 32, /* tests and tools */
 	DDSS_MSG_TAG_MAX = 64,
 };
@@ -85,5 +86,7 @@ unsigned ddss_net_peers_declared_dead(const struct ddss_net *net);
 /** Coordinator mode: 0 while this process may act, else why not (net/coordinator.h).
  * Without a coordinator: always 0. A clock read; any thread. */
 int ddss_net_acting(struct ddss_net *net);
+/** Coordinator mode: -EAGAIN while etcd does not answer this rank, else 0. */
+int ddss_net_coord_state(struct ddss_net *net);
 
 #endif /* DDSS_NET_NET_H */
