@@ -102,6 +102,19 @@ static void refuse_pending(struct ddss_net *net)
 /* The longest a heartbeat post may wait behind other posts to its peer. */
 #define HEARTBEAT_POST_BOUND_MS 200
 
+/* @r is another rank, and up. */
+static bool other_up(struct ddss_net *net, uint32_t r)
+{
+	bool up;
+
+	if (r == net->env.rank)
+		return false;
+	pthread_mutex_lock(&net->mu);
+	up = net->peer_state[r] == DDSS_TP_PEER_UP;
+	pthread_mutex_unlock(&net->mu);
+	return up;
+}
+
 /* One round: declare the silent dead, send everyone else a heartbeat. */
 static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 {
@@ -130,12 +143,7 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 	deaf = held_up(net, now, &since) || paused;
 	/* How many of the others we hear: a report needs us on the side that hears most. */
 	for (uint32_t r = 1; r <= net->env.size; r++) {
-		if (r == net->env.rank)
-			continue;
-		pthread_mutex_lock(&net->mu);
-		bool up = net->peer_state[r] == DDSS_TP_PEER_UP;
-		pthread_mutex_unlock(&net->mu);
-		if (!up)
+		if (!other_up(net, r))
 			continue;
 		others++;
 		heard_from += now - __atomic_load_n(&net->last_heard[r], __ATOMIC_RELAXED) <= bound;
@@ -149,12 +157,7 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 	for (uint32_t r = 1; r <= net->env.size; r++) {
 		int64_t silent, heard;
 
-		if (r == net->env.rank)
-			continue;
-		pthread_mutex_lock(&net->mu);
-		bool up = net->peer_state[r] == DDSS_TP_PEER_UP;
-		pthread_mutex_unlock(&net->mu);
-		if (!up)
+		if (!other_up(net, r))
 			continue;
 		heard = __atomic_load_n(&net->last_heard[r], __ATOMIC_RELAXED);
 		silent = deaf ? 0 : ddss_now_ns() - heard;

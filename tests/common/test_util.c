@@ -222,6 +222,32 @@ double test_now_ms(void)
 	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
+int test_peer_timeout_args(int argc, char **argv, unsigned nranks, int *timeout_ms)
+{
+	const char *size_env = getenv("DDSS_SIZE");
+	char buf[32];
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) {
+			*timeout_ms = atoi(argv[++i]);
+		} else {
+			fprintf(stderr, "usage: %s [--timeout-ms N]\n", argv[0]);
+			return 2;
+		}
+	}
+	if (!size_env || atoi(size_env) != (int)nranks) {
+		fprintf(stderr, "run under ddssrun with %u ranks\n", nranks);
+		return 2;
+	}
+	if (getenv("DDSS_PEER_TIMEOUT_MS")) {
+		*timeout_ms = atoi(getenv("DDSS_PEER_TIMEOUT_MS"));
+	} else {
+		snprintf(buf, sizeof(buf), "%d", *timeout_ms);
+		setenv("DDSS_PEER_TIMEOUT_MS", buf, 1);
+	}
+	return 0;
+}
+
 int test_listen_loopback(unsigned *port_p)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };

@@ -69,6 +69,13 @@ int test_listen_loopback(unsigned *port_p);
 /** Allocate @len bytes aligned to 4096, zeroed; aborts on failure (tests only). */
 void *test_alloc_pool(size_t len);
 
+/**
+ * For tests of the peer timeout: take "--timeout-ms N" from the arguments into *timeout_ms
+ * (the environment's DDSS_PEER_TIMEOUT_MS wins; else it is set from it), and check that
+ * ddssrun started @nranks ranks. 0, or an exit status (2) after saying why.
+ */
+int test_peer_timeout_args(int argc, char **argv, unsigned nranks, int *timeout_ms);
+
 struct ddss_net;
 /** Join the group described by the environment (ddssrun), or exit(1) saying why. */
 struct ddss_net *test_net_open_or_exit(void);

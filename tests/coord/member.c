@@ -11,6 +11,7 @@
  */
 #include "common/test_util.h"
 #include "coord/member.h"
+#include "etcd_ctl.h"
 
 #include <CUnit/CUnit.h>
 #include <errno.h>
@@ -317,38 +318,6 @@ static void test_frozen_process(void)
 }
 
 /* Three etcd members: stopping one leaves renewals, reports and joins working. */
-static void etcd_ctl(const char *what, int member)
-{
-	const char *ctl = getenv("DDSS_TEST_ETCD_CTL");
-	char ack[512], cmd[32];
-	static unsigned asked;
-	FILE *f;
-	double t0 = test_now_ms();
-
-	CU_ASSERT_PTR_NOT_NULL_FATAL(ctl);
-	snprintf(ack, sizeof(ack), "%s.ack", ctl);
-	snprintf(cmd, sizeof(cmd), "%s %d\n", what, member);
-	f = fopen(ctl, "a");
-	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-	fputs(cmd, f);
-	fclose(f);
-	asked++;
-	for (;;) {
-		unsigned lines = 0;
-		int c;
-
-		f = fopen(ack, "r");
-		if (f) {
-			while ((c = fgetc(f)) != EOF)
-				lines += c == '\n';
-			fclose(f);
-		}
-		if (lines >= asked || test_now_ms() - t0 > 30000)
-			break;
-		usleep(20000);
-	}
-}
-
 static void test_etcd_member_down(void)
 {
 	struct ddss_member_cfg cfg;
@@ -359,7 +328,7 @@ static void test_etcd_member_down(void)
 
 	if (!cluster_mode)
 		return;
-	etcd_ctl("stop", 1);
+	CU_ASSERT_FATAL(etcd_ctl("stop", 1));
 	/* Three TTLs with one etcd member gone: every member keeps its lease. */
 	t0 = test_now_ms();
 	while (test_now_ms() - t0 < 3 * TTL_MS) {
@@ -375,7 +344,7 @@ static void test_etcd_member_down(void)
 	CU_ASSERT_EQUAL(ddss_member_join(&cfg, &m), 0);
 	if (m)
 		ddss_member_leave(m);
-	etcd_ctl("start", 1);
+	CU_ASSERT(etcd_ctl("start", 1));
 }
 
 static void test_cleanup(void)

@@ -10,6 +10,7 @@
  */
 #include "common/test_util.h"
 #include "core/ctx.h"
+#include "etcd_ctl.h"
 #include "net/net.h"
 
 #include <CUnit/CUnit.h>
@@ -27,36 +28,6 @@
 static ddss_ctx_t *ctx;
 static uint32_t me;
 static ddss_key_t counter, results;
-
-static void etcd_ctl(const char *what)
-{
-	const char *ctl = getenv("DDSS_TEST_ETCD_CTL");
-	char ack[512];
-	double t0 = test_now_ms();
-	FILE *f;
-
-	CU_ASSERT_PTR_NOT_NULL_FATAL(ctl);
-	snprintf(ack, sizeof(ack), "%s.ack", ctl);
-	f = fopen(ctl, "a");
-	CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-	fprintf(f, "%s 1\n", what);
-	fclose(f);
-	/* with_etcd.sh acknowledges each request with a line: wait for ours (bounded). */
-	for (;;) {
-		unsigned lines = 0;
-		int c;
-
-		f = fopen(ack, "r");
-		if (f) {
-			while ((c = fgetc(f)) != EOF)
-				lines += c == '\n';
-			fclose(f);
-		}
-		if (lines >= (strcmp(what, "stop") ? 2u : 1u) || test_now_ms() - t0 > 30000)
-			break;
-		usleep(20000);
-	}
-}
 
 static void setup(void)
 {
@@ -80,7 +51,7 @@ static void test_outage(void)
 	int r = 0, first_err = 0;
 
 	if (me == 1)
-		etcd_ctl("stop");
+		CU_ASSERT_FATAL(etcd_ctl("stop", 1));
 	test_ctx_barrier_or_exit(ctx);
 	t0 = test_now_ms();
 	while (test_now_ms() - t0 < OUTAGE_MS) {
@@ -125,7 +96,7 @@ static void test_back(void)
 	int r = -EAGAIN;
 
 	if (me == 1)
-		etcd_ctl("start");
+		CU_ASSERT_FATAL(etcd_ctl("start", 1));
 	test_ctx_barrier_or_exit(ctx);
 	/* Each rank's next renewals reach it again (they are retried every 250 ms). */
 	t0 = test_now_ms();

@@ -117,27 +117,11 @@ int main(int argc, char **argv)
 {
 	CU_pSuite suite;
 	unsigned failed;
-	char buf[32];
-	const char *size_env = getenv("DDSS_SIZE");
+	int r;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) {
-			timeout_ms = atoi(argv[++i]);
-		} else {
-			fprintf(stderr, "usage: %s [--timeout-ms N]\n", argv[0]);
-			return 2;
-		}
-	}
-	if (!size_env || atoi(size_env) != (int)NRANKS) {
-		fprintf(stderr, "run under ddssrun with %u ranks\n", NRANKS);
-		return 2;
-	}
-	if (getenv("DDSS_PEER_TIMEOUT_MS")) {
-		timeout_ms = atoi(getenv("DDSS_PEER_TIMEOUT_MS"));
-	} else {
-		snprintf(buf, sizeof(buf), "%d", timeout_ms);
-		setenv("DDSS_PEER_TIMEOUT_MS", buf, 1);
-	}
+	r = test_peer_timeout_args(argc, argv, NRANKS, &timeout_ms);
+	if (r)
+		return r;
 	net = test_net_open_or_exit();
 	tp = ddss_net_tp(net);
 	me = ddss_net_rank(net);
