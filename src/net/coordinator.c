@@ -39,6 +39,8 @@ struct ddss_coord {
 	int64_t *incarnation;   /* [slot] under mu: the start view's; -1 once declared dead */
 	int64_t *reported;      /* [slot] under mu: the incarnation last reported (-1: said why not) */
 	unsigned reporting;     /* under mu: report threads running (report_main) */
+	int64_t *left_view;     /* [slot] under mu: the view its start incarnation left, 0 */
+	int64_t *left_ns;       /* [slot] under mu: when we saw that view */
 	bool started;           /* under mu: incarnation[] is filled */
 	struct ddss_net *net;   /* under mu: where deaths go, once attached */
 	bool closed;            /* under mu: detached, the process is leaving */
@@ -118,6 +120,8 @@ static void on_view(void *arg, const struct ddss_view *v)
 		DDSS_WARN("rank %" PRIu32 " (incarnation %" PRId64 ") left the view %" PRId64
 			  ": dead", s, c->incarnation[s], v->number);
 		c->incarnation[s] = -1;
+		c->left_view[s] = v->number;
+		c->left_ns[s] = ddss_now_ns();
 		if (gone)
 			gone[ngone++] = s;
 		else
@@ -270,10 +274,14 @@ static struct ddss_coord *coord_new(uint32_t size)
 
 	if (!c || !(c->incarnation = calloc(size + 1, sizeof(*c->incarnation))) ||
 	    !(c->reported = calloc(size + 1, sizeof(*c->reported))) ||
-	    !(c->answer = calloc(size + 1, 1))) {
+	    !(c->answer = calloc(size + 1, 1)) ||
+	    !(c->left_view = calloc(size + 1, sizeof(*c->left_view))) ||
+	    !(c->left_ns = calloc(size + 1, sizeof(*c->left_ns)))) {
 		if (c) {
 			free(c->incarnation);
 			free(c->reported);
+			free(c->answer);
+			free(c->left_view);
 		}
 		free(c);
 		return NULL;
@@ -298,6 +306,8 @@ static void coord_free(struct ddss_coord *c)
 	free(c->incarnation);
 	free(c->reported);
 	free(c->answer);
+	free(c->left_view);
+	free(c->left_ns);
 	free(c);
 }
 
@@ -402,6 +412,8 @@ err_coord:
 		free(c->incarnation);
 		free(c->reported);
 		free(c->answer);
+		free(c->left_view);
+		free(c->left_ns);
 		free(c);
 	}
 out:
@@ -647,4 +659,20 @@ int ddss_coord_acting(struct ddss_coord *c)
 int ddss_coord_etcd_state(struct ddss_coord *c)
 {
 	return ddss_member_etcd_state(c->member);
+}
+
+int ddss_coord_left(struct ddss_coord *c, uint32_t rank, int64_t *view_p, int64_t *when_ns_p)
+{
+	int r = -ENOENT;
+
+	if (rank < 1 || rank > c->size)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	if (c->left_view[rank]) {
+		*view_p = c->left_view[rank];
+		*when_ns_p = c->left_ns[rank];
+		r = 0;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return r;
 }

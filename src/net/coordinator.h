@@ -62,6 +62,10 @@ void ddss_coord_unreported(struct ddss_coord *c, uint32_t rank, unsigned heard, 
  */
 void ddss_coord_tick(struct ddss_coord *c, struct ddss_net *net);
 
+/** The view number in which @rank's start incarnation left, and when we saw it
+ * (ddss_now_ns); -ENOENT if it has not left. */
+int ddss_coord_left(struct ddss_coord *c, uint32_t rank, int64_t *view_p, int64_t *when_ns_p);
+
 /** -EAGAIN while etcd does not answer this rank's renewals, else 0. */
 int ddss_coord_etcd_state(struct ddss_coord *c);
 

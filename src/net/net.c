@@ -236,3 +236,9 @@ int ddss_net_coord_state(struct ddss_net *net)
 {
 	return net->env.coord ? ddss_coord_etcd_state(net->env.coord) : 0;
 }
+
+int ddss_net_coord_left(struct ddss_net *net, uint32_t rank, int64_t *view_p, int64_t *when_ns_p)
+{
+	return net->env.coord ? ddss_coord_left(net->env.coord, rank, view_p, when_ns_p) :
+				-EOPNOTSUPP;
+}

@@ -88,5 +88,8 @@ unsigned ddss_net_peers_declared_dead(const struct ddss_net *net);
 int ddss_net_acting(struct ddss_net *net);
 /** Coordinator mode: -EAGAIN while etcd does not answer this rank, else 0. */
 int ddss_net_coord_state(struct ddss_net *net);
+/** Coordinator mode: the view in which @rank left, and when this rank saw it (ddss_now_ns);
+ * -ENOENT if it has not left, -EOPNOTSUPP without a coordinator. */
+int ddss_net_coord_left(struct ddss_net *net, uint32_t rank, int64_t *view_p, int64_t *when_ns_p);
 
 #endif /* DDSS_NET_NET_H */
