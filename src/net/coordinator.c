@@ -6,11 +6,11 @@
 #include "coord/member.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/wire.h"
 #include "net/net_internal.h"
 #include "net/nodes.h"
 
 #include <arpa/inet.h>
-#include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
@@ -447,15 +447,15 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 		return;
 	}
 	memcpy(msg, buf, sizeof(msg));
-	kind = le32toh(*(uint32_t *)msg);
-	epoch = le32toh(*(uint32_t *)(msg + 4));
-	reaches = le32toh(*(uint32_t *)(msg + 8));
+	kind = wire_get32(msg);
+	epoch = wire_get32(msg + 4);
+	reaches = wire_get32(msg + 8);
 	if (kind == COORD_ASK) {
 		pthread_mutex_lock(&c->mu);
 		net = c->net;
 		pthread_mutex_unlock(&c->mu);
-		*(uint32_t *)(msg) = htole32(COORD_ANSWER);
-		*(uint32_t *)(msg + 8) = htole32(ddss_member_etcd_state(c->member) == 0);
+		wire_put32(msg, COORD_ANSWER);
+		wire_put32(msg + 8, ddss_member_etcd_state(c->member) == 0);
 		if (net)
 			ddss_net_send(net, from, DDSS_MSG_COORD, msg, sizeof(msg));
 		return;
@@ -518,9 +518,9 @@ void ddss_coord_tick(struct ddss_coord *c, struct ddss_net *net)
 	epoch = ++c->ask_epoch ? c->ask_epoch : ++c->ask_epoch;
 	memset(c->answer, 0, c->size + 1);
 	pthread_mutex_unlock(&c->mu);
-	*(uint32_t *)msg = htole32(COORD_ASK);
-	*(uint32_t *)(msg + 4) = htole32(epoch);
-	*(uint32_t *)(msg + 8) = 0;
+	wire_put32(msg, COORD_ASK);
+	wire_put32(msg + 4, epoch);
+	wire_put32(msg + 8, 0);
 	for (uint32_t r = 1; r <= c->size; r++) {
 		bool up;
 
