@@ -9,14 +9,19 @@
  * (hosts with a ':' or a leading '[' in brackets) and parsing it again gives the same list.
  */
 #include "fuzz_common.h"
+#include "net/coordinator.h"
 #include "net/nodes.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-/* nodes.c's environment loader (not fuzzed here) reads the spin bound: never reached. */
+/* nodes.c's environment loader (not fuzzed here) reads the spin bound and may join a
+ * coordinator (net/coordinator.c): never reached. */
 int ddss_spin_env(long *us_p) { abort(); }
 int ddss_spin_init(void) { abort(); }
+bool ddss_coord_wanted(void) { abort(); }
+int ddss_coord_env_load(struct ddss_net_env *env) { abort(); }
+void ddss_coord_unref(struct ddss_coord *c) { if (c) abort(); }
 
 static void reprint(const struct ddss_tp_node *nodes, uint32_t count, char *out, size_t cap,
 		    int *fits_p)
