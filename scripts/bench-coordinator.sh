@@ -18,6 +18,11 @@ done
 command -v etcd >/dev/null || { echo "bench-coordinator: etcd is not installed" >&2; exit 2; }
 out=$(mktemp -d /tmp/bench-coordinator.XXXXXX)
 trap 'rm -rf "$out"' EXIT
+# One group secret for both modes: static runs would otherwise get per-rank keys files
+# and coordinator runs a secret, and only the coordination may differ.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$out/secret"
+chmod 600 "$out/secret"
+export DDSS_SECRET_FILE=$out/secret
 
 for i in $(seq 1 "$runs"); do
   for mode in static coordinator; do
@@ -39,25 +44,31 @@ def add(metric, mode, v):
 for path in glob.glob(os.path.join(out, "*.csv")):
     kind, mode, _ = os.path.basename(path).split(".", 2)
     with open(path) as f:
-        for r in csv.DictReader(line for line in f if "," in line):
-            # ddssrun prefixes each line with "[rank] ": strip it from the first column.
-            first = next(iter(r))
-            r[first.split("] ")[-1]] = r.pop(first)
-            if kind == "seg" and r.get("size") == "1" and r.get("op") in ("get", "put"):
+        # ddssrun prefixes each line with "[rank] ".
+        lines = (l.split("] ", 1)[-1] if l.startswith("[") else l for l in f)
+        for r in csv.DictReader(l for l in lines if "," in l):
+            if kind == "seg" and r.get("size") == "1":
                 add(r["op"] + " 1 B (us)", mode, float(r["median_us"]))
-            if kind == "lock" and r.get("table") == "latency" and r.get("scheme") == "ncosed" \
-                    and r.get("variant") in ("X_lock", "X_unlock"):
-                add("X " + r["variant"][2:] + " (us)", mode, float(r["value"]))
+                if r["op"] in ("get", "put"):
+                    add(r["op"] + " / raw", mode, float(r["ratio_to_raw"]))
+            if kind == "lock" and r.get("table") == "latency" and \
+                    (r.get("scheme") == "ncosed" and r.get("variant") in ("X_lock", "X_unlock")
+                     or r.get("scheme") == "raw" and r.get("variant") == "cas"):
+                add(r["scheme"] + " " + r["variant"] + " (us)", mode, float(r["value"]))
+                if r.get("scheme") == "ncosed":
+                    add("ncosed " + r["variant"] + " / raw", mode, float(r["ratio"]))
 print("coordinator mode against static, tcp, 2 ranks, median of %d runs each" % runs)
-print("target: within 2%% of static (issue 30)")
-print("%-16s %10s %12s %8s  %s" % ("metric", "static", "coordinator", "ratio", "target"))
+print("target: within 2% of static (issue 30); the raw rows are the same operation")
+print("without the library, measured in the same runs: a machine effect moves them too")
+print("%-24s %10s %12s %8s  %s" % ("metric", "static", "coordinator", "ratio", "target"))
 for metric in sorted({m for m, _ in rows}):
     s, c = rows.get((metric, "static")), rows.get((metric, "coordinator"))
     if not s or not c:
-        print("%-16s missing runs" % metric)
+        print("%-24s missing runs" % metric)
         continue
     ms, mc = statistics.median(s), statistics.median(c)
     ratio = mc / ms
-    print("%-16s %10.3f %12.3f %8.3f  %s" % (metric, ms, mc, ratio,
-          "met" if ratio <= 1.02 else "NOT met"))
+    # The target is on the library's cost: each op against its raw op of the same run.
+    verdict = ("met" if ratio <= 1.02 else "NOT met") if "/ raw" in metric else "-"
+    print("%-24s %10.3f %12.3f %8.3f  %s" % (metric, ms, mc, ratio, verdict))
 EOF
