@@ -125,8 +125,8 @@ static void on_view(void *arg, const struct ddss_view *v)
 		if (gone)
 			gone[ngone++] = s;
 		else
-			DDSS_ERR("out of memory: rank %" PRIu32 " is declared dead by its heartbeat "
-				 "only", s);
+			DDSS_ERR("out of memory: rank %" PRIu32 " left the view but is not declared "
+				 "dead here", s);
 	}
 	net = c->net;
 	pthread_cond_broadcast(&c->cv);
