@@ -404,18 +404,7 @@ err_member:
 	free(env->nodes);
 	env->nodes = NULL;
 err_coord:
-	if (c->member)
-		coord_free(c);
-	else {
-		pthread_mutex_destroy(&c->mu);
-		pthread_cond_destroy(&c->cv);
-		free(c->incarnation);
-		free(c->reported);
-		free(c->answer);
-		free(c->left_view);
-		free(c->left_ns);
-		free(c);
-	}
+	coord_free(c); /* without a member too: nothing was reported yet */
 out:
 	free(endpoints);
 	return r;

@@ -248,6 +248,22 @@ int test_peer_timeout_args(int argc, char **argv, unsigned nranks, int *timeout_
 	return 0;
 }
 
+int test_locked_increment(struct ddss_ctx *ctx, uint64_t key)
+{
+	uint64_t v = 0;
+	int rr, r = ddss_acquire_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);
+
+	if (r)
+		return r;
+	r = ddss_get(ctx, key, 0, &v, sizeof(v));
+	v++;
+	if (!r)
+		r = ddss_put(ctx, key, 0, &v, sizeof(v));
+	/* Released even after a failed get or put: the lock must not stay held. */
+	rr = ddss_release_lock_ss(ctx, key);
+	return r ? r : rr;
+}
+
 int test_listen_loopback(unsigned *port_p)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };

@@ -115,6 +115,8 @@ bool test_ctx_is_client(struct ddss_ctx *ctx);
 const char *test_ctx_transport(struct ddss_ctx *ctx);
 /** Released segments whose home (this rank, direct mode) has not yet freed their memory. */
 uint64_t test_segments_draining(struct ddss_ctx *ctx);
+/** One increment of the 8-byte counter @key under its exclusive lock: 0 or the first error. */
+int test_locked_increment(struct ddss_ctx *ctx, uint64_t key);
 /** ddss_barrier on @ctx, or exit(1) saying why (see test_barrier_or_exit). */
 void test_ctx_barrier_or_exit(struct ddss_ctx *ctx);
 

@@ -102,19 +102,11 @@ static void test_kill(void)
 
 static void test_carry_on(void)
 {
-	uint64_t v, done = 1, total = 0;
+	uint64_t done = 1, total = 0;
 	int r = 0;
 
-	for (unsigned i = 0; i < INCREMENTS && !r; i++) {
-		r = ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE);
-		if (!r)
-			r = ddss_get(ctx, counter, 0, &v, sizeof(v));
-		v++;
-		if (!r)
-			r = ddss_put(ctx, counter, 0, &v, sizeof(v));
-		if (!r)
-			r = ddss_release_lock_ss(ctx, counter);
-	}
+	for (unsigned i = 0; i < INCREMENTS && !r; i++)
+		r = test_locked_increment(ctx, counter);
 	CU_ASSERT_EQUAL(r, 0);
 	CU_ASSERT_EQUAL(ddss_put(ctx, results, 8 * (W_DONE + me - 1), &done, sizeof(done)), 0);
 	for (uint32_t s = 1; s <= NRANKS; s++)

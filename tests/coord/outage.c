@@ -55,14 +55,7 @@ static void test_outage(void)
 	test_ctx_barrier_or_exit(ctx);
 	t0 = test_now_ms();
 	while (test_now_ms() - t0 < OUTAGE_MS) {
-		r = ddss_acquire_lock_ss(ctx, counter, DDSS_LOCK_EXCLUSIVE);
-		if (!r)
-			r = ddss_get(ctx, counter, 0, &v, sizeof(v));
-		v++;
-		if (!r)
-			r = ddss_put(ctx, counter, 0, &v, sizeof(v));
-		if (!r)
-			r = ddss_release_lock_ss(ctx, counter);
+		r = test_locked_increment(ctx, counter);
 		if (r) {
 			first_err = r;
 			break;
