@@ -44,6 +44,7 @@ struct ddss_segtab {
 	size_t cachers_len;
 	struct slot *slots;
 	uint32_t nslots, cap;
+	uint32_t first_gen; /* a new slot's generation before its first segment */
 	uint32_t free_head, free_tail;
 	uint64_t count; /* not FREE */
 	/* Released segments whose lock words are still in use: freed once idle (sweep). */
@@ -84,6 +85,13 @@ void ddss_segtab_set_quota(struct ddss_segtab *tab, uint32_t max_segments, uint6
 	pthread_mutex_lock(&tab->mu);
 	tab->max_segments = max_segments;
 	tab->max_bytes = max_bytes;
+	pthread_mutex_unlock(&tab->mu);
+}
+
+void ddss_segtab_set_first_generation(struct ddss_segtab *tab, uint32_t gen)
+{
+	pthread_mutex_lock(&tab->mu);
+	tab->first_gen = gen & DDSS_KEY_GEN_MASK;
 	pthread_mutex_unlock(&tab->mu);
 }
 
@@ -154,7 +162,7 @@ static uint32_t take_slot(struct ddss_segtab *tab)
 		tab->slots = s;
 		tab->cap = cap;
 	}
-	tab->slots[tab->nslots] = (struct slot){ .state = SLOT_FREE };
+	tab->slots[tab->nslots] = (struct slot){ .state = SLOT_FREE, .gen = tab->first_gen };
 	return tab->nslots++;
 }
 

@@ -60,6 +60,13 @@ void ddss_segtab_destroy(struct ddss_segtab *tab);
  * fails with -EDQUOT and changes nothing.
  */
 void ddss_segtab_set_quota(struct ddss_segtab *tab, uint32_t max_segments, uint64_t max_bytes);
+/**
+ * Where every slot's generations start (before any segment exists). Coordinator mode
+ * starts at a random one: a process that takes over a rank then issues keys that the old
+ * process's keys match only by chance (about one in 2^20 per key), so an old key gets
+ * -ESTALE from the new home instead of reaching a new segment.
+ */
+void ddss_segtab_set_first_generation(struct ddss_segtab *tab, uint32_t gen);
 
 /**
  * Carve a segment of @size bytes under coherence model @coherence / @param for @requester

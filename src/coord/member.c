@@ -305,8 +305,8 @@ int ddss_member_join(const struct ddss_member_cfg *cfg, struct ddss_member **m_p
 		if (r == -ENOSPC)
 			DDSS_ERR("membership: all %" PRIu32 " slots of %s are taken", m->max,
 				 m->prefix);
-		if (r == -EBUSY)
-			DDSS_ERR("membership: slot %" PRIu32 " of %s has a member", cfg->slot,
+		if (r == -EBUSY) /* the caller may wait for it (net/coordinator.c) */
+			DDSS_DBG("membership: slot %" PRIu32 " of %s has a member", cfg->slot,
 				 m->prefix);
 		goto err_lease;
 	}
@@ -420,5 +420,35 @@ int ddss_member_extend(struct ddss_member *m, int64_t until_ns)
 	       !__atomic_compare_exchange_n(&m->deadline_ns, &cur, until_ns, false,
 					    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		;
+	return 0;
+}
+
+int ddss_member_set_serving(struct ddss_member *m)
+{
+	char key[DDSS_MEMBER_KEY_MAX];
+	int r = ddss_member_acting(m);
+
+	if (r)
+		return r;
+	/* On our own lease: it goes with us, and with the group when everyone has left. */
+	member_key(m, "serving", m->slot, key, sizeof(key));
+	return ddss_etcd_put(m->etcd, key, "1", 1, m->lease, NULL);
+}
+
+int ddss_member_group_serving(struct ddss_member *m, bool *serving_p)
+{
+	char prefix[DDSS_MEMBER_KEY_MAX];
+	struct ddss_etcd_kvs kvs;
+	int r;
+
+	snprintf(prefix, sizeof(prefix), "%sserving/", m->prefix);
+	r = ddss_etcd_get(m->etcd, prefix, true, &kvs);
+	if (r)
+		return r;
+	*serving_p = false;
+	for (size_t i = 0; i < kvs.count; i++)
+		if (member_slot_of(m, kvs.kv[i].key, "serving/") != m->slot)
+			*serving_p = true;
+	ddss_etcd_kvs_free(&kvs);
 	return 0;
 }

@@ -8,6 +8,8 @@
  *                      unique, and larger for every later join.
  *   P suspect/SSSSS    a live member's report that slot S (incarnation in the value) is
  *                      silent to it
+ *   P serving/SSSSS    slot S's member has started serving (on its lease): a process that
+ *                      joins while any other exists replaces a member of a running group
  *
  * The view is the set of member keys at an etcd revision; that revision is the view
  * number. Every process reads the same revisions in the same order, so every process
@@ -93,6 +95,12 @@ const struct ddss_view_member *ddss_view_find(const struct ddss_view *v, uint32_
  * that incarnation is no longer the slot's member.
  */
 int ddss_member_report(struct ddss_member *m, uint32_t slot, int64_t incarnation);
+
+/** Say that this member serves (P serving/SSSSS, on its lease). */
+int ddss_member_set_serving(struct ddss_member *m);
+/** Whether another member serves already (*@serving_p): then the group is running, and a
+ * process joining now replaces a member instead of starting the group with the others. */
+int ddss_member_group_serving(struct ddss_member *m, bool *serving_p);
 
 /** -EAGAIN while etcd is unreachable (membership changes are refused then), else 0. */
 int ddss_member_etcd_state(struct ddss_member *m);

@@ -11,6 +11,7 @@
 #include "core/ops.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -177,6 +178,15 @@ int ddss_ctx_check_attr(const struct ddss_attr *attr)
 	return configure(attr, &unused, &conf);
 }
 
+/* Heartbeat thread (net/readmit.c): @rank's slot has a new process. Keys of segments the
+ * old one homed must not reach the new one's memory through offsets cached here. */
+static void ctx_on_readmit(void *arg, uint32_t rank)
+{
+	struct ddss_ctx *ctx = arg;
+
+	ddss_seg_cache_drop_home(ctx->cache, rank);
+}
+
 int ddss_ctx_open(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 {
 	struct ddss_net_env env;
@@ -242,16 +252,20 @@ int ddss_ctx_open(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 				      (uint64_t)conf.quota_bytes);
 		ddss_names_set_quota(ctx->names, (uint32_t)conf.quota_names);
 	}
+	if (!r && ddss_net_coordinated(ctx->net))
+		ddss_segtab_set_first_generation(ctx->segtab, randombytes_uniform(DDSS_KEY_GEN_MASK));
 	if (!r)
 		r = ddss_seg_cache_create(ddss_seg_ack, ctx, &ctx->cache);
+	if (!r) /* a rank's new process: what we cached of the old one's segments goes */
+		ddss_net_on_readmit(ctx->net, ctx_on_readmit, ctx);
 	if (!r)
 		r = ddss_coh_create(conf.cache_len, &ctx->coh);
 	if (!r)
 		r = ddss_rpc_open(ctx->net, ddss_seg_serve, ctx, &ctx->rpc);
 	if (!r)
 		r = ddss_lock_create(ctx, conf.lock_scheme, conf.lock_fair, &ctx->lock);
-	if (!r)
-		r = ddss_net_barrier(ctx->net, -1);
+	if (!r) /* the start barrier (a replacement waits to be let in instead) */
+		r = ddss_net_begin(ctx->net);
 	if (r)
 		goto fail;
 	*ctx_p = ctx;

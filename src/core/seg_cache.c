@@ -24,6 +24,7 @@ struct cache_entry {
 	struct ddss_seg_cache *cache;
 	bool ack;
 	uint32_t ack_to, ack_id;
+	struct cache_entry *next_gone; /* ddss_seg_cache_drop_home's list */
 };
 
 struct ddss_seg_pending {
@@ -250,4 +251,38 @@ void ddss_seg_cache_invalidate(struct ddss_seg_cache *c, uint64_t key, uint32_t 
 	 */
 	urcu_bp_synchronize_rcu();
 	ddss_seg_cache_put(&e->d);
+}
+
+void ddss_seg_cache_drop_home(struct ddss_seg_cache *c, uint32_t home)
+{
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *node;
+	struct cache_entry *gone = NULL;
+
+	pthread_mutex_lock(&c->mu);
+	/* A lookup in flight may have asked the old process: its answer is thrown away. */
+	for (struct ddss_seg_pending *p = c->pending; p; p = p->next)
+		p->invalidated = true;
+	urcu_bp_read_lock();
+	cds_lfht_for_each(c->ht, &it, node) {
+		struct cache_entry *e = caa_container_of(node, struct cache_entry, node);
+
+		if (e->d.home == home && !cds_lfht_del(c->ht, node)) {
+			e->ack = false;
+			e->next_gone = gone;
+			gone = e;
+		}
+	}
+	urcu_bp_read_unlock();
+	__atomic_add_fetch(&c->epoch, 1, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&c->mu);
+	if (!gone)
+		return;
+	urcu_bp_synchronize_rcu(); /* lookups that found one have counted themselves */
+	while (gone) {
+		struct cache_entry *next = gone->next_gone;
+
+		ddss_seg_cache_put(&gone->d);
+		gone = next;
+	}
 }

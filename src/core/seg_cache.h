@@ -67,4 +67,11 @@ uint64_t ddss_seg_cache_id(const struct ddss_seg_cache *cache);
 void ddss_seg_cache_invalidate(struct ddss_seg_cache *cache, uint64_t key, uint32_t from,
 			       uint32_t id);
 
+/**
+ * Drop every descriptor of a segment homed at @home (its process was replaced: those
+ * segments are gone, and the offsets would reach the new process's memory). Lookups in
+ * flight are thrown away (-ESTALE); no acks are sent.
+ */
+void ddss_seg_cache_drop_home(struct ddss_seg_cache *cache, uint32_t home);
+
 #endif /* DDSS_CORE_SEG_CACHE_H */

@@ -4,11 +4,13 @@
  * start-up and tests; nothing on a data path uses it.
  */
 #include "net/net_internal.h"
+#include "net/coordinator.h"
 #include "core/log.h"
 
 #include <endian.h>
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 enum { BARRIER_ARRIVE = 1, BARRIER_RELEASE = 2 };
 
@@ -128,5 +130,48 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 	pthread_mutex_unlock(&net->mu);
 	if (!r)
 		ddss_tp_set_formed(net->tp); /* every rank has been up */
+	return r;
+}
+
+/* A replacement (coordinator mode): reach every other member of the start view; each lets
+ * us in once it has applied the view we joined in (net/readmit.c), so a refusal is asked
+ * again until the connect timeout. */
+static int enter_running(struct ddss_net *net)
+{
+	int64_t deadline = ddss_now_ns() + (int64_t)net->env.connect_timeout_ms * 1000000;
+
+	for (uint32_t r = 1; r <= net->env.size; r++) {
+		int err;
+
+		if (r == net->env.rank)
+			continue;
+		for (;;) {
+			err = ddss_tp_peer_connect(net->tp, r);
+			if (!err || ddss_now_ns() >= deadline)
+				break;
+			/* Bounded retry: the other side applies the view on its own thread. */
+			struct timespec ts = { 0, 20 * 1000000 };
+			nanosleep(&ts, NULL);
+		}
+		if (err) {
+			DDSS_ERR("replacing rank %u: rank %u did not let this process in: %s",
+				 net->env.rank, r, strerror(-err));
+			return err;
+		}
+	}
+	/* The others passed the start barrier: count from there, like them. */
+	pthread_mutex_lock(&net->mu);
+	net->barrier_epoch = net->barrier_released = 1;
+	pthread_mutex_unlock(&net->mu);
+	ddss_tp_set_formed(net->tp);
+	return 0;
+}
+
+int ddss_net_begin(struct ddss_net *net)
+{
+	int r = net->env.running ? enter_running(net) : ddss_net_barrier(net, -1);
+
+	if (!r && net->env.coord)
+		ddss_coord_set_serving(net->env.coord);
 	return r;
 }

@@ -54,6 +54,12 @@ struct ddss_coord {
 };
 
 enum { COORD_ASK = 1, COORD_ANSWER = 2 };
+
+struct ddss_admit {
+	uint32_t slot; /* 0: none */
+	uint64_t incarnation;
+	struct ddss_tp_node node;
+};
 enum { ANSWER_DOWN = 1, ANSWER_UP = 2 };
 
 bool ddss_coord_wanted(void)
@@ -92,12 +98,39 @@ bad:
 	return -EINVAL;
 }
 
+/* A new incarnation in slot @s of the view, whose old one is dead here (mu held): let it
+ * in once the old one is cut (net/readmit.c). */
+static void admit_locked(struct ddss_coord *c, const struct ddss_view_member *m,
+			 struct ddss_admit *admit)
+{
+	struct ddss_tp_node *node;
+	uint32_t n;
+	int r = ddss_nodes_parse(m->addr, &node, &n);
+
+	if (r || n != 1) {
+		DDSS_ERR("coordinator mode: slot %" PRIu32 " (incarnation %" PRId64 ") published "
+			 "'%s', not HOST:PORT: it stays refused here", m->slot, m->incarnation,
+			 m->addr);
+		if (!r)
+			free(node);
+		return;
+	}
+	DDSS_WARN("rank %" PRIu32 " is taken over by a new process (incarnation %" PRId64
+		  ", %s)", m->slot, m->incarnation, m->addr);
+	c->incarnation[m->slot] = m->incarnation;
+	admit->slot = m->slot;
+	admit->incarnation = (uint64_t)m->incarnation;
+	admit->node = *node;
+	free(node);
+}
+
 static void on_view(void *arg, const struct ddss_view *v)
 {
 	struct ddss_coord *c = arg;
 	struct ddss_net *net = NULL;
 	uint32_t *gone = calloc(c->size + 1, sizeof(*gone));
-	size_t ngone = 0;
+	struct ddss_admit *admit = calloc(c->size + 1, sizeof(*admit));
+	size_t ngone = 0, nadmit = 0;
 	bool leaving;
 
 	pthread_mutex_lock(&c->mu);
@@ -128,12 +161,24 @@ static void on_view(void *arg, const struct ddss_view *v)
 			DDSS_ERR("out of memory: rank %" PRIu32 " left the view but is not declared "
 				 "dead here", s);
 	}
+	/* A dead slot taken by a new process: it is let in after the old one is cut. */
+	for (uint32_t s = 1; c->started && c->net && !leaving && admit && s <= c->size; s++) {
+		const struct ddss_view_member *m = ddss_view_find(v, s);
+
+		if (s != c->self && m && c->incarnation[s] < 0) {
+			admit_locked(c, m, &admit[nadmit]);
+			nadmit += admit[nadmit].slot != 0;
+		}
+	}
 	net = c->net;
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 	for (size_t i = 0; net && i < ngone; i++)
 		ddss_net_declare_dead(net, gone[i]);
+	for (size_t i = 0; net && i < nadmit; i++)
+		ddss_net_readmit(net, admit[i].slot, &admit[i].node, admit[i].incarnation);
 	free(gone);
+	free(admit);
 }
 
 /* Our own address: DDSS_LISTEN, with the port of DDSS_LISTEN_FD or of a socket we bind. */
@@ -242,7 +287,8 @@ static int take_view(struct ddss_coord *c, struct ddss_net_env *env)
 	if (r)
 		return r;
 	env->nodes = calloc(c->size, sizeof(*env->nodes));
-	if (!env->nodes) {
+	env->incarnations = calloc(c->size + 1, sizeof(*env->incarnations));
+	if (!env->nodes || !env->incarnations) {
 		ddss_view_free(&v);
 		return -ENOMEM;
 	}
@@ -261,6 +307,7 @@ static int take_view(struct ddss_coord *c, struct ddss_net_env *env)
 		env->nodes[m->slot - 1] = *node;
 		free(node);
 		c->incarnation[m->slot] = m->incarnation;
+		env->incarnations[m->slot] = (uint64_t)m->incarnation;
 	}
 	c->started = !r;
 	pthread_mutex_unlock(&c->mu);
@@ -311,11 +358,16 @@ static void coord_free(struct ddss_coord *c)
 	free(c);
 }
 
-/* etcd may not serve yet (starting, electing a leader): ask again until the connect timeout. */
+/*
+ * etcd may not serve yet (starting, electing a leader), and the slot asked for may still
+ * be held by a process that died (its lease has not expired yet): ask again until the
+ * connect timeout.
+ */
 static int join_retrying(const struct ddss_member_cfg *cfg, int timeout_ms,
 			 struct ddss_member **m_p)
 {
 	struct timespec now, pause = { 0, 250 * 1000000 };
+	bool said = false;
 	int64_t deadline;
 	int r;
 
@@ -323,7 +375,13 @@ static int join_retrying(const struct ddss_member_cfg *cfg, int timeout_ms,
 	deadline = now.tv_sec * 1000LL + now.tv_nsec / 1000000 + timeout_ms;
 	for (;;) {
 		r = ddss_member_join(cfg, m_p);
-		if (r != -ECONNREFUSED && r != -EAGAIN && r != -ETIMEDOUT)
+		if (r == -EBUSY && !said) {
+			DDSS_WARN("coordinator mode: slot %" PRIu32 " has a member; waiting up to %d "
+				  "ms for it to leave (a dead one's lease expires)", cfg->slot,
+				  timeout_ms);
+			said = true;
+		}
+		if (r != -ECONNREFUSED && r != -EAGAIN && r != -ETIMEDOUT && r != -EBUSY)
 			return r;
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (now.tv_sec * 1000LL + now.tv_nsec / 1000000 >= deadline)
@@ -386,8 +444,13 @@ int ddss_coord_env_load(struct ddss_net_env *env)
 	r = wait_formed(c, env->connect_timeout_ms);
 	if (!r)
 		r = take_view(c, env);
+	if (!r) /* before our start barrier, so no founder has set its key yet (see member.h) */
+		r = ddss_member_group_serving(c->member, &env->running);
 	if (r)
 		goto err_member;
+	if (env->running)
+		DDSS_INFO("coordinator mode: the group is running; this process replaces rank %"
+			  PRIu32, c->self);
 	env->rank = c->self;
 	env->size = (uint32_t)size;
 	if (!env->group) { /* every member of the group derives the same one */
@@ -403,6 +466,8 @@ int ddss_coord_env_load(struct ddss_net_env *env)
 err_member:
 	free(env->nodes);
 	env->nodes = NULL;
+	free(env->incarnations);
+	env->incarnations = NULL;
 err_coord:
 	coord_free(c); /* without a member too: nothing was reported yet */
 out:
@@ -638,6 +703,16 @@ void ddss_coord_unreported(struct ddss_coord *c, uint32_t rank, unsigned heard, 
 	pthread_mutex_unlock(&c->mu);
 	DDSS_WARN("rank %" PRIu32 " is silent but not reported: this rank hears only %u of "
 		  "%u others (its lease settles it)", rank, heard, others);
+}
+
+int ddss_coord_set_serving(struct ddss_coord *c)
+{
+	int r = ddss_member_set_serving(c->member);
+
+	if (r)
+		DDSS_WARN("coordinator mode: cannot say this rank serves: %s (a process joining "
+			  "now would wait for a start that has passed)", strerror(-r));
+	return r;
 }
 
 int ddss_coord_acting(struct ddss_coord *c)

@@ -69,6 +69,9 @@ int ddss_coord_left(struct ddss_coord *c, uint32_t rank, int64_t *view_p, int64_
 /** -EAGAIN while etcd does not answer this rank's renewals, else 0. */
 int ddss_coord_etcd_state(struct ddss_coord *c);
 
+/** This rank has started serving: a process that joins from now on replaces a member. */
+int ddss_coord_set_serving(struct ddss_coord *c);
+
 /** 0 while this process may act, else -ENOLINK or -EHOSTDOWN for good. */
 int ddss_coord_acting(struct ddss_coord *c);
 

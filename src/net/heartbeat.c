@@ -125,6 +125,7 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 	bool deaf, paused;
 
 	refuse_pending(net);
+	ddss_net_readmit_pending(net); /* after the refusals: the old incarnation is cut first */
 	if (net->env.coord)
 		ddss_coord_tick(net->env.coord, net);
 	if (net->env.peer_timeout_ms <= 0)

@@ -65,6 +65,18 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 			return -ENOMEM;
 		}
 		memcpy(net->env.nodes, env->nodes, env->size * sizeof(*env->nodes));
+		net->env.incarnations = NULL;
+		if (env->incarnations) {
+			size_t n = (env->size + 1) * sizeof(*env->incarnations);
+
+			net->env.incarnations = malloc(n);
+			if (!net->env.incarnations) {
+				free(net->env.nodes);
+				free(net);
+				return -ENOMEM;
+			}
+			memcpy(net->env.incarnations, env->incarnations, n);
+		}
 		/* Its own reference to a keys file's row: both envs are freed. */
 		ddss_auth_key_copy(&net->env.auth, &env->auth);
 		ddss_coord_ref(net->env.coord);
@@ -92,6 +104,8 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 	pthread_condattr_destroy(&ca);
 	net->msg[DDSS_MSG_BARRIER] = (struct net_msg_slot){ ddss_net_barrier_on_msg, net };
 	r = ddss_net_heartbeat_init(net);
+	if (!r)
+		r = ddss_net_readmit_init(net);
 	if (r)
 		goto err_sync;
 	ddss_net_heartbeat_register(net);
@@ -105,6 +119,7 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 	return 0;
 
 err_sync:
+	ddss_net_readmit_fini(net);
 	ddss_net_heartbeat_fini(net);
 	pthread_mutex_destroy(&net->mu);
 	pthread_cond_destroy(&net->cv);
@@ -152,6 +167,7 @@ void ddss_net_close(struct ddss_net *net)
 	if (net->tp) /* NULL: a fallback that failed left none */
 		ddss_tp_close(net->tp);
 	ddss_net_heartbeat_fini(net);
+	ddss_net_readmit_fini(net);
 	pthread_mutex_destroy(&net->mu);
 	pthread_cond_destroy(&net->cv);
 	free(net->peer_state);
@@ -225,6 +241,11 @@ int ddss_net_wait_others_gone(struct ddss_net *net, int timeout_ms)
 	}
 	pthread_mutex_unlock(&net->mu);
 	return err;
+}
+
+bool ddss_net_coordinated(const struct ddss_net *net)
+{
+	return net->env.coord != NULL;
 }
 
 int ddss_net_acting(struct ddss_net *net)

@@ -63,6 +63,13 @@ int ddss_net_wait_peer(struct ddss_net *net, uint32_t rank, enum ddss_tp_peer_st
 int ddss_net_barrier(struct ddss_net *net, int timeout_ms);
 
 /**
+ * The start: the group barrier, except for a process that replaces a rank of a running
+ * group (coordinator mode), which instead waits until every other member lets it in.
+ * Either way, in coordinator mode, the group learns that this rank serves. 0 or -errno.
+ */
+int ddss_net_begin(struct ddss_net *net);
+
+/**
  * Wait until no other rank's connection is up (they all closed), at most @timeout_ms:
  * 0 or -ETIMEDOUT. The barrier's coordinator uses it to leave last.
  */
@@ -80,9 +87,25 @@ void ddss_net_set_leaving(struct ddss_net *net);
  */
 void ddss_net_declare_dead(struct ddss_net *net, uint32_t rank);
 
+/*
+ * Coordinator mode: @rank, declared dead, comes back as a new process (incarnation
+ * @incarnation, listening at @node): the heartbeat thread lets it in once the old one is
+ * cut (net/readmit.c), after calling the readmit handler. Any thread, never blocks.
+ * -EOPNOTSUPP in a static group, -EINVAL for a bad argument.
+ */
+int ddss_net_readmit(struct ddss_net *net, uint32_t rank, const struct ddss_tp_node *node,
+		     uint64_t incarnation);
+/* Runs on the heartbeat thread before a readmitted rank can be reached: drop what was kept
+ * of its old process. */
+typedef void (*ddss_net_readmit_fn)(void *arg, uint32_t rank);
+/** Set the readmit handler (any time; readmissions before it skip it). */
+void ddss_net_on_readmit(struct ddss_net *net, ddss_net_readmit_fn fn, void *arg);
+
 /** Peers this rank declared dead because they went silent (net/heartbeat.c). */
 unsigned ddss_net_peers_declared_dead(const struct ddss_net *net);
 
+/** True in coordinator mode (DDSS_COORDINATOR). */
+bool ddss_net_coordinated(const struct ddss_net *net);
 /** Coordinator mode: 0 while this process may act, else why not (net/coordinator.h).
  * Without a coordinator: always 0. A clock read; any thread. */
 int ddss_net_acting(struct ddss_net *net);

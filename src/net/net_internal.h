@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+struct net_admit;
+
 struct net_msg_slot {
 	ddss_net_msg_fn fn;
 	void *arg;
@@ -45,6 +47,11 @@ struct ddss_net {
 	int64_t held_up_ended;      /* atomic: when the last held-up handler returned */
 	int64_t warned_held_up;     /* heartbeat thread: dispatch_since when we said so */
 	int64_t last_round_ns;      /* heartbeat thread: when its last round began */
+
+	/* readmit.c (coordinator mode): new incarnations to let in, [rank] under mu */
+	struct net_admit *admit;
+	ddss_net_readmit_fn readmit_fn;
+	void *readmit_arg;
 };
 
 /* barrier.c */
@@ -63,6 +70,12 @@ void ddss_net_heartbeat_peer_up(struct ddss_net *net, uint32_t rank);
 /* heartbeat.c: around each handler the transport's delivering thread runs (net.c). */
 bool ddss_net_dispatch_begin(struct ddss_net *net);
 void ddss_net_dispatch_end(struct ddss_net *net, bool marked);
+
+/* readmit.c: init before the heartbeat starts; the heartbeat thread runs the pending
+ * readmissions after the refusals of each round. */
+int ddss_net_readmit_init(struct ddss_net *net);
+void ddss_net_readmit_fini(struct ddss_net *net);
+void ddss_net_readmit_pending(struct ddss_net *net);
 
 /* Wait on net->cv (mu held) until @deadline_ns (INT64_MAX: forever). false on timeout. */
 int ddss_net_cond_wait(struct ddss_net *net, int64_t deadline_ns);

@@ -272,6 +272,8 @@ void ddss_net_env_free(struct ddss_net_env *env)
 {
 	free(env->nodes);
 	env->nodes = NULL;
+	free(env->incarnations);
+	env->incarnations = NULL;
 	ddss_coord_unref(env->coord);
 	env->coord = NULL;
 	ddss_auth_key_clear(&env->auth);
@@ -293,6 +295,7 @@ void ddss_net_env_to_config(const struct ddss_net_env *env, const struct ddss_tp
 	cfg->auth = env->auth.on ? &env->auth : NULL;
 	cfg->share_files = env->share_files;
 	cfg->tcp_protect = env->tcp_protect;
+	cfg->incarnations = env->incarnations;
 	if (h)
 		cfg->handlers = *h;
 }

@@ -49,6 +49,9 @@ struct ddss_net_env {
 	struct ddss_auth_key auth; /* group key, if a secret is configured */
 	bool coordinated;          /* DDSS_COORDINATOR is set (net/coordinator.h) */
 	struct ddss_coord *coord;  /* once joined: a reference */
+	uint64_t *incarnations;    /* once joined: [rank] 1..size, the start view's (malloc'd) */
+	bool running;              /* once joined: the group was serving already (we replace
+				    * a rank): no start barrier with the others */
 };
 
 /** Parse a node list; *nodes_p is malloc'd. -EINVAL (logged) on a malformed entry. */

@@ -64,6 +64,8 @@ static int stub_msg(struct ddss_tp *tp, uint32_t p, uint16_t t, const void *b, s
 static int stub_test(struct ddss_tp *tp, struct ddss_tp_req *q) { return -EOPNOTSUPP; }
 static int stub_wait(struct ddss_tp *tp, struct ddss_tp_req *q, int t) { return -EOPNOTSUPP; }
 static int stub_thread_fds(struct ddss_tp *tp, int *f, size_t m) { return -EOPNOTSUPP; }
+static int stub_readmit(struct ddss_tp *tp, uint32_t r, const struct ddss_tp_node *n)
+{ return -EOPNOTSUPP; }
 
 #define FILL(field, stub) do { if (!o->field) o->field = stub; } while (0)
 static void fill_stubs(struct ddss_tp_ops *o)
@@ -74,6 +76,7 @@ static void fill_stubs(struct ddss_tp_ops *o)
 	FILL(peer_connect, stub_rank);
 	FILL(peer_disconnect, stub_rank);
 	FILL(peer_info, stub_peer_info);
+	FILL(peer_readmit, stub_readmit);
 	FILL(post_read, stub_read);
 	FILL(post_write, stub_write);
 	FILL(post_ex, post_ex_now);
@@ -242,6 +245,18 @@ int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,
 		tp->nodes = NULL;
 		return -ENOMEM;
 	}
+	if (cfg->incarnations) {
+		tp->incarnation = calloc(cfg->size + 1, sizeof(*tp->incarnation));
+		if (!tp->incarnation) {
+			free(tp->refused);
+			free(tp->nodes);
+			tp->refused = NULL;
+			tp->nodes = NULL;
+			return -ENOMEM;
+		}
+		memcpy(tp->incarnation, cfg->incarnations, (cfg->size + 1) * sizeof(uint64_t));
+	}
+	tp->cfg.incarnations = NULL; /* tp->incarnation is the copy that changes */
 	tp->atomics = true; /* a provider without them says so in its open */
 	if (tp->cfg.connect_timeout_ms <= 0)
 		tp->cfg.connect_timeout_ms = 30000;
@@ -269,6 +284,8 @@ void ddss_tp_fini_common(struct ddss_tp *tp)
 	tp->nodes = NULL;
 	free(tp->refused);
 	tp->refused = NULL;
+	free(tp->incarnation);
+	tp->incarnation = NULL;
 	ddss_auth_key_clear(&tp->auth);
 }
 

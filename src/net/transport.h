@@ -129,6 +129,10 @@ struct ddss_tp_config {
 	const struct ddss_auth_key *auth;  /* group key (net/auth.h), NULL = no authentication */
 	bool share_files;                  /* helper threads keep the shared fd table */
 	enum ddss_tp_protect tcp_protect;  /* tcp: frame protection (needs auth) */
+	/* Coordinator mode: each rank's incarnation, [rank] for 1..size (this rank's too);
+	 * NULL in a static group. Handshakes carry a group id of the pair's incarnations
+	 * (ddss_tp_pair_group), so a stale incarnation of a rank is refused as a stranger. */
+	const uint64_t *incarnations;
 	struct ddss_tp_handlers handlers;
 };
 
@@ -183,6 +187,13 @@ struct ddss_tp_ops {
 	int (*peer_disconnect)(struct ddss_tp *tp, uint32_t rank);
 	/** What is known about @rank. Never blocks. */
 	int (*peer_info)(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_peer_info *info_p);
+	/**
+	 * Optional (ddss_tp_peer_readmit calls it; the stub says -EOPNOTSUPP): @rank, refused
+	 * and disconnected, comes back as a new process at @node. Forget what was learned of
+	 * the old one (it was up, its pool, its epoch), take @node as its address, and set its
+	 * state to UNKNOWN, so the next use connects and waits for it as for a first start.
+	 */
+	int (*peer_readmit)(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp_node *node);
 
 	/* -- one-sided data -- */
 	/** Post a read of @len bytes at @remote_off of @peer's pool into @local. */
@@ -261,7 +272,9 @@ struct ddss_tp {
 	const struct ddss_tp_ops *ops;
 	struct ddss_tp_config cfg;
 	struct ddss_tp_node *nodes; /* owned copy of cfg.nodes */
-	uint8_t *refused;           /* [rank] (atomic): declared dead, never served again */
+	uint8_t *refused;           /* [rank] (atomic): declared dead, never served again
+				     * (until readmitted as a new incarnation) */
+	uint64_t *incarnation;      /* [rank] (atomic), NULL in a static group (cfg.incarnations) */
 	struct ddss_auth_key auth;  /* owned copy of *cfg.auth (cfg.auth points here) */
 	unsigned long handshakes_failed; /* atomic: incoming connections turned away */
 	uint64_t timeouts;          /* atomic: requests a peer left unanswered past the
@@ -359,6 +372,24 @@ void ddss_tp_peer_refuse(struct ddss_tp *tp, uint32_t rank);
  * channels are closed by ddss_tp_peer_refuse later.
  */
 void ddss_tp_peer_mark_refused(struct ddss_tp *tp, uint32_t rank);
+
+/**
+ * The group id a handshake between this rank and @peer carries: cfg.group in a static
+ * group; in coordinator mode a hash of it with both ranks' incarnations, so a process of
+ * an incarnation the view has replaced (frozen, then thawed) is refused like a member of
+ * another group, in both directions. Any thread.
+ */
+uint64_t ddss_tp_pair_group(const struct ddss_tp *tp, uint32_t peer);
+
+/**
+ * Coordinator mode: @rank, declared dead (ddss_tp_peer_refuse), is taken over by a new
+ * process, incarnation @incarnation, listening at @node. From the return on, handshakes
+ * of that incarnation (only) are accepted and operations to @rank reach it; every channel
+ * of the old one was closed by the refusal. -EINVAL for a bad argument or a rank not
+ * refused, -EOPNOTSUPP for a static group or a provider without it.
+ */
+int ddss_tp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp_node *node,
+			 uint64_t incarnation);
 
 /** True if @rank was declared dead (providers refuse its handshakes and connects). */
 static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)

@@ -68,6 +68,7 @@ struct tcp_chan {
 	struct tcp_tp *tp;
 	uint32_t peer;
 	bool ever_up;             /* under connect_mu */
+	bool readmitted;          /* under connect_mu: a new incarnation, not up yet */
 	uint64_t peer_pool_len;   /* learned in the handshake */
 
 	pthread_mutex_t connect_mu; /* serialises connect / teardown */

@@ -257,8 +257,9 @@ static int chan_connect(struct tcp_chan *ch)
 	long backoff_ms = 5;
 	struct tcp_protect prot = { .mode = DDSS_TP_PROTECT_OFF };
 	int fd = -1, r;
-	/* It was up, or every rank has been: if it does not answer now, it is gone. */
-	bool known = ch->ever_up || ddss_tp_formed(&ch->tp->base);
+	/* It was up, or every rank has been: if it does not answer now, it is gone. A rank
+	 * readmitted as a new process (tp_incarnation.c) may still be starting. */
+	bool known = ch->ever_up || (ddss_tp_formed(&ch->tp->base) && !ch->readmitted);
 
 	if (ddss_tp_peer_refused(&ch->tp->base, ch->peer))
 		return -EHOSTDOWN;
@@ -300,6 +301,7 @@ static int chan_connect(struct tcp_chan *ch)
 	tcp_protect_clear(&prot);
 	rx_release(ch);
 	ch->ever_up = true;
+	ch->readmitted = false;
 	tcp_peer_set_pool_len(ch->tp, ch->peer, ch->peer_pool_len);
 	tcp_peer_set_state(ch->tp, ch->peer, DDSS_TP_PEER_UP);
 	return 0;

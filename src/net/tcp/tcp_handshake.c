@@ -111,11 +111,15 @@ static void protect_keys(const struct ddss_tp_config *cfg, const struct ddss_aut
 	sodium_memzero(session, sizeof(session));
 }
 
-static struct tcp_wire_hello my_hello(const struct ddss_tp_config *cfg, uint32_t to_rank)
+/* The group id is the pair's (ddss_tp_pair_group): an old incarnation of @to_rank, or of
+ * us, cannot pass for the current one. */
+static struct tcp_wire_hello my_hello(const struct tcp_tp *t, uint32_t to_rank)
 {
+	const struct ddss_tp_config *cfg = &t->base.cfg;
+
 	return (struct tcp_wire_hello){
 		.magic = TCP_WIRE_MAGIC, .version = TCP_WIRE_VERSION, .from_rank = cfg->rank,
-		.to_rank = to_rank, .size = cfg->size, .group = cfg->group,
+		.to_rank = to_rank, .size = cfg->size, .group = ddss_tp_pair_group(&t->base, to_rank),
 		.flags = (cfg->auth ? TCP_WIRE_HELLO_AUTH : 0) | protect_flag(cfg->tcp_protect),
 	};
 }
@@ -151,8 +155,8 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 			  uint64_t *pool_len_p, struct tcp_protect *prot_p)
 {
 	const struct ddss_tp_config *cfg = &t->base.cfg;
-	struct tcp_wire_hello me = my_hello(cfg, peer), them;
-	struct ddss_auth_transcript tr = { .group = cfg->group, .initiator = cfg->rank,
+	struct tcp_wire_hello me = my_hello(t, peer), them;
+	struct ddss_auth_transcript tr = { .group = me.group, .initiator = cfg->rank,
 					   .target = peer, .size = cfg->size };
 	int r;
 
@@ -164,7 +168,7 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 	if (r)
 		return r;
 	if (them.from_rank != peer || them.to_rank != cfg->rank || them.size != cfg->size ||
-	    them.group != cfg->group) {
+	    them.group != me.group) {
 		DDSS_WARN("rank %u answered as rank %u of %u (group %llx)", peer, them.from_rank,
 			  them.size, (unsigned long long)them.group);
 		return -EPROTO;
@@ -203,11 +207,15 @@ static int check_hello(struct tcp_tp *t, const struct tcp_wire_hello *hello)
 {
 	const struct ddss_tp_config *cfg = &t->base.cfg;
 
-	if (hello->size != cfg->size || hello->group != cfg->group || hello->to_rank != cfg->rank ||
+	uint64_t group = ddss_tp_pair_group(&t->base, hello->from_rank);
+
+	if (hello->size != cfg->size || hello->group != group || hello->to_rank != cfg->rank ||
 	    hello->from_rank < 1 || hello->from_rank > cfg->size) {
-		DDSS_WARN("refusing a peer claiming rank %u of %u, group %llx (we are %u of %u, group %llx)",
-			  hello->from_rank, hello->size, (unsigned long long)hello->group, cfg->rank,
-			  cfg->size, (unsigned long long)cfg->group);
+		/* Coordinator mode: also a process of an incarnation the view has replaced. */
+		DDSS_WARN("refusing a peer claiming rank %u of %u, group %llx (we are %u of %u, "
+			  "group %llx for that rank)", hello->from_rank, hello->size,
+			  (unsigned long long)hello->group, cfg->rank, cfg->size,
+			  (unsigned long long)group);
 		return -EACCES;
 	}
 	if (!(hello->flags & TCP_WIRE_HELLO_AUTH) != !cfg->auth) {
@@ -256,7 +264,8 @@ int tcp_handshake_accept_hello(struct tcp_tp *t, int fd, const unsigned char *fr
 						.size = cfg->size };
 	r = decode_frame(frame, TCP_K_HELLO, &status, &hello);
 	status = r || status ? -EPROTO : check_hello(t, &hello);
-	me = my_hello(cfg, hello.from_rank);
+	me = my_hello(t, hello.from_rank);
+	hs->tr.group = me.group;
 	/* Only a member learns anything about our pool; with a secret, only after its proof. */
 	if (!status && !cfg->auth)
 		me.pool_len = t->pool_len;
@@ -282,7 +291,7 @@ int tcp_handshake_accept_auth(struct tcp_tp *t, int fd, const unsigned char *fra
 {
 	const struct ddss_tp_config *cfg = &t->base.cfg;
 	int status = check_auth(t, frame, &hs->tr, &hs->pool_len), r;
-	struct tcp_wire_hello me = my_hello(cfg, hs->peer);
+	struct tcp_wire_hello me = my_hello(t, hs->peer);
 
 	if (!status)
 		me.pool_len = t->pool_len;

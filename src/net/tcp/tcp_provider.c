@@ -174,6 +174,22 @@ static int tcp_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 	return 0;
 }
 
+static int tcp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp_node *node)
+{
+	struct tcp_tp *t = tcp_tp_of(tp);
+	struct tcp_chan *ch = &t->peers[rank].chan;
+
+	tcp_chan_shutdown(ch, -ECONNRESET); /* one a connect opened as the refusal came */
+	pthread_mutex_lock(&ch->connect_mu);
+	tp->nodes[rank - 1] = *node;
+	ch->ever_up = false;
+	ch->readmitted = true; /* it may still be starting: wait for it as at a first start */
+	pthread_mutex_unlock(&ch->connect_mu);
+	tcp_peer_set_pool_len(t, rank, 0);
+	__atomic_store_n(&t->peers[rank].state, DDSS_TP_PEER_UNKNOWN, __ATOMIC_RELEASE);
+	return 0;
+}
+
 static int tcp_peer_info(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_peer_info *info_p)
 {
 	struct tcp_tp *t = tcp_tp_of(tp);
@@ -415,6 +431,7 @@ const struct ddss_tp_ops ddss_tcp_ops = {
 	.peer_connect = tcp_peer_connect,
 	.peer_disconnect = tcp_peer_disconnect,
 	.peer_info = tcp_peer_info,
+	.peer_readmit = tcp_peer_readmit,
 	.post_read = tcp_post_read,
 	.post_write = tcp_post_write,
 	.post_ex = tcp_post_ex,

@@ -89,12 +89,14 @@ static uint32_t takes_msgs(const struct verbs_tp *vt)
 	return vt->srq ? VERBS_HELLO_TAKES_MSGS : 0;
 }
 
-/* @flags: VERBS_HELLO_* (an initiator's; a target sends 0). */
-static void local_hello(struct verbs_tp *vt, uint32_t flags, unsigned char out[VERBS_HELLO_LEN])
+/* @flags: VERBS_HELLO_* (an initiator's; a target sends 0). The group id is the pair's
+ * with @peer (ddss_tp_pair_group): an old incarnation cannot pass for the current one. */
+static void local_hello(struct verbs_tp *vt, uint32_t peer, uint32_t flags,
+			unsigned char out[VERBS_HELLO_LEN])
 {
 	struct verbs_hello h = {
 		.flags = flags,
-		.group = vt->base.cfg.group,
+		.group = ddss_tp_pair_group(&vt->base, peer),
 		.rank = vt->base.cfg.rank,
 		.size = vt->base.cfg.size,
 		.pool_addr = vt->pool ? (uintptr_t)vt->pool->mr->addr : 0,
@@ -108,7 +110,7 @@ static void local_hello(struct verbs_tp *vt, uint32_t flags, unsigned char out[V
 /* 0 if @h is a member of our group that may talk to us (as @expect_rank, if non-zero). */
 static int check_hello(struct verbs_tp *vt, const struct verbs_hello *h, uint32_t expect_rank)
 {
-	if (h->group != vt->base.cfg.group || h->size != vt->base.cfg.size)
+	if (h->group != ddss_tp_pair_group(&vt->base, h->rank) || h->size != vt->base.cfg.size)
 		return -EPERM;
 	if (h->rank < 1 || h->rank > vt->base.cfg.size || (expect_rank && h->rank != expect_rank))
 		return -EPROTO;
@@ -272,8 +274,10 @@ static struct ddss_auth_transcript transcript(struct verbs_tp *vt, uint32_t init
 					      uint32_t target, const unsigned char *nonce_i,
 					      const unsigned char *bind)
 {
-	struct ddss_auth_transcript tr = { .group = vt->base.cfg.group, .initiator = initiator,
-					   .target = target, .size = vt->base.cfg.size };
+	uint32_t peer = initiator == vt->base.cfg.rank ? target : initiator;
+	struct ddss_auth_transcript tr = { .group = ddss_tp_pair_group(&vt->base, peer),
+					   .initiator = initiator, .target = target,
+					   .size = vt->base.cfg.size };
 
 	/* One message each way: the initiator's nonce is an authenticator, the target's
 	 * "nonce" binds the request to the target's epoch and the initiator's QP. */
@@ -286,7 +290,8 @@ static struct ddss_auth_transcript transcript(struct verbs_tp *vt, uint32_t init
 static unsigned auth_request(struct verbs_out *o, unsigned char out[VERBS_AUTH_REQ_LEN])
 {
 	struct verbs_tp *vt = o->tp;
-	struct verbs_auth_req a = { .group = vt->base.cfg.group, .rank = vt->base.cfg.rank,
+	struct verbs_auth_req a = { .group = ddss_tp_pair_group(&vt->base, o->peer),
+				    .rank = vt->base.cfg.rank,
 				    .flags = takes_msgs(vt) };
 	unsigned char proof[DDSS_AUTH_PROOF_LEN];
 	struct ddss_auth_transcript tr;
@@ -345,7 +350,8 @@ static int check_auth_request(struct verbs_tp *vt, const struct cm_event *e, str
 	}
 	*h = (struct verbs_hello){ .group = a.group, .rank = a.rank, .size = vt->base.cfg.size,
 				   .flags = a.flags };
-	if (h->group != vt->base.cfg.group || h->rank < 1 || h->rank > vt->base.cfg.size)
+	if (h->group != ddss_tp_pair_group(&vt->base, h->rank) || h->rank < 1 ||
+	    h->rank > vt->base.cfg.size)
 		return -EPERM;
 	if (a.epoch != vt->epoch)
 		return -ESTALE; /* a first request, or one from before we started */
@@ -410,7 +416,7 @@ static int out_connect(struct verbs_out *o)
 	if (vt->base.cfg.auth)
 		cp.private_data_len = auth_request(o, hello);
 	else
-		local_hello(vt, takes_msgs(vt), hello);
+		local_hello(vt, o->peer, takes_msgs(vt), hello);
 	return rdma_connect(o->id, &cp) ? -errno : 0;
 }
 
@@ -480,6 +486,7 @@ static void out_event(struct verbs_tp *vt, struct verbs_out *o, const struct cm_
 		__atomic_store_n(&o->fail, 0, __ATOMIC_RELEASE);
 		__atomic_store_n(&o->phase, VERBS_UP, __ATOMIC_RELEASE);
 		o->ever_up = true;
+		o->readmitted = false;
 		o->took_msgs = takes_msgs(vt) != 0;
 		if (o->took_msgs)
 			set_min_rnr_timer(o->qp);
@@ -700,7 +707,8 @@ int verbs_out_connect(struct verbs_out *o)
 			 * timeout. One that was up, or any once the group has formed, gets one
 			 * attempt per call, so a dead peer fails fast.
 			 */
-			if (o->ever_up || ddss_tp_formed(&vt->base) || !o->retriable ||
+			if (o->ever_up || (ddss_tp_formed(&vt->base) && !o->readmitted) ||
+			    !o->retriable ||
 			    ddss_now_ns() >= deadline) {
 				r = o->conn_err;
 				break;
@@ -987,7 +995,7 @@ static void on_connect_request(struct verbs_tp *vt, const struct cm_event *e)
 	/* Serve as many reads/atomics at once as the initiator will issue (device permitting). */
 	cp.responder_resources = e->initiator_depth < vt->rd_atom ? e->initiator_depth : vt->rd_atom;
 	cp.initiator_depth = vt->rd_atom;
-	local_hello(vt, 0, hello);
+	local_hello(vt, h.rank, 0, hello);
 	if (vt->base.cfg.auth) {
 		struct ddss_auth_transcript tr = transcript(vt, h.rank, vt->base.cfg.rank, nonce_i,
 							    bind);

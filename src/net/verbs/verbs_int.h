@@ -131,6 +131,7 @@ struct verbs_out {
 	int conn_err;       /* why the last attempt failed (-errno) */
 	bool retriable;     /* the peer was simply not there (yet) */
 	bool ever_up;
+	bool readmitted;    /* a new incarnation of the peer, not up yet (tp_incarnation.c) */
 	bool took_msgs;     /* this attempt was up, telling the peer it takes liveness messages */
 	struct rdma_cm_id *id;
 	struct ibv_qp *qp;

@@ -453,6 +453,23 @@ static int verbs_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 	return 0;
 }
 
+static int verbs_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp_node *node)
+{
+	struct verbs_tp *vt = verbs_tp_of(tp);
+	struct verbs_out *o = &vt->peers[rank].out;
+
+	verbs_out_fail(o, -ECONNRESET); /* one a connect opened as the refusal came */
+	pthread_mutex_lock(&o->mu);
+	tp->nodes[rank - 1] = *node; /* out_start reads it under o->mu */
+	o->ever_up = false;
+	o->readmitted = true; /* it may still be starting: wait for it as at a first start */
+	o->peer_epoch = 0;    /* a new process: it tells us its epoch in its first reject */
+	pthread_mutex_unlock(&o->mu);
+	__atomic_store_n(&vt->peers[rank].pool_len, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&vt->peers[rank].state, DDSS_TP_PEER_UNKNOWN, __ATOMIC_RELEASE);
+	return 0;
+}
+
 static int verbs_peer_info(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_peer_info *info_p)
 {
 	struct verbs_tp *vt = verbs_tp_of(tp);
@@ -845,6 +862,7 @@ const struct ddss_tp_ops ddss_verbs_ops = {
 	.peer_connect = verbs_peer_connect,
 	.peer_disconnect = verbs_peer_disconnect,
 	.peer_info = verbs_peer_info,
+	.peer_readmit = verbs_peer_readmit,
 	.post_read = verbs_post_read,
 	.post_write = verbs_post_write,
 	.post_ex = verbs_post_ex,

@@ -1,0 +1,280 @@
+/*
+ * A rank killed and replaced while the group runs (4 ranks, under ddssrun --coordinator):
+ *  1. rank 4 allocates a segment of its own ("old"), every rank reads it (and caches its
+ *     descriptor); rank 4 then tells its watcher the keys and kills itself (SIGKILL);
+ *  2. the survivors see it leave the view and carry on with locked increments;
+ *  3. the watcher starts a new process for slot 4 (a new incarnation, another port); it
+ *     joins the running group without the start barrier, and the survivors let it in;
+ *  4. the replacement serves a new segment of its own: every survivor reads its value;
+ *  5. the old segment stays gone for everyone (never the new process's memory);
+ *  6. all four increment the counter: it is exact (3 x INCREMENTS + 4 x INCREMENTS).
+ * Prints the time from the replacement's start to its first served operation.
+ * No collective finalize: barriers count from the start, which the replacement missed.
+ */
+#include "common/test_util.h"
+#include "core/ctx.h"
+#include "net/net.h"
+
+#include <CUnit/CUnit.h>
+#include <ddss/ddss.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PEER_TIMEOUT_MS 3000 /* the lease TTL too */
+#define NRANKS 4
+#define VICTIM 4
+#define INCREMENTS 200
+#define WAIT_MS 60000
+#define OLD_VALUE 0x01d5e9u
+#define NEW_VALUE 0x4e3e57u
+
+/* Words of the results segment (homed at rank 1). */
+enum { W_OLD = 0, W_NEW = 1, W_BACK = 2, W_DONE1 = 3, W_DONE2 = 3 + NRANKS,
+       W_READ = 3 + 2 * NRANKS, W_WORDS = 3 + 3 * NRANKS };
+
+static ddss_ctx_t *ctx;
+static uint32_t me;
+static bool replacement;
+static ddss_key_t results, counter, old_seg, new_seg;
+static int to_watcher = -1; /* the victim's pipe to its watcher */
+
+static uint64_t wait_word(unsigned w)
+{
+	uint64_t v = 0;
+	double t0 = test_now_ms();
+
+	while (!v && test_now_ms() - t0 < WAIT_MS) {
+		if (ddss_get(ctx, results, 8 * w, &v, sizeof(v)))
+			break;
+		if (!v)
+			usleep(10000); /* a bounded poll of a word another rank writes */
+	}
+	return v;
+}
+
+static void put_word(unsigned w, uint64_t v)
+{
+	CU_ASSERT_EQUAL(ddss_put(ctx, results, 8 * w, &v, sizeof(v)), 0);
+}
+
+static void increments(void)
+{
+	int r = 0;
+
+	for (unsigned i = 0; i < INCREMENTS && !r; i++)
+		r = test_locked_increment(ctx, counter);
+	CU_ASSERT_EQUAL(r, 0);
+}
+
+static void setup(void)
+{
+	struct ddss_seg_attr a = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = "replres" };
+	struct ddss_seg_attr c = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = "replcount" };
+	struct ddss_seg_attr o = { .placement = DDSS_PLACE_RANK, .rank = VICTIM };
+	uint64_t v = 0;
+
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8 * W_WORDS, &a, &results), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &c, &counter), 0);
+	if (me == VICTIM) {
+		v = OLD_VALUE;
+		CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 64, &o, &old_seg), 0);
+		CU_ASSERT_EQUAL_FATAL(ddss_put(ctx, old_seg, 0, &v, sizeof(v)), 0);
+		put_word(W_OLD, old_seg);
+	}
+	test_ctx_barrier_or_exit(ctx);
+	old_seg = wait_word(W_OLD);
+	CU_ASSERT_FATAL(old_seg != 0);
+	/* Every rank reads it now: its descriptor is cached here when the home dies. */
+	CU_ASSERT_EQUAL(ddss_get(ctx, old_seg, 0, &v, sizeof(v)), 0);
+	CU_ASSERT_EQUAL(v, OLD_VALUE);
+	test_ctx_barrier_or_exit(ctx);
+}
+
+static void test_kill(void)
+{
+	uint64_t keys[2] = { results, counter };
+	int64_t view = 0, when = 0;
+	double t0 = test_now_ms();
+	int r = -ENOENT;
+
+	if (me == VICTIM) {
+		/* The replacement learns the keys from us: names may live at any rank. */
+		if (write(to_watcher, keys, sizeof(keys)) != (ssize_t)sizeof(keys))
+			_exit(3);
+		raise(SIGKILL);
+	}
+	while (test_now_ms() - t0 < WAIT_MS &&
+	       (r = ddss_net_coord_left(ctx->net, VICTIM, &view, &when)) == -ENOENT)
+		usleep(10000);
+	CU_ASSERT_EQUAL_FATAL(r, 0);
+	printf("rank %u: rank %u left in view %" PRId64 "\n", me, VICTIM, view);
+	increments(); /* the survivors carry on while the slot is empty */
+	put_word(W_DONE1 + me - 1, 1);
+}
+
+static void test_replaced(void)
+{
+	uint64_t v = 0, back;
+	int r;
+
+	back = wait_word(W_BACK);
+	CU_ASSERT_FATAL(back != 0);
+	new_seg = wait_word(W_NEW);
+	CU_ASSERT_FATAL(new_seg != 0);
+	CU_ASSERT_EQUAL(ddss_get(ctx, new_seg, 0, &v, sizeof(v)), 0);
+	CU_ASSERT_EQUAL(v, NEW_VALUE);
+	/* The old process's segment is gone; its key never reaches the new memory. */
+	v = 0;
+	r = ddss_get(ctx, old_seg, 0, &v, sizeof(v));
+	printf("rank %u: get of the old incarnation's segment: %s\n", me, ddss_strerror(r));
+	CU_ASSERT(r == -EHOSTDOWN || r == -ESTALE);
+	CU_ASSERT_EQUAL(v, 0);
+}
+
+/* The new process of slot 4: its first operations, and what it serves. */
+static void test_replacement(void)
+{
+	struct ddss_seg_attr n = { .placement = DDSS_PLACE_RANK, .rank = VICTIM };
+	uint64_t v = NEW_VALUE;
+
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 64, &n, &new_seg), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_put(ctx, new_seg, 0, &v, sizeof(v)), 0);
+	put_word(W_NEW, new_seg);
+	put_word(W_BACK, 1);
+	/* It cannot read what its previous incarnation homed either. */
+	v = 0;
+	CU_ASSERT(ddss_get(ctx, old_seg, 0, &v, sizeof(v)) != 0);
+	CU_ASSERT_EQUAL(v, 0);
+}
+
+static void test_counter(void)
+{
+	uint64_t total = 0, expect = (NRANKS - 1) * INCREMENTS + NRANKS * INCREMENTS;
+
+	for (uint32_t s = 1; s <= NRANKS; s++) /* the first round is over everywhere */
+		if (s != VICTIM)
+			CU_ASSERT_EQUAL(wait_word(W_DONE1 + s - 1), 1);
+	increments();
+	put_word(W_DONE2 + me - 1, 1);
+	for (uint32_t s = 1; s <= NRANKS; s++)
+		CU_ASSERT_EQUAL(wait_word(W_DONE2 + s - 1), 1);
+	CU_ASSERT_EQUAL(ddss_get(ctx, counter, 0, &total, sizeof(total)), 0);
+	if (me == 1)
+		printf("counter %" PRIu64 ", expected %" PRIu64 "\n", total, expect);
+	CU_ASSERT_EQUAL(total, expect);
+	/* Rank 1 homes the results: it leaves after everyone has read. */
+	put_word(W_READ + me - 1, 1);
+	for (uint32_t s = 1; me == 1 && s <= NRANKS; s++)
+		CU_ASSERT_EQUAL(wait_word(W_READ + s - 1), 1);
+}
+
+/* Rank 4's watcher: the victim ends by SIGKILL; then it runs the replacement. */
+static int watch_and_replace(pid_t victim, int from_victim, char **argv)
+{
+	uint64_t keys[2];
+	char text[96];
+	int status;
+	pid_t pid;
+
+	if (read(from_victim, keys, sizeof(keys)) != (ssize_t)sizeof(keys))
+		return 1;
+	if (waitpid(victim, &status, 0) != victim || !WIFSIGNALED(status) ||
+	    WTERMSIG(status) != SIGKILL) {
+		printf("rank %u: the victim ended otherwise (status %#x)\n", VICTIM, status);
+		return 1;
+	}
+	snprintf(text, sizeof(text), "%" PRIu64 ",%" PRIu64, keys[0], keys[1]);
+	setenv("TEST_REPLACE_KEYS", text, 1);
+	/* Another address: the slot moves, as it would to another machine. */
+	if (getenv("DDSS_LISTEN_FD")) {
+		close(atoi(getenv("DDSS_LISTEN_FD")));
+		unsetenv("DDSS_LISTEN_FD");
+	}
+	setenv("DDSS_LISTEN", "127.0.0.1:0", 1);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		execv("/proc/self/exe", argv);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) != pid)
+		return 1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+int main(int argc, char **argv)
+{
+	const char *keys = getenv("TEST_REPLACE_KEYS");
+	struct ddss_attr attr;
+	CU_pSuite suite;
+	unsigned failed;
+	double t_start = test_now_ms();
+	int fds[2], r;
+
+	(void)argc;
+	if (!getenv("DDSS_COORDINATOR") || !getenv("DDSS_RANK")) {
+		printf("SKIP: run under ddssrun --coordinator\n");
+		return TEST_SKIP_EXIT;
+	}
+	replacement = keys != NULL;
+	if (replacement &&
+	    sscanf(keys, "%" SCNu64 ",%" SCNu64, &results, &counter) != 2)
+		return 2;
+	/* ddssrun --coordinator asks each rank for the slot of its index (DDSS_RANK). */
+	if (!replacement && atoi(getenv("DDSS_RANK")) == VICTIM) {
+		pid_t pid;
+
+		if (pipe(fds))
+			return 1;
+		fflush(stdout);
+		pid = fork();
+		if (pid < 0)
+			return 1;
+		if (pid > 0) {
+			close(fds[1]);
+			return watch_and_replace(pid, fds[0], argv);
+		}
+		close(fds[0]);
+		to_watcher = fds[1];
+	}
+	ddss_attr_init(&attr);
+	attr.peer_timeout_ms = PEER_TIMEOUT_MS;
+	r = ddss_init(&attr, &ctx);
+	if (r) {
+		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
+		return 1;
+	}
+	me = ddss_rank(ctx);
+	if (ddss_size(ctx) != NRANKS) {
+		fprintf(stderr, "run with %u ranks\n", NRANKS);
+		return 2;
+	}
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	suite = CU_add_suite("a rank killed and replaced in coordinator mode", NULL, NULL);
+	if (replacement) {
+		uint64_t v = 0;
+
+		/* Its first served operation: a read of the results, homed at rank 1. */
+		r = ddss_get(ctx, results, 8 * W_OLD, &v, sizeof(v));
+		printf("rank %u (replacement): first operation %s %.0f ms after the process "
+		       "started\n", me, r ? ddss_strerror(r) : "served", test_now_ms() - t_start);
+		old_seg = v;
+		CU_add_test(suite, "the replacement serves a new segment", test_replacement);
+	} else {
+		CU_add_test(suite, "setup", setup);
+		CU_add_test(suite, "killed: the survivors carry on", test_kill);
+		CU_add_test(suite, "replaced: its new segment is served, its old one is gone",
+			    test_replaced);
+	}
+	CU_add_test(suite, "the locked counter stays exact", test_counter);
+	failed = test_run_all();
+	CU_cleanup_registry();
+	return failed ? 1 : 0;
+}
