@@ -65,6 +65,10 @@ int ddss_etcd_put(struct ddss_etcd *etcd, const char *key, const void *value, si
  * create revision in *rev_p. */
 int ddss_etcd_create(struct ddss_etcd *etcd, const char *key, const void *value, size_t len,
 		     int64_t lease, int64_t *rev_p);
+/** The same, and in the same transaction (only if @key was created) write @key2 (no lease). */
+int ddss_etcd_create_and_put(struct ddss_etcd *etcd, const char *key, const void *value,
+			     size_t len, int64_t lease, const char *key2, const void *value2,
+			     size_t len2, int64_t *rev_p);
 /** Delete @key only if its create revision is @create_rev: -ESTALE if not (or gone). */
 int ddss_etcd_delete_if(struct ddss_etcd *etcd, const char *key, int64_t create_rev);
 /** Delete @key (or every key under it if @prefix); absent keys are no error. */

@@ -200,14 +200,27 @@ static int txn(struct ddss_etcd *etcd, json_object *req, bool *ok_p, int64_t *re
 int ddss_etcd_create(struct ddss_etcd *etcd, const char *key, const void *value, size_t len,
 		     int64_t lease, int64_t *rev_p)
 {
-	json_object *req = json_object_new_object();
+	return ddss_etcd_create_and_put(etcd, key, value, len, lease, NULL, NULL, 0, rev_p);
+}
+
+int ddss_etcd_create_and_put(struct ddss_etcd *etcd, const char *key, const void *value,
+			     size_t len, int64_t lease, const char *key2, const void *value2,
+			     size_t len2, int64_t *rev_p)
+{
+	json_object *req = json_object_new_object(), *ops;
 	int64_t rev;
 	bool ok;
 	int r;
 
 	json_object_object_add(req, "compare", compare_create(key, 0));
-	json_object_object_add(req, "success", one_op("request_put",
-						       put_obj(key, value, len, lease)));
+	ops = one_op("request_put", put_obj(key, value, len, lease));
+	if (key2) {
+		json_object *o = json_object_new_object();
+
+		json_object_object_add(o, "request_put", put_obj(key2, value2, len2, 0));
+		json_object_array_add(ops, o);
+	}
+	json_object_object_add(req, "success", ops);
 	r = txn(etcd, req, &ok, &rev);
 	if (r)
 		return r;

@@ -152,14 +152,16 @@ static int group_max(struct ddss_member *m, uint32_t want)
 	return 0;
 }
 
-/* Our member value: where to reach us, and a nonce that tells our own key from another's. */
-static char *member_value(struct ddss_member *m)
+/* Our member value: where to reach us, a nonce that tells our own key from another's, and
+ * our generation of the slot. */
+static char *member_value(struct ddss_member *m, uint32_t generation)
 {
 	json_object *o = json_object_new_object();
 	char *s;
 
 	json_object_object_add(o, "addr", json_object_new_string(m->addr));
 	json_object_object_add(o, "nonce", json_object_new_string(m->nonce));
+	json_object_object_add(o, "gen", json_object_new_int64(generation));
 	s = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
 	json_object_put(o);
 	return s;
@@ -184,16 +186,66 @@ static bool ours_after_all(struct ddss_member *m, const char *key, int64_t *rev_
 	return ours;
 }
 
+/* Slot @s's generation so far: how many members it has had (P gen/SSSSS; absent: 0). */
+static int slot_generation(struct ddss_member *m, uint32_t s, uint32_t *gen_p)
+{
+	char key[DDSS_MEMBER_KEY_MAX];
+	struct ddss_etcd_kvs kvs;
+	int r;
+
+	member_key(m, "gen", s, key, sizeof(key));
+	r = ddss_etcd_get(m->etcd, key, false, &kvs);
+	if (r)
+		return r;
+	*gen_p = kvs.count == 1 ? (uint32_t)strtoul(kvs.kv[0].value, NULL, 10) : 0;
+	ddss_etcd_kvs_free(&kvs);
+	return 0;
+}
+
+/*
+ * Slot @s, if it has no member: the member key and the slot's next generation in one
+ * transaction. Only the slot's member writes its generation, and only in the transaction
+ * that makes it the member, so each member of a slot has a generation of its own, one
+ * more than the one before (a replaced process's lock ids never pass for the new one's).
+ */
+static int claim_one(struct ddss_member *m, uint32_t s)
+{
+	char key[DDSS_MEMBER_KEY_MAX], gkey[DDSS_MEMBER_KEY_MAX], gtext[16], *value;
+	uint32_t gen;
+	int64_t rev;
+	int r = slot_generation(m, s, &gen);
+
+	if (r)
+		return r;
+	gen++;
+	value = member_value(m, gen);
+	if (!value)
+		return -ENOMEM;
+	member_key(m, "members", s, key, sizeof(key));
+	member_key(m, "gen", s, gkey, sizeof(gkey));
+	snprintf(gtext, sizeof(gtext), "%" PRIu32, gen);
+	r = ddss_etcd_create_and_put(m->etcd, key, value, strlen(value), m->lease, gkey, gtext,
+				     strlen(gtext), &rev);
+	if (r == -ETIMEDOUT || r == -ECONNREFUSED)
+		r = ours_after_all(m, key, &rev) ? 0 : r;
+	if (r == 0) {
+		m->slot = s;
+		m->incarnation = rev;
+		m->generation = gen;
+	}
+	free(value);
+	return r;
+}
+
 /* Take the first slot without a member, in one transaction each. */
 static int claim_slot(struct ddss_member *m, uint32_t want)
 {
-	char prefix[DDSS_MEMBER_KEY_MAX], key[DDSS_MEMBER_KEY_MAX];
+	char prefix[DDSS_MEMBER_KEY_MAX];
 	struct ddss_etcd_kvs kvs;
 	uint8_t *taken = calloc(m->max + 1, 1);
-	char *value = member_value(m);
 	int r;
 
-	if (!taken || !value) {
+	if (!taken) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -210,30 +262,19 @@ static int claim_slot(struct ddss_member *m, uint32_t want)
 	ddss_etcd_kvs_free(&kvs);
 	r = -ENOSPC;
 	for (uint32_t s = want ? want : 1; s <= (want ? want : m->max); s++) {
-		int64_t rev;
-
 		if (taken[s] && want) {
 			r = -EBUSY;
 			break;
 		}
 		if (taken[s])
 			continue;
-		member_key(m, "members", s, key, sizeof(key));
-		r = ddss_etcd_create(m->etcd, key, value, strlen(value), m->lease, &rev);
-		if (r == -ETIMEDOUT || r == -ECONNREFUSED)
-			r = ours_after_all(m, key, &rev) ? 0 : r;
-		if (r == 0) {
-			m->slot = s;
-			m->incarnation = rev;
-			break;
-		}
-		if (r != -EEXIST) /* taken meanwhile: the next one */
+		r = claim_one(m, s);
+		if (r != -EEXIST) /* 0, or an error; -EEXIST: taken meanwhile, the next one */
 			break;
 		r = want ? -EBUSY : -ENOSPC;
 	}
 out:
 	free(taken);
-	free(value);
 	return r;
 }
 
@@ -361,6 +402,11 @@ uint32_t ddss_member_slot(const struct ddss_member *m)
 int64_t ddss_member_incarnation(const struct ddss_member *m)
 {
 	return m->incarnation;
+}
+
+uint32_t ddss_member_generation(const struct ddss_member *m)
+{
+	return m->generation;
 }
 
 int ddss_member_etcd_state(struct ddss_member *m)

@@ -8,6 +8,8 @@
  *                      unique, and larger for every later join.
  *   P suspect/SSSSS    a live member's report that slot S (incarnation in the value) is
  *                      silent to it
+ *   P gen/SSSSS        slot S's generation: how many members it has had (no lease; written
+ *                      in the transaction that makes a member, which publishes it as "gen")
  *   P serving/SSSSS    slot S's member has started serving (on its lease): a process that
  *                      joins while any other exists replaces a member of a running group
  *
@@ -34,6 +36,7 @@
 struct ddss_view_member {
 	uint32_t slot;        /* 1..max */
 	int64_t incarnation;  /* the member key's create revision */
+	uint32_t generation;  /* 1 for the slot's first member, one more for each later one */
 	char addr[DDSS_MEMBER_ADDR_MAX];
 };
 
@@ -74,6 +77,7 @@ void ddss_member_leave(struct ddss_member *m);
 
 uint32_t ddss_member_slot(const struct ddss_member *m);
 int64_t ddss_member_incarnation(const struct ddss_member *m);
+uint32_t ddss_member_generation(const struct ddss_member *m);
 
 /**
  * 0 while this member may act; else why not, for good: -ENOLINK (its lease was not

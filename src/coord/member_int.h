@@ -23,6 +23,7 @@ struct ddss_member {
 	uint32_t max;
 	uint32_t slot;
 	int64_t incarnation;
+	uint32_t generation;   /* our slot's generation (P gen/SSSSS): its members so far */
 	int64_t lease;
 	int ttl_s;
 	int64_t margin_ns;

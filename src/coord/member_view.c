@@ -26,17 +26,20 @@ uint32_t member_slot_of(const struct ddss_member *m, const char *key, const char
 	return *end || s < 1 || s > m->max ? 0 : (uint32_t)s;
 }
 
-/* The "addr" of a member value; false if it is not one. */
-static bool value_addr(const char *value, char *addr)
+/* The "addr" and "gen" of a member value; false if it is not one. */
+static bool value_addr(const char *value, char *addr, uint32_t *gen_p)
 {
-	json_object *o = json_tokener_parse(value), *a;
+	json_object *o = json_tokener_parse(value), *a, *g;
 	bool ok = false;
 
+	*gen_p = 0;
 	if (o && json_object_object_get_ex(o, "addr", &a) && json_object_is_type(a, json_type_string) &&
 	    strlen(json_object_get_string(a)) < DDSS_MEMBER_ADDR_MAX) {
 		strcpy(addr, json_object_get_string(a));
 		ok = true;
 	}
+	if (ok && json_object_object_get_ex(o, "gen", &g) && json_object_is_type(g, json_type_int))
+		*gen_p = (uint32_t)json_object_get_int64(g);
 	json_object_put(o);
 	return ok;
 }
@@ -66,7 +69,7 @@ static void view_set(struct ddss_member *m, uint32_t slot, const struct ddss_etc
 	}
 	v->members[i].slot = slot;
 	v->members[i].incarnation = kv->create_rev;
-	if (!value_addr(kv->value, v->members[i].addr))
+	if (!value_addr(kv->value, v->members[i].addr, &v->members[i].generation))
 		v->members[i].addr[0] = 0;
 	m->view_lease[slot] = kv->lease;
 }

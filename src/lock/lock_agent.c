@@ -364,7 +364,7 @@ static bool idset_has(const struct idset *s, uint32_t id)
 
 static bool id_ok(struct ddss_lock *lk, uint32_t id)
 {
-	return ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id)) && LOCK_ID_SLOT(id) < DDSS_LOCK_SLOTS;
+	return ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id));
 }
 
 static uint64_t word_at(const uint8_t *rec, unsigned off)
@@ -385,13 +385,15 @@ static int read_behind(struct ddss_lock *lk, uint32_t me, struct idset *behind)
 	for (unsigned steps = 0; !r && steps < CHAIN_MAX; steps++) {
 		uint64_t next, link;
 
-		r = ddss_tp_read(lk->tp, LOCK_ID_RANK(cur),
-				 (uint64_t)LOCK_ID_SLOT(cur) * REC_LEN, rec, REC_LEN);
+		r = lock_id_current(lk, cur) ?
+			    ddss_tp_read(lk->tp, LOCK_ID_RANK(cur),
+					 (uint64_t)LOCK_ID_SLOT(cur) * REC_LEN, rec, REC_LEN) :
+			    -EHOSTDOWN;
 		/* A record on a dead rank ends the chain: what queued behind it is reported by
 		 * the census as not behind us (so ahead) until it fails, which it does, behind
 		 * a dead predecessor. Failing the whole read instead left the agent unable to
 		 * tell for ever (the spin model found it: tests/model/recover.pml). */
-		if (r && lock_peer_down(lk, LOCK_ID_RANK(cur)))
+		if (r && lock_id_down(lk, cur))
 			return 0;
 		for (unsigned k = 0; !r && k < REC_ENTRIES; k++) {
 			uint32_t id = (uint32_t)word_at(rec, REC_ENTRY + 8 * k);
@@ -408,10 +410,12 @@ static int read_behind(struct ddss_lock *lk, uint32_t me, struct idset *behind)
 				return -EPROTO;
 			r = idset_add(behind, id);
 			if (!r)
-				r = ddss_tp_read(lk->tp, LOCK_ID_RANK(id),
-						 (uint64_t)LOCK_ID_SLOT(id) * REC_LEN + REC_LINK,
-						 &link, 8);
-			if (r && lock_peer_down(lk, LOCK_ID_RANK(id))) {
+				r = lock_id_current(lk, id) ?
+					    ddss_tp_read(lk->tp, LOCK_ID_RANK(id),
+							 (uint64_t)LOCK_ID_SLOT(id) * REC_LEN +
+								 REC_LINK, &link, 8) :
+					    -EHOSTDOWN;
+			if (r && lock_id_down(lk, id)) {
 				r = 0; /* the stack below a dead request: as above */
 				break;
 			}
@@ -442,7 +446,7 @@ static int nothing_ahead(struct ddss_lock *lk, const struct lock_req *rq)
 		return r == -ESHUTDOWN ? r : 0;
 	ok = !cs.flags;
 	if (ok) {
-		r = read_behind(lk, LOCK_ID(lk->rank, rq->slot), &behind);
+		r = read_behind(lk, lock_own_id(lk, rq->slot), &behind);
 		if (r)
 			DDSS_WARN("lock recovery: reading the queue behind the agent: %s",
 				  ddss_strerror(r));

@@ -104,7 +104,7 @@ void lock_census_on_survey(struct ddss_lock *lk, uint32_t from, const struct rc_
 			flags |= CENSUS_UNPLACED;
 			continue;
 		}
-		w[0] = LOCK_ID(lk->rank, i);
+		w[0] = lock_own_id(lk, i);
 		w[1] = qs == Q_TRYING ? 0 : sl->q_pred;
 		w[2] = (sl->q_shared ? RC_REQ_SHARED : 0) | (qs == Q_TRYING ? RC_REQ_TRYING : 0) |
 		       (qs == Q_COUNTED && sl->q_pred && !lock_rec_load(lk, i, REC_GRANT) ?

@@ -52,9 +52,10 @@ static int take_overflow(struct ddss_lock *lk, unsigned slot, struct fanout *f)
 	for (uint32_t id = (uint32_t)head; id;) {
 		uint64_t link;
 
-		if (!ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id)) ||
-		    LOCK_ID_SLOT(id) >= DDSS_LOCK_SLOTS)
+		if (!ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id)))
 			return -EPROTO;
+		if (!lock_id_current(lk, id))
+			return -EHOSTDOWN; /* the stack below an earlier process's request */
 		r = fanout_add(f, id);
 		if (!r)
 			r = ddss_tp_read(lk->tp, LOCK_ID_RANK(id),
@@ -126,10 +127,11 @@ static void send_grants(struct ddss_lock *lk, struct fanout *f)
 		uint32_t id = f->ids[i];
 
 		spinners += !(id & LOCK_ID_SLEEPS);
-		if (!ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id)) ||
-		    LOCK_ID_SLOT(id) >= DDSS_LOCK_SLOTS) {
+		if (!ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id))) {
 			DDSS_ERR("lock: bad shared waiter id %#x in a record: skipped", id);
 			f->ids[i] = 0;
+		} else if (!lock_id_current(lk, id)) {
+			f->ids[i] = 0; /* an earlier process's: gone with it, like a dead rank's */
 		}
 	}
 	grant_sleepers(lk, f);
@@ -219,7 +221,7 @@ static bool fanout_has(const void *arg, uint32_t plain_id)
 static int missing_are_dead(struct ddss_lock *lk, unsigned slot, const struct fanout *f)
 {
 	const struct lock_slot *sl = &lk->slot[slot];
-	int r = lock_census_waiting_behind(lk, sl->q_home, sl->q_hdr, LOCK_ID(lk->rank, slot),
+	int r = lock_census_waiting_behind(lk, sl->q_home, sl->q_hdr, lock_own_id(lk, slot),
 					   true, fanout_has, f);
 
 	return r == -ESHUTDOWN ? r : r == 0;

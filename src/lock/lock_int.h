@@ -60,7 +60,20 @@
 #define LOCK_ID_SLEEPS 0x8000u
 #define LOCK_ID(rank, slot) (((uint32_t)(rank) << 16) | (uint32_t)(slot))
 #define LOCK_ID_RANK(id) ((id) >> 16)
-#define LOCK_ID_SLOT(id) ((id) & 0x7fffu)
+#define LOCK_ID_SLOT(id) ((id) & (DDSS_LOCK_SLOTS - 1u))
+/*
+ * The slot field's bits above the slot: the generation window of the process that made
+ * the id (coordinator mode: its slot generation mod LOCK_ID_WINDOWS; 0 in a static group).
+ * A process that takes over a dead rank makes ids of its own window, so an id of the old
+ * process still in a lock word or record is never taken for one of the new process's
+ * requests: it is treated like a request of a dead rank (lock_id_current). Windows repeat
+ * after LOCK_ID_WINDOWS takeovers of one slot.
+ */
+#define LOCK_ID_WINDOW_SHIFT 8u
+#define LOCK_ID_WINDOWS 128u
+#define LOCK_ID_WINDOW(id) (((id) >> LOCK_ID_WINDOW_SHIFT) & (LOCK_ID_WINDOWS - 1u))
+_Static_assert(DDSS_LOCK_SLOTS == 1u << LOCK_ID_WINDOW_SHIFT,
+	       "the window sits right above the slot in a waiter id");
 
 /* Notification values: kind in the top 4 bits, slot below. */
 #define LOCK_NOTE_WAKE 1u  /* a record of the slot was written */
@@ -324,6 +337,13 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 /* lock_slot.c: whether this rank sees @rank down (its connection closed, or declared
  * dead); never this rank itself or rank 0. */
 bool lock_peer_down(struct ddss_lock *lk, uint32_t rank);
+/* This rank's id for its request in @slot (without the sleep bit). */
+uint32_t lock_own_id(const struct ddss_lock *lk, unsigned slot);
+/* @id was made by the process its rank runs now (or runs no more, but no later one has
+ * taken the rank over): its record is that process's to read and write. */
+bool lock_id_current(const struct ddss_lock *lk, uint32_t id);
+/* The request @id can never act again: its rank is down, or @id is an earlier process's. */
+bool lock_id_down(struct ddss_lock *lk, uint32_t id);
 /* lock_slot.c: whether the home of @slot's request (set while its q_state is not Q_NONE)
  * is down: then its lock is gone with the segment, and every wait of the slot fails. */
 bool lock_home_down(struct ddss_lock *lk, unsigned slot);

@@ -19,13 +19,12 @@ static const uint64_t zero;
 
 static uint32_t my_id(const struct ddss_lock *lk, const struct lock_req *rq)
 {
-	return LOCK_ID(lk->rank, rq->slot | (lk->poll ? 0 : LOCK_ID_SLEEPS));
+	return lock_own_id(lk, rq->slot) | (lk->poll ? 0 : LOCK_ID_SLEEPS);
 }
 
 static bool id_ok(const struct ddss_lock *lk, uint32_t id)
 {
-	return ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id)) &&
-	       LOCK_ID_SLOT(id) < DDSS_LOCK_SLOTS;
+	return ddss_tp_valid_rank(lk->tp, LOCK_ID_RANK(id));
 }
 
 /* Surveys (lock_recover.c, lock_agent.c) may now place the request: behind rq->pred. */
@@ -236,8 +235,10 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 			uint32_t prank = LOCK_ID_RANK(rq->pred);
 			uint64_t at = (uint64_t)LOCK_ID_SLOT(rq->pred) * REC_LEN;
 
-			/* next_s first: the predecessor reads it once it sees next. */
-			r = ddss_tp_write(lk->tp, prank, at + REC_NEXT_S, &s, 8);
+			/* next_s first: the predecessor reads it once it sees next. A predecessor
+			 * of an earlier process of its rank went with it, like a dead one's. */
+			r = lock_id_current(lk, rq->pred) ?
+				    ddss_tp_write(lk->tp, prank, at + REC_NEXT_S, &s, 8) : -EHOSTDOWN;
 			if (!r)
 				r = lock_rec_send(lk, rq->pred, REC_NEXT, &me);
 			if (r && rq->agent) /* it is dead or failed: the agent waits on surveys */
@@ -424,6 +425,8 @@ static int s_register(struct ddss_lock *lk, struct lock_req *rq, int64_t deadlin
 	uint64_t val = LOCK_WORD(k + 1, my_id(lk, rq)), head = 0, old;
 	int r;
 
+	if (!lock_id_current(lk, rq->pred))
+		return -EHOSTDOWN; /* an earlier process of its rank: gone with it */
 	if (k < REC_ENTRIES) {
 		r = ddss_tp_write(lk->tp, prank, rec + REC_ENTRY + 8 * k, &val, 8);
 	} else {
@@ -501,6 +504,8 @@ static int s_release(struct ddss_lock *lk, const struct lock_req *rq)
 			 LOCK_TAIL(old));
 		return -EPROTO;
 	}
+	if (!lock_id_current(lk, LOCK_TAIL(old)))
+		return 0; /* a closer of an earlier process of its rank: nobody waits */
 	return ddss_tp_notify(lk->tp, LOCK_ID_RANK(LOCK_TAIL(old)),
 			      LOCK_NOTE(LOCK_NOTE_DRAIN, LOCK_ID_SLOT(LOCK_TAIL(old))));
 }

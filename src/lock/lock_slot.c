@@ -163,6 +163,26 @@ bool lock_peer_down(struct ddss_lock *lk, uint32_t rank)
 	       (ddss_tp_peer_info(lk->tp, rank, &info) == 0 && info.state == DDSS_TP_PEER_DOWN);
 }
 
+static uint32_t window_of(const struct ddss_lock *lk, uint32_t rank)
+{
+	return ddss_tp_peer_generation(lk->tp, rank) % LOCK_ID_WINDOWS;
+}
+
+uint32_t lock_own_id(const struct ddss_lock *lk, unsigned slot)
+{
+	return LOCK_ID(lk->rank, window_of(lk, lk->rank) << LOCK_ID_WINDOW_SHIFT | slot);
+}
+
+bool lock_id_current(const struct ddss_lock *lk, uint32_t id)
+{
+	return LOCK_ID_WINDOW(id) == window_of(lk, LOCK_ID_RANK(id));
+}
+
+bool lock_id_down(struct ddss_lock *lk, uint32_t id)
+{
+	return !lock_id_current(lk, id) || lock_peer_down(lk, LOCK_ID_RANK(id));
+}
+
 bool lock_home_down(struct ddss_lock *lk, unsigned slot)
 {
 	const struct lock_slot *sl = &lk->slot[slot];
@@ -248,8 +268,10 @@ int lock_rec_send(struct ddss_lock *lk, uint32_t id, unsigned field, const uint6
 	uint32_t rank = LOCK_ID_RANK(id), slot = LOCK_ID_SLOT(id);
 	int r;
 
-	if (!ddss_tp_valid_rank(lk->tp, rank) || slot >= DDSS_LOCK_SLOTS)
+	if (!ddss_tp_valid_rank(lk->tp, rank))
 		return -EPROTO; /* a corrupt lock word: never write somewhere random */
+	if (!lock_id_current(lk, id))
+		return -EHOSTDOWN; /* an earlier process of the rank: gone with it */
 	r = ddss_tp_write(lk->tp, rank, (uint64_t)slot * REC_LEN + field, val, 8);
 	if (!r)
 		r = ddss_tp_notify(lk->tp, rank, LOCK_NOTE(LOCK_NOTE_WAKE, slot));
@@ -260,8 +282,10 @@ int lock_fail(struct ddss_lock *lk, uint32_t id)
 {
 	uint32_t rank = LOCK_ID_RANK(id), slot = LOCK_ID_SLOT(id);
 
-	if (!ddss_tp_valid_rank(lk->tp, rank) || slot >= DDSS_LOCK_SLOTS)
+	if (!ddss_tp_valid_rank(lk->tp, rank))
 		return -EPROTO;
+	if (!lock_id_current(lk, id))
+		return -EHOSTDOWN;
 	return ddss_tp_notify(lk->tp, rank, LOCK_NOTE(LOCK_NOTE_FAIL, slot));
 }
 
@@ -270,8 +294,10 @@ int lock_grant(struct ddss_lock *lk, uint32_t id)
 	static const uint64_t one = 1;
 	uint32_t rank = LOCK_ID_RANK(id), slot = LOCK_ID_SLOT(id);
 
-	if (!ddss_tp_valid_rank(lk->tp, rank) || slot >= DDSS_LOCK_SLOTS)
+	if (!ddss_tp_valid_rank(lk->tp, rank))
 		return -EPROTO;
+	if (!lock_id_current(lk, id))
+		return -EHOSTDOWN;
 	if (id & LOCK_ID_SLEEPS)
 		return ddss_tp_notify(lk->tp, rank, LOCK_NOTE(LOCK_NOTE_GRANT, slot));
 	return ddss_tp_write(lk->tp, rank, (uint64_t)slot * REC_LEN + REC_GRANT, &one, 8);

@@ -58,6 +58,7 @@ enum { COORD_ASK = 1, COORD_ANSWER = 2 };
 struct ddss_admit {
 	uint32_t slot; /* 0: none */
 	uint64_t incarnation;
+	uint32_t generation;
 	struct ddss_tp_node node;
 };
 enum { ANSWER_DOWN = 1, ANSWER_UP = 2 };
@@ -120,6 +121,7 @@ static void admit_locked(struct ddss_coord *c, const struct ddss_view_member *m,
 	c->incarnation[m->slot] = m->incarnation;
 	admit->slot = m->slot;
 	admit->incarnation = (uint64_t)m->incarnation;
+	admit->generation = m->generation;
 	admit->node = *node;
 	free(node);
 }
@@ -176,7 +178,8 @@ static void on_view(void *arg, const struct ddss_view *v)
 	for (size_t i = 0; net && i < ngone; i++)
 		ddss_net_declare_dead(net, gone[i]);
 	for (size_t i = 0; net && i < nadmit; i++)
-		ddss_net_readmit(net, admit[i].slot, &admit[i].node, admit[i].incarnation);
+		ddss_net_readmit(net, admit[i].slot, &admit[i].node, admit[i].incarnation,
+				 admit[i].generation);
 	free(gone);
 	free(admit);
 }
@@ -288,7 +291,8 @@ static int take_view(struct ddss_coord *c, struct ddss_net_env *env)
 		return r;
 	env->nodes = calloc(c->size, sizeof(*env->nodes));
 	env->incarnations = calloc(c->size + 1, sizeof(*env->incarnations));
-	if (!env->nodes || !env->incarnations) {
+	env->generations = calloc(c->size + 1, sizeof(*env->generations));
+	if (!env->nodes || !env->incarnations || !env->generations) {
 		ddss_view_free(&v);
 		return -ENOMEM;
 	}
@@ -308,6 +312,7 @@ static int take_view(struct ddss_coord *c, struct ddss_net_env *env)
 		free(node);
 		c->incarnation[m->slot] = m->incarnation;
 		env->incarnations[m->slot] = (uint64_t)m->incarnation;
+		env->generations[m->slot] = m->generation;
 	}
 	c->started = !r;
 	pthread_mutex_unlock(&c->mu);
@@ -468,6 +473,8 @@ err_member:
 	env->nodes = NULL;
 	free(env->incarnations);
 	env->incarnations = NULL;
+	free(env->generations);
+	env->generations = NULL;
 err_coord:
 	coord_free(c); /* without a member too: nothing was reported yet */
 out:

@@ -66,16 +66,22 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 		}
 		memcpy(net->env.nodes, env->nodes, env->size * sizeof(*env->nodes));
 		net->env.incarnations = NULL;
+		net->env.generations = NULL;
 		if (env->incarnations) {
 			size_t n = (env->size + 1) * sizeof(*env->incarnations);
+			size_t g = (env->size + 1) * sizeof(*env->generations);
 
 			net->env.incarnations = malloc(n);
-			if (!net->env.incarnations) {
+			net->env.generations = malloc(g);
+			if (!net->env.incarnations || !net->env.generations) {
+				free(net->env.incarnations);
+				free(net->env.generations);
 				free(net->env.nodes);
 				free(net);
 				return -ENOMEM;
 			}
 			memcpy(net->env.incarnations, env->incarnations, n);
+			memcpy(net->env.generations, env->generations, g);
 		}
 		/* Its own reference to a keys file's row: both envs are freed. */
 		ddss_auth_key_copy(&net->env.auth, &env->auth);

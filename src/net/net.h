@@ -94,7 +94,7 @@ void ddss_net_declare_dead(struct ddss_net *net, uint32_t rank);
  * -EOPNOTSUPP in a static group, -EINVAL for a bad argument.
  */
 int ddss_net_readmit(struct ddss_net *net, uint32_t rank, const struct ddss_tp_node *node,
-		     uint64_t incarnation);
+		     uint64_t incarnation, uint32_t generation);
 /* Runs on the heartbeat thread before a readmitted rank can be reached: drop what was kept
  * of its old process. */
 typedef void (*ddss_net_readmit_fn)(void *arg, uint32_t rank);

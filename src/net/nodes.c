@@ -274,6 +274,8 @@ void ddss_net_env_free(struct ddss_net_env *env)
 	env->nodes = NULL;
 	free(env->incarnations);
 	env->incarnations = NULL;
+	free(env->generations);
+	env->generations = NULL;
 	ddss_coord_unref(env->coord);
 	env->coord = NULL;
 	ddss_auth_key_clear(&env->auth);
@@ -296,6 +298,7 @@ void ddss_net_env_to_config(const struct ddss_net_env *env, const struct ddss_tp
 	cfg->share_files = env->share_files;
 	cfg->tcp_protect = env->tcp_protect;
 	cfg->incarnations = env->incarnations;
+	cfg->generations = env->generations;
 	if (h)
 		cfg->handlers = *h;
 }

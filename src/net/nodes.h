@@ -50,6 +50,7 @@ struct ddss_net_env {
 	bool coordinated;          /* DDSS_COORDINATOR is set (net/coordinator.h) */
 	struct ddss_coord *coord;  /* once joined: a reference */
 	uint64_t *incarnations;    /* once joined: [rank] 1..size, the start view's (malloc'd) */
+	uint32_t *generations;     /* once joined: [rank] 1..size, the same (malloc'd) */
 	bool running;              /* once joined: the group was serving already (we replace
 				    * a rank): no start barrier with the others */
 };

@@ -14,6 +14,7 @@
 struct net_admit {
 	bool pending;
 	uint64_t incarnation;
+	uint32_t generation;
 	struct ddss_tp_node node;
 };
 
@@ -39,14 +40,14 @@ void ddss_net_on_readmit(struct ddss_net *net, ddss_net_readmit_fn fn, void *arg
 }
 
 int ddss_net_readmit(struct ddss_net *net, uint32_t rank, const struct ddss_tp_node *node,
-		     uint64_t incarnation)
+		     uint64_t incarnation, uint32_t generation)
 {
 	if (!net->admit)
 		return -EOPNOTSUPP;
 	if (rank < 1 || rank > net->env.size || rank == net->env.rank || !node || !incarnation)
 		return -EINVAL;
 	pthread_mutex_lock(&net->mu);
-	net->admit[rank] = (struct net_admit){ true, incarnation, *node };
+	net->admit[rank] = (struct net_admit){ true, incarnation, generation, *node };
 	net->dead_requested = true; /* wakes the heartbeat thread */
 	pthread_cond_broadcast(&net->cv);
 	pthread_mutex_unlock(&net->mu);
@@ -71,7 +72,7 @@ void ddss_net_readmit_pending(struct ddss_net *net)
 		fn = __atomic_load_n(&net->readmit_fn, __ATOMIC_ACQUIRE);
 		if (fn)
 			fn(__atomic_load_n(&net->readmit_arg, __ATOMIC_RELAXED), r);
-		err = ddss_tp_peer_readmit(net->tp, r, &a.node, a.incarnation);
+		err = ddss_tp_peer_readmit(net->tp, r, &a.node, a.incarnation, a.generation);
 		if (err) {
 			DDSS_ERR("rank %u: cannot take in its new incarnation %llu: %s; it stays "
 				 "refused here", r, (unsigned long long)a.incarnation, strerror(-err));

@@ -37,7 +37,7 @@ uint64_t ddss_tp_pair_group(const struct ddss_tp *tp, uint32_t peer)
 }
 
 int ddss_tp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp_node *node,
-			 uint64_t incarnation)
+			 uint64_t incarnation, uint32_t generation)
 {
 	int r;
 
@@ -49,11 +49,12 @@ int ddss_tp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp
 	/* The new incarnation first: a handshake accepted after the door opens is checked
 	 * against it, never against the old one's. */
 	__atomic_store_n(&tp->incarnation[rank], incarnation, __ATOMIC_RELEASE);
+	__atomic_store_n(&tp->generation[rank], generation, __ATOMIC_RELEASE);
 	r = tp->ops->peer_readmit(tp, rank, node);
 	if (r)
 		return r;
 	__atomic_store_n(&tp->refused[rank], 0, __ATOMIC_SEQ_CST);
-	DDSS_INFO("rank %u readmitted: incarnation %llu at %s:%u", rank,
-		  (unsigned long long)incarnation, node->host, node->port);
+	DDSS_INFO("rank %u readmitted: incarnation %llu (generation %u) at %s:%u", rank,
+		  (unsigned long long)incarnation, generation, node->host, node->port);
 	return 0;
 }

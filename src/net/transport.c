@@ -247,7 +247,12 @@ int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,
 	}
 	if (cfg->incarnations) {
 		tp->incarnation = calloc(cfg->size + 1, sizeof(*tp->incarnation));
-		if (!tp->incarnation) {
+		tp->generation = calloc(cfg->size + 1, sizeof(*tp->generation));
+		if (!tp->incarnation || !tp->generation) {
+			free(tp->incarnation);
+			free(tp->generation);
+			tp->incarnation = NULL;
+			tp->generation = NULL;
 			free(tp->refused);
 			free(tp->nodes);
 			tp->refused = NULL;
@@ -255,8 +260,12 @@ int ddss_tp_init_common(struct ddss_tp *tp, const struct ddss_tp_ops *ops,
 			return -ENOMEM;
 		}
 		memcpy(tp->incarnation, cfg->incarnations, (cfg->size + 1) * sizeof(uint64_t));
+		if (cfg->generations)
+			memcpy(tp->generation, cfg->generations, (cfg->size + 1) * sizeof(uint32_t));
 	}
-	tp->cfg.incarnations = NULL; /* tp->incarnation is the copy that changes */
+	/* tp->incarnation and tp->generation are the copies that change */
+	tp->cfg.incarnations = NULL;
+	tp->cfg.generations = NULL;
 	tp->atomics = true; /* a provider without them says so in its open */
 	if (tp->cfg.connect_timeout_ms <= 0)
 		tp->cfg.connect_timeout_ms = 30000;
@@ -286,6 +295,8 @@ void ddss_tp_fini_common(struct ddss_tp *tp)
 	tp->refused = NULL;
 	free(tp->incarnation);
 	tp->incarnation = NULL;
+	free(tp->generation);
+	tp->generation = NULL;
 	ddss_auth_key_clear(&tp->auth);
 }
 

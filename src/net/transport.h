@@ -133,6 +133,9 @@ struct ddss_tp_config {
 	 * NULL in a static group. Handshakes carry a group id of the pair's incarnations
 	 * (ddss_tp_pair_group), so a stale incarnation of a rank is refused as a stranger. */
 	const uint64_t *incarnations;
+	/* With incarnations: each rank's generation, [rank] for 1..size: 1 for a slot's first
+	 * process, one more for each that took it over (names its lock waiter ids). */
+	const uint32_t *generations;
 	struct ddss_tp_handlers handlers;
 };
 
@@ -275,6 +278,7 @@ struct ddss_tp {
 	uint8_t *refused;           /* [rank] (atomic): declared dead, never served again
 				     * (until readmitted as a new incarnation) */
 	uint64_t *incarnation;      /* [rank] (atomic), NULL in a static group (cfg.incarnations) */
+	uint32_t *generation;       /* [rank] (atomic), with incarnation (cfg.generations) */
 	struct ddss_auth_key auth;  /* owned copy of *cfg.auth (cfg.auth points here) */
 	unsigned long handshakes_failed; /* atomic: incoming connections turned away */
 	uint64_t timeouts;          /* atomic: requests a peer left unanswered past the
@@ -389,7 +393,14 @@ uint64_t ddss_tp_pair_group(const struct ddss_tp *tp, uint32_t peer);
  * refused, -EOPNOTSUPP for a static group or a provider without it.
  */
 int ddss_tp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp_node *node,
-			 uint64_t incarnation);
+			 uint64_t incarnation, uint32_t generation);
+
+/** @rank's generation (cfg.generations, as readmissions change it); 0 in a static group. */
+static inline uint32_t ddss_tp_peer_generation(const struct ddss_tp *tp, uint32_t rank)
+{
+	return tp->generation && rank >= 1 && rank <= tp->cfg.size ?
+		       __atomic_load_n(&tp->generation[rank], __ATOMIC_ACQUIRE) : 0;
+}
 
 /** True if @rank was declared dead (providers refuse its handshakes and connects). */
 static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)

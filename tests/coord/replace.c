@@ -7,7 +7,11 @@
  *     joins the running group without the start barrier, and the survivors let it in;
  *  4. the replacement serves a new segment of its own: every survivor reads its value;
  *  5. the old segment stays gone for everyone (never the new process's memory);
- *  6. all four increment the counter: it is exact (3 x INCREMENTS + 4 x INCREMENTS).
+ *  6. a lock the old process held when it died, untouched until the new process holds a
+ *     lock of its own in the same waiter slot: a survivor takes it back within a bound,
+ *     and the new process's lock is not disturbed (the old process's waiter id is not
+ *     the new one's: src/lock/lock_int.h, LOCK_ID_WINDOW);
+ *  7. all four increment the counter: it is exact (3 x INCREMENTS + 4 x INCREMENTS).
  * Prints the time from the replacement's start to its first served operation.
  * No collective finalize: barriers count from the start, which the replacement missed.
  */
@@ -31,17 +35,20 @@
 #define VICTIM 4
 #define INCREMENTS 200
 #define WAIT_MS 60000
+#define LOCK_WAIT_MS 15000
 #define OLD_VALUE 0x01d5e9u
 #define NEW_VALUE 0x4e3e57u
 
 /* Words of the results segment (homed at rank 1). */
-enum { W_OLD = 0, W_NEW = 1, W_BACK = 2, W_DONE1 = 3, W_DONE2 = 3 + NRANKS,
-       W_READ = 3 + 2 * NRANKS, W_WORDS = 3 + 3 * NRANKS };
+enum { W_OLD = 0, W_NEW = 1, W_BACK = 2, W_HELD = 3, W_LGOT = 4, W_MGOT = 5, W_DONE1 = 6,
+       W_DONE2 = 6 + NRANKS, W_READ = 6 + 2 * NRANKS, W_WORDS = 6 + 3 * NRANKS };
 
 static ddss_ctx_t *ctx;
 static uint32_t me;
 static bool replacement;
 static ddss_key_t results, counter, old_seg, new_seg;
+static ddss_key_t lock_l; /* held by the old process when it dies */
+static ddss_key_t lock_m; /* the new process's, in the same waiter slot */
 static int to_watcher = -1; /* the victim's pipe to its watcher */
 
 static uint64_t wait_word(unsigned w)
@@ -77,10 +84,14 @@ static void setup(void)
 	struct ddss_seg_attr a = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = "replres" };
 	struct ddss_seg_attr c = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = "replcount" };
 	struct ddss_seg_attr o = { .placement = DDSS_PLACE_RANK, .rank = VICTIM };
+	struct ddss_seg_attr l = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = "repll" };
+	struct ddss_seg_attr m = { .placement = DDSS_PLACE_RANK, .rank = 2, .name = "replm" };
 	uint64_t v = 0;
 
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8 * W_WORDS, &a, &results), 0);
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &c, &counter), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &l, &lock_l), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &m, &lock_m), 0);
 	if (me == VICTIM) {
 		v = OLD_VALUE;
 		CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 64, &o, &old_seg), 0);
@@ -98,12 +109,14 @@ static void setup(void)
 
 static void test_kill(void)
 {
-	uint64_t keys[2] = { results, counter };
+	uint64_t keys[4] = { results, counter, lock_l, lock_m };
 	int64_t view = 0, when = 0;
 	double t0 = test_now_ms();
 	int r = -ENOENT;
 
 	if (me == VICTIM) {
+		/* Its first lock request: waiter slot 0. Held when it dies. */
+		CU_ASSERT_EQUAL(ddss_acquire_lock_ss(ctx, lock_l, DDSS_LOCK_EXCLUSIVE), 0);
 		/* The replacement learns the keys from us: names may live at any rank. */
 		if (write(to_watcher, keys, sizeof(keys)) != (ssize_t)sizeof(keys))
 			_exit(3);
@@ -137,6 +150,34 @@ static void test_replaced(void)
 	CU_ASSERT_EQUAL(v, 0);
 }
 
+/* Rank 2 takes back the lock the old process died holding, while the new one holds its
+ * own lock in the same waiter slot; then rank 3 takes that one after its release. */
+static void test_stale_lock(void)
+{
+	double t0;
+	int r;
+
+	if (me == 2) {
+		CU_ASSERT_FATAL(wait_word(W_HELD) == 1);
+		t0 = test_now_ms();
+		r = ddss_acquire_lock_timed_ss(ctx, lock_l, DDSS_LOCK_EXCLUSIVE, LOCK_WAIT_MS);
+		printf("rank 2: the dead process's lock taken back: %s after %.0f ms\n",
+		       ddss_strerror(r), test_now_ms() - t0);
+		CU_ASSERT_EQUAL(r, 0);
+		if (!r)
+			CU_ASSERT_EQUAL(ddss_release_lock_ss(ctx, lock_l), 0);
+		put_word(W_LGOT, 1); /* whatever happened: the replacement may release */
+	}
+	if (me == 3) {
+		CU_ASSERT_FATAL(wait_word(W_MGOT) == 1);
+		r = ddss_acquire_lock_timed_ss(ctx, lock_m, DDSS_LOCK_EXCLUSIVE, LOCK_WAIT_MS);
+		printf("rank 3: the new process's lock after its release: %s\n", ddss_strerror(r));
+		CU_ASSERT_EQUAL(r, 0);
+		if (!r)
+			CU_ASSERT_EQUAL(ddss_release_lock_ss(ctx, lock_m), 0);
+	}
+}
+
 /* The new process of slot 4: its first operations, and what it serves. */
 static void test_replacement(void)
 {
@@ -151,6 +192,12 @@ static void test_replacement(void)
 	v = 0;
 	CU_ASSERT(ddss_get(ctx, old_seg, 0, &v, sizeof(v)) != 0);
 	CU_ASSERT_EQUAL(v, 0);
+	/* Its first lock request, in waiter slot 0 like the old process's on lock L. */
+	CU_ASSERT_EQUAL_FATAL(ddss_acquire_lock_ss(ctx, lock_m, DDSS_LOCK_EXCLUSIVE), 0);
+	put_word(W_HELD, 1);
+	CU_ASSERT(wait_word(W_LGOT) == 1);
+	CU_ASSERT_EQUAL(ddss_release_lock_ss(ctx, lock_m), 0);
+	put_word(W_MGOT, 1);
 }
 
 static void test_counter(void)
@@ -177,7 +224,7 @@ static void test_counter(void)
 /* Rank 4's watcher: the victim ends by SIGKILL; then it runs the replacement. */
 static int watch_and_replace(pid_t victim, int from_victim, char **argv)
 {
-	uint64_t keys[2];
+	uint64_t keys[4];
 	char text[96];
 	int status;
 	pid_t pid;
@@ -189,7 +236,8 @@ static int watch_and_replace(pid_t victim, int from_victim, char **argv)
 		printf("rank %u: the victim ended otherwise (status %#x)\n", VICTIM, status);
 		return 1;
 	}
-	snprintf(text, sizeof(text), "%" PRIu64 ",%" PRIu64, keys[0], keys[1]);
+	snprintf(text, sizeof(text), "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, keys[0],
+		 keys[1], keys[2], keys[3]);
 	setenv("TEST_REPLACE_KEYS", text, 1);
 	/* Another address: the slot moves, as it would to another machine. */
 	if (getenv("DDSS_LISTEN_FD")) {
@@ -224,7 +272,8 @@ int main(int argc, char **argv)
 	}
 	replacement = keys != NULL;
 	if (replacement &&
-	    sscanf(keys, "%" SCNu64 ",%" SCNu64, &results, &counter) != 2)
+	    sscanf(keys, "%" SCNu64 ",%" SCNu64 ",%" SCNu64 ",%" SCNu64, &results, &counter,
+		   &lock_l, &lock_m) != 4)
 		return 2;
 	/* ddssrun --coordinator asks each rank for the slot of its index (DDSS_RANK). */
 	if (!replacement && atoi(getenv("DDSS_RANK")) == VICTIM) {
@@ -272,6 +321,8 @@ int main(int argc, char **argv)
 		CU_add_test(suite, "killed: the survivors carry on", test_kill);
 		CU_add_test(suite, "replaced: its new segment is served, its old one is gone",
 			    test_replaced);
+		CU_add_test(suite, "a lock the dead process held, while the new one holds its own",
+			    test_stale_lock);
 	}
 	CU_add_test(suite, "the locked counter stays exact", test_counter);
 	failed = test_run_all();
