@@ -141,6 +141,9 @@ struct ddss_lock_recovery_stats {
 	uint64_t turns_passed; /* fair mode: dead ranks' tickets whose turn was passed on here */
 };
 void ddss_lock_recovery_stats(ddss_ctx_t *ctx, struct ddss_lock_recovery_stats *st);
+/* Waiter slots never reused any more (lost mid-queue, or retired after a recovered drain):
+ * of DDSS_LOCK_SLOTS, what deaths have cost this context so far. */
+unsigned ddss_lock_slots_retired(ddss_ctx_t *ctx);
 /* Test: ask @key's home to run a recovery agent now, as a failed request would. */
 int ddss_lock_test_recover(ddss_ctx_t *ctx, ddss_key_t key);
 

@@ -4,6 +4,7 @@
  * record, in event mode it sleeps on a futex that every notification for the slot bumps
  * (a notification is posted after each record write and arrives after the bytes).
  */
+#include "core/ctx.h"
 #include "core/log.h"
 #include "core/tsan.h"
 #include "lock/lock_int.h"
@@ -82,6 +83,18 @@ void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_st
 		DDSS_WARN("lock waiter slot %u retired (its request failed mid-queue)", slot);
 		lock_lost_locked(lk, slot);
 	}
+}
+
+unsigned ddss_lock_slots_retired(ddss_ctx_t *ctx)
+{
+	struct ddss_lock *lk = ctx->lock;
+	unsigned n = 0;
+
+	pthread_mutex_lock(&lk->mu);
+	for (unsigned i = 0; i < DDSS_LOCK_SLOTS; i++)
+		n += lk->slot[i].state == SLOT_LOST || lk->slot[i].state == SLOT_RETIRED;
+	pthread_mutex_unlock(&lk->mu);
+	return n;
 }
 
 void lock_slot_put(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why)

@@ -14,8 +14,9 @@
  * starts with their addresses. A rank the heartbeat finds silent is reported, not declared
  * dead; a member that leaves the view is declared dead by every rank at once; a process
  * whose lease was not renewed in time stops acting (every call returns -ENOLINK or
- * -EHOSTDOWN).
- * Replacing a dead slot while the group runs is the next step (issue 30).
+ * -EHOSTDOWN). A process that joins a running group (P serving/ keys exist) takes over a
+ * dead slot: the survivors let its new incarnation in (net/readmit.c), and it starts
+ * without the start barrier (ddss_net_begin).
  */
 #ifndef DDSS_NET_COORDINATOR_H
 #define DDSS_NET_COORDINATOR_H
