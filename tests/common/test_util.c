@@ -309,3 +309,16 @@ void test_rdma_host_or_skip(char *host, size_t len)
 	}
 	snprintf(host, len, "%.*s", (int)strcspn(h, ","), h);
 }
+
+void test_listen_elsewhere(void)
+{
+	char listen[96];
+	const char *cur = getenv("DDSS_LISTEN");
+	char *colon;
+
+	snprintf(listen, sizeof(listen), "%s", cur ? cur : "127.0.0.1:0");
+	colon = strrchr(listen, ':');
+	if (colon)
+		snprintf(colon, sizeof(listen) - (size_t)(colon - listen), ":0");
+	setenv("DDSS_LISTEN", listen, 1);
+}

@@ -117,6 +117,9 @@ const char *test_ctx_transport(struct ddss_ctx *ctx);
 uint64_t test_segments_draining(struct ddss_ctx *ctx);
 /** One increment of the 8-byte counter @key under its exclusive lock: 0 or the first error. */
 int test_locked_increment(struct ddss_ctx *ctx, uint64_t key);
+/** Coordinator mode: set DDSS_LISTEN to the same host as now, port 0 (any free one), for a
+ * process that replaces this one, as it would listen on another machine. */
+void test_listen_elsewhere(void);
 /** ddss_barrier on @ctx, or exit(1) saying why (see test_barrier_or_exit). */
 void test_ctx_barrier_or_exit(struct ddss_ctx *ctx);
 

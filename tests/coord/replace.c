@@ -43,6 +43,7 @@
 enum { W_OLD = 0, W_NEW = 1, W_BACK = 2, W_HELD = 3, W_LGOT = 4, W_MGOT = 5, W_DONE1 = 6,
        W_DONE2 = 6 + NRANKS, W_READ = 6 + 2 * NRANKS, W_WORDS = 6 + 3 * NRANKS };
 
+
 static ddss_ctx_t *ctx;
 static uint32_t me;
 static bool replacement;
@@ -244,7 +245,7 @@ static int watch_and_replace(pid_t victim, int from_victim, char **argv)
 		close(atoi(getenv("DDSS_LISTEN_FD")));
 		unsetenv("DDSS_LISTEN_FD");
 	}
-	setenv("DDSS_LISTEN", "127.0.0.1:0", 1);
+	test_listen_elsewhere();
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {

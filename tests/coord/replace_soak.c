@@ -35,6 +35,7 @@
 /* Retired waiter slots per survivor over the whole run (--slot-bound). Each death still
  * retires one or two at the lock's home (docs/membership.md, "Not built yet"): the short
  * run allows for them, the full soak does not and fails until they are reclaimed. */
+
 static unsigned slots_bound = 4;
 
 /* Words of the results segment (homed at rank 1). */
@@ -236,7 +237,7 @@ static int watcher(char **argv)
 				close(atoi(getenv("DDSS_LISTEN_FD")));
 				unsetenv("DDSS_LISTEN_FD");
 			}
-			setenv("DDSS_LISTEN", "127.0.0.1:0", 1);
+			test_listen_elsewhere();
 		}
 		if (waitpid(pid, &status, 0) != pid)
 			return 1;
