@@ -271,6 +271,10 @@ static int chan_connect(struct tcp_chan *ch)
 			return -EHOSTDOWN;
 		if (ddss_now_ns() >= deadline)
 			return r == -ECONNREFUSED ? -ETIMEDOUT : r;
+		/* Declared dead while we wait for it to start (a replacement that died before we
+		 * ever reached it): stop now. connect_mu is held, and the refusal needs it. */
+		if (ddss_tp_peer_refused(&ch->tp->base, ch->peer))
+			return -EHOSTDOWN;
 		/* Back-off between attempts while the peer starts (not a synchronisation). */
 		struct timespec ts = { 0, backoff_ms * 1000000 };
 		nanosleep(&ts, NULL);

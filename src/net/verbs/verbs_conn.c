@@ -676,6 +676,11 @@ int verbs_out_connect(struct verbs_out *o)
 	for (;;) {
 		bool failed = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) != 0;
 
+		/* Declared dead while we wait for it (see tcp_chan.c): stop now. */
+		if (ddss_tp_peer_refused(&vt->base, o->peer)) {
+			r = -EHOSTDOWN;
+			break;
+		}
 		if (o->phase == VERBS_UP && !failed) {
 			r = 0;
 			break;
