@@ -155,6 +155,9 @@ static void survivor(void)
 			rss0 = rss_kib();
 			slots0 = ddss_lock_slots_retired(ctx);
 		}
+		if (i % 10 == 0) /* progress, for the long run's log */
+			printf("rank %u: cycle %u: open fds %u, RSS %ld KiB, retired waiter slots "
+			       "%u\n", me, i, open_fds(), rss_kib(), ddss_lock_slots_retired(ctx));
 	}
 	increments(SHARE);
 	put_word(W_SURV + me - 1, cycles + 1);
