@@ -69,6 +69,9 @@ int ddss_etcd_create(struct ddss_etcd *etcd, const char *key, const void *value,
 int ddss_etcd_create_and_put(struct ddss_etcd *etcd, const char *key, const void *value,
 			     size_t len, int64_t lease, const char *key2, const void *value2,
 			     size_t len2, int64_t *rev_p);
+/** Write @key only if @guard does not exist (one transaction): -EEXIST if it does. */
+int ddss_etcd_put_unless(struct ddss_etcd *etcd, const char *key, const void *value,
+			 size_t len, int64_t lease, const char *guard);
 /** Delete @key only if its create revision is @create_rev: -ESTALE if not (or gone). */
 int ddss_etcd_delete_if(struct ddss_etcd *etcd, const char *key, int64_t create_rev);
 /** Delete @key (or every key under it if @prefix); absent keys are no error. */

@@ -231,6 +231,23 @@ int ddss_etcd_create_and_put(struct ddss_etcd *etcd, const char *key, const void
 	return 0;
 }
 
+int ddss_etcd_put_unless(struct ddss_etcd *etcd, const char *key, const void *value,
+			 size_t len, int64_t lease, const char *guard)
+{
+	json_object *req = json_object_new_object();
+	int64_t rev;
+	bool ok;
+	int r;
+
+	json_object_object_add(req, "compare", compare_create(guard, 0));
+	json_object_object_add(req, "success", one_op("request_put",
+						       put_obj(key, value, len, lease)));
+	r = txn(etcd, req, &ok, &rev);
+	if (r)
+		return r;
+	return ok ? 0 : -EEXIST;
+}
+
 int ddss_etcd_delete_if(struct ddss_etcd *etcd, const char *key, int64_t create_rev)
 {
 	json_object *req, *del;

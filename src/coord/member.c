@@ -417,7 +417,7 @@ int ddss_member_etcd_state(struct ddss_member *m)
 int ddss_member_report(struct ddss_member *m, uint32_t slot, int64_t incarnation)
 {
 	const struct ddss_view_member *vm;
-	char key[DDSS_MEMBER_KEY_MAX], text[24];
+	char key[DDSS_MEMBER_KEY_MAX], guard[DDSS_MEMBER_KEY_MAX], text[24];
 	int64_t lease = 0;
 	int r;
 
@@ -433,12 +433,20 @@ int ddss_member_report(struct ddss_member *m, uint32_t slot, int64_t incarnation
 	pthread_mutex_unlock(&m->mu);
 	if (!lease)
 		return -ESTALE;
-	/* On the reported member's own lease: the report goes with that member. */
+	/* On the reported member's own lease: the report goes with that member. Only while
+	 * nobody has reported us: of two members cut off from each other only (each hearing
+	 * the rest), the first report stands and the other's fails, so one of them stays. */
 	member_key(m, "suspect", slot, key, sizeof(key));
+	member_key(m, "suspect", m->slot, guard, sizeof(guard));
 	snprintf(text, sizeof(text), "%" PRId64, incarnation);
-	r = ddss_etcd_put(m->etcd, key, text, strlen(text), lease, NULL);
+	r = ddss_etcd_put_unless(m->etcd, key, text, strlen(text), lease, guard);
 	if (r == -ENOENT) /* its lease is gone already */
 		r = -ESTALE;
+	if (r == -EEXIST) {
+		DDSS_WARN("membership: not reporting slot %" PRIu32 ": this member was reported "
+			  "first", slot);
+		return -EPERM;
+	}
 	if (!r)
 		DDSS_WARN("membership: reported slot %" PRIu32 " (incarnation %" PRId64 ") silent",
 			  slot, incarnation);

@@ -637,7 +637,21 @@ static void *report_main(void *arg)
 {
 	struct report *rep = arg;
 	struct ddss_coord *c = rep->c;
-	int r = ddss_member_report(c->member, rep->rank, rep->inc);
+	int r;
+
+	/*
+	 * Two members cut off from each other only report each other at about the same time;
+	 * the first report stands (ddss_member_report). Let the lower slot be first: a higher
+	 * one waits a quarter of the TTL, so the outcome does not depend on whose heartbeat
+	 * thread woke first. (A rank that really died leaves at its lease expiry anyway.)
+	 */
+	if (c->self > rep->rank) {
+		struct timespec pause = { (time_t)(c->ttl_ns / 4 / 1000000000),
+					  (long)(c->ttl_ns / 4 % 1000000000) };
+
+		nanosleep(&pause, NULL);
+	}
+	r = ddss_member_report(c->member, rep->rank, rep->inc);
 
 	if (r == -EAGAIN || r == -ECONNREFUSED || r == -ETIMEDOUT) {
 		/* etcd unreachable: the next heartbeat round asks again */
@@ -645,7 +659,7 @@ static void *report_main(void *arg)
 		if (c->reported[rep->rank] == rep->inc)
 			c->reported[rep->rank] = 0;
 		pthread_mutex_unlock(&c->mu);
-	} else if (r && r != -ESTALE) {
+	} else if (r && r != -ESTALE && r != -EPERM) { /* -EPERM: we were reported first */
 		DDSS_WARN("coordinator mode: cannot report rank %" PRIu32 " silent: %s; it leaves "
 			  "the view when its lease expires", rep->rank, strerror(-r));
 	} else if (!r) {

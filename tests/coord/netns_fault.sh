@@ -6,13 +6,18 @@
 #   freeze  stopped (SIGSTOP), and continued once its slot has been taken over
 #   cut     cut off: its link (vr4, bridge side) is set down, and up again once its slot
 #           has been taken over
-# and a replacement takes slot 4 from a fifth namespace (another "machine").
+#   cut-home  cut off from rank 2 only, the fence word's home (a blackhole route each way),
+#           while it still reaches etcd: rank 2 reports it silent, and it stops
+#   cut-etcd  cut off from etcd only, while it still reaches every rank: its renewals
+#           fail, the others say etcd answers them, and it stops at its lease deadline
+# and a replacement takes slot 4 from a fifth namespace (another "machine"). The cuts are
+# undone once the replacement is in.
 # tests/coord/netns_member.c checks the rest: every survivor reports the same view, with
 # the time from the fault; the locked counter is exact; the replacement serves a segment
 # of its own; the old process stops (freeze, cut) with an error, and the fence word it
 # wrote to has not changed since the replacement came in (nothing it sent later landed).
 #
-# usage: netns_fault.sh --bin PATH --fault kill|freeze|cut [--keep-logs]
+# usage: netns_fault.sh --bin PATH --fault kill|freeze|cut|cut-home|cut-etcd [--keep-logs]
 # Needs root, `ip netns` and etcd (else exit 77, SKIP). Logs under a new
 # /tmp/ddss-netns.XXXXXX, kept on failure.
 set -u
@@ -26,7 +31,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-case "$fault" in kill|freeze|cut) ;; *) echo "netns_fault.sh: --fault kill|freeze|cut" >&2; exit 2 ;; esac
+case "$fault" in
+  kill|freeze|cut|cut-home|cut-etcd) ;;
+  *) echo "netns_fault.sh: --fault kill|freeze|cut|cut-home|cut-etcd" >&2; exit 2 ;;
+esac
 [ -x "$bin" ] || { echo "netns_fault.sh: --bin must name netns_member" >&2; exit 2; }
 if [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1; then
   echo "SKIP: netns_fault.sh needs root and 'ip netns'"; exit 77
@@ -101,6 +109,7 @@ start_rank() {
   ip netns exec "$tag-$1" env DDSS_COORDINATOR="etcd://$etcd_ip:2379/nf$$" \
     DDSS_LISTEN="198.18.0.${1#r}:7000" DDSS_SIZE=4 DDSS_RANK="$2" DDSS_TRANSPORT=tcp \
     DDSS_SECRET_FILE="$dir/secret" DDSS_LOG_LEVEL=warn TEST_ROLE="$3" TEST_DIR="$dir" \
+    DDSS_OP_TIMEOUT_MS=5000 \
     timeout 120 "$bin" >"$dir/$1.log" 2>&1 &
   pid[${1#r}]=$!
 }
@@ -126,6 +135,10 @@ case "$fault" in
   kill) kill -KILL "$vpid" ;;
   freeze) kill -STOP "$vpid" ;;
   cut) ip -n "$tag-br" link set vr4 down ;;
+  cut-home)
+    ip -n "$tag-r4" route add blackhole 198.18.0.2/32
+    ip -n "$tag-r2" route add blackhole 198.18.0.4/32 ;;
+  cut-etcd) ip -n "$tag-r4" route add blackhole $etcd_ip/32 ;;
 esac
 t_fault=$(now_ms)
 start_rank r5 4 replacement
@@ -134,6 +147,10 @@ t_back=$(now_ms)
 case "$fault" in
   freeze) kill -CONT "$vpid" ;;
   cut) ip -n "$tag-br" link set vr4 up ;;
+  cut-home)
+    ip -n "$tag-r4" route del blackhole 198.18.0.2/32
+    ip -n "$tag-r2" route del blackhole 198.18.0.4/32 ;;
+  cut-etcd) ip -n "$tag-r4" route del blackhole $etcd_ip/32 ;;
 esac
 wait "${pid[4]}"; vrc=$?
 echo 1 >"$dir/victim-done"
