@@ -35,6 +35,13 @@ int ddss_net_cond_wait(struct ddss_net *n, int64_t deadline_ns)
 	return -ETIMEDOUT;
 }
 
+/* Coordinator mode (net/coordinator.c): never reached (no env.coord here). */
+int ddss_coord_set_serving(struct ddss_coord *c)
+{
+	(void)c;
+	abort();
+}
+
 int64_t ddss_now_ns(void)
 {
 	return 0;
