@@ -322,3 +322,21 @@ void test_listen_elsewhere(void)
 		snprintf(colon, sizeof(listen) - (size_t)(colon - listen), ":0");
 	setenv("DDSS_LISTEN", listen, 1);
 }
+
+int test_failures;
+
+struct ddss_ctx *test_init_peer_timeout(int peer_timeout_ms)
+{
+	struct ddss_attr attr;
+	ddss_ctx_t *ctx;
+	int r;
+
+	ddss_attr_init(&attr);
+	attr.peer_timeout_ms = peer_timeout_ms;
+	r = ddss_init(&attr, &ctx);
+	if (r) {
+		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
+		return NULL;
+	}
+	return ctx;
+}

@@ -117,6 +117,26 @@ const char *test_ctx_transport(struct ddss_ctx *ctx);
 uint64_t test_segments_draining(struct ddss_ctx *ctx);
 /** One increment of the 8-byte counter @key under its exclusive lock: 0 or the first error. */
 int test_locked_increment(struct ddss_ctx *ctx, uint64_t key);
+/*
+ * For processes that check without CUnit (several processes of one test, each judging
+ * itself): a failed @cond prints where and why, prefixed by @me (the rank), and counts in
+ * test_failures. Exit with test_failures ? 1 : 0.
+ */
+extern int test_failures;
+#define TEST_CHECK(me, cond, ...)                                                          \
+	do {                                                                               \
+		if (!(cond)) {                                                             \
+			printf("rank %u: FAIL %s:%d: ", (unsigned)(me), __FILE__, __LINE__);  \
+			printf(__VA_ARGS__);                                               \
+			printf("\n");                                                      \
+			test_failures++;                                                   \
+		}                                                                          \
+	} while (0)
+
+/** ddss_init with the attr's defaults and @peer_timeout_ms; NULL (the error printed) on
+ * failure. */
+struct ddss_ctx *test_init_peer_timeout(int peer_timeout_ms);
+
 /** Coordinator mode: set DDSS_LISTEN to the same host as now, port 0 (any free one), for a
  * process that replaces this one, as it would listen on another machine. */
 void test_listen_elsewhere(void);

@@ -44,17 +44,7 @@ static ddss_ctx_t *ctx;
 static uint32_t me;
 static const char *dir;
 static ddss_key_t results, counter, fence;
-static int failures;
-
-#define CHECK(cond, ...)                                                                   \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			printf("rank %u: FAIL %s:%d: ", me, __FILE__, __LINE__);           \
-			printf(__VA_ARGS__);                                               \
-			printf("\n");                                                      \
-			failures++;                                                        \
-		}                                                                          \
-	} while (0)
+#define CHECK(cond, ...) TEST_CHECK(me, cond, __VA_ARGS__)
 
 static void path_of(const char *name, char *path, size_t len)
 {
@@ -268,10 +258,8 @@ static void replacement(void)
 int main(void)
 {
 	const char *role = getenv("TEST_ROLE");
-	struct ddss_attr attr;
 	double t0 = test_now_ms();
 	char keys[128];
-	int r;
 
 	dir = getenv("TEST_DIR");
 	if (!role || !dir || !getenv("DDSS_COORDINATOR")) {
@@ -284,13 +272,9 @@ int main(void)
 			   &fence) != 3)
 			return 2;
 	}
-	ddss_attr_init(&attr);
-	attr.peer_timeout_ms = PEER_TIMEOUT_MS;
-	r = ddss_init(&attr, &ctx);
-	if (r) {
-		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
+	ctx = test_init_peer_timeout(PEER_TIMEOUT_MS);
+	if (!ctx)
 		return 1;
-	}
 	me = ddss_rank(ctx);
 	setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach the log even if the driver kills us */
 	if (!strcmp(role, "replacement")) {
@@ -301,7 +285,7 @@ int main(void)
 	} else {
 		survivor();
 	}
-	printf("rank %u (%s): %s\n", me, role, failures ? "FAILED" : "passed");
+	printf("rank %u (%s): %s\n", me, role, test_failures ? "FAILED" : "passed");
 	fflush(stdout);
-	_exit(failures ? 1 : 0); /* no collective finalize: a member was replaced */
+	_exit(test_failures ? 1 : 0); /* no collective finalize: a member was replaced */
 }

@@ -46,17 +46,7 @@ static ddss_ctx_t *ctx;
 static uint32_t me;
 static ddss_key_t results, counter;
 static unsigned cycles = 3;
-static int failures;
-
-#define CHECK(cond, ...)                                                                   \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			printf("rank %u: FAIL %s:%d: ", me, __FILE__, __LINE__);           \
-			printf(__VA_ARGS__);                                               \
-			printf("\n");                                                      \
-			failures++;                                                        \
-		}                                                                          \
-	} while (0)
+#define CHECK(cond, ...) TEST_CHECK(me, cond, __VA_ARGS__)
 
 static uint64_t word(unsigned w)
 {
@@ -145,7 +135,7 @@ static void survivor(void)
 	long rss0 = 0;
 	uint64_t total = 0, expect = (uint64_t)(cycles + 1) * NRANKS * SHARE;
 
-	for (unsigned i = 1; i <= cycles && !failures; i++) {
+	for (unsigned i = 1; i <= cycles && !test_failures; i++) {
 		CHECK(wait_word(W_HOLD, i), "process %u of slot %u did not come", i, VICTIM);
 		increments(SHARE); /* the lock is taken back from the dead holder */
 		own_segment(0x5000 + i);
@@ -259,9 +249,7 @@ int main(int argc, char **argv)
 	const char *proc = getenv("TEST_SOAK_PROCESS"), *keys = getenv("TEST_SOAK_KEYS");
 	struct ddss_seg_attr a = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = "soakres" };
 	struct ddss_seg_attr c = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = "soakcount" };
-	struct ddss_attr attr;
 	unsigned i = proc ? (unsigned)atoi(proc) : 0;
-	int r;
 
 	for (int k = 1; k + 1 < argc; k++)
 		if (!strcmp(argv[k], "--cycles"))
@@ -276,13 +264,9 @@ int main(int argc, char **argv)
 		return watcher(argv);
 	if (keys && sscanf(keys, "%" SCNu64 ",%" SCNu64, &results, &counter) != 2)
 		return 2;
-	ddss_attr_init(&attr);
-	attr.peer_timeout_ms = PEER_TIMEOUT_MS;
-	r = ddss_init(&attr, &ctx);
-	if (r) {
-		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
+	ctx = test_init_peer_timeout(PEER_TIMEOUT_MS);
+	if (!ctx)
 		return 1;
-	}
 	me = ddss_rank(ctx);
 	if (!keys) { /* the start: every rank of the first cycle */
 		CHECK(ddss_allocate_ss(ctx, 8 * W_WORDS, &a, &results) == 0, "results");
@@ -294,8 +278,8 @@ int main(int argc, char **argv)
 	else
 		survivor();
 	printf("rank %u%s: %s\n", me, me == VICTIM ? " (last process)" : "",
-	       failures ? "FAILED" : "passed");
+	       test_failures ? "FAILED" : "passed");
 	fflush(stdout);
 	/* No collective finalize: barriers count from the start, which replacements missed. */
-	_exit(failures ? 1 : 0);
+	_exit(test_failures ? 1 : 0);
 }
