@@ -140,6 +140,7 @@ struct options {
     char ddssd_default[PATH_MAX];
     const char *write_keys;         /* --write-keys DIR */
     bool coordinator;               /* --coordinator: a private etcd, coordinator mode */
+    int slot;                       /* --slot S: only slot S, into a running group; 0: all */
     char **prog_argv;
 };
 
@@ -148,6 +149,7 @@ struct launch {
     int nranks;
     bool use_tcp;
     bool coordinator;
+    bool user_group;                /* DDSS_GROUP was set by the user */
     struct ddssrun_etcd etcd;       /* --coordinator */
     int nhosts;
     char hosts[MAX_HOSTS][INET_ADDRSTRLEN]; /* rank r listens on hosts[(r-1) % nhosts] */
@@ -264,7 +266,8 @@ static void say(const char *fmt, ...)
 static void usage(FILE *to)
 {
     fputs("usage: ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR..]] [--timeout SEC]\n"
-          "               [--daemon [--clients K] [--ddssd PATH]] [--coordinator] [--] prog [args...]\n"
+          "               [--daemon [--clients K] [--ddssd PATH]] [--coordinator [--slot S]]\n"
+          "               [--] prog [args...]\n"
           "       ddssrun -n N --write-keys DIR\n"
           "  -n, --np N        number of ranks (1..1024)\n"
           "  --transport T     tcp or verbs (default: $DDSS_TRANSPORT, else tcp)\n"
@@ -278,6 +281,9 @@ static void usage(FILE *to)
           "  --coordinator     coordinator mode: the ranks form the group through etcd: the\n"
           "                    one $DDSS_COORDINATOR names, else a private one on loopback\n"
           "                    for the run (docs/membership.md)\n"
+          "  --slot S          with --coordinator and $DDSS_COORDINATOR: start only slot S of\n"
+          "                    the group of N, to take over a dead member's slot while the\n"
+          "                    group runs; needs the group's secret ($DDSS_SECRET_FILE)\n"
           "  --write-keys DIR  write the ranks' keys files (DIR/rank-R.keys) and exit\n"
           "  -h, --help        show this help\n",
           to);
@@ -392,6 +398,13 @@ static enum parse_result check_options(struct options *opt, int argc, char **arg
     }
     if (opt->daemon && !find_ddssd(opt))
         return PARSE_ERROR;
+    if (opt->slot && (!opt->coordinator || opt->daemon || opt->slot > opt->nranks ||
+                      !nonempty_env("DDSS_COORDINATOR") ||
+                      !(nonempty_env("DDSS_SECRET_FILE") || nonempty_env("DDSS_SECRET")))) {
+        say("ddssrun: --slot S joins a running group: it needs --coordinator, S <= N, no "
+            "--daemon, and the group's DDSS_COORDINATOR and DDSS_SECRET_FILE\n");
+        return PARSE_ERROR;
+    }
     if (opt->clients == 0)
         opt->clients = 1;
     opt->prog_argv = argv + optind;
@@ -410,6 +423,7 @@ static enum parse_result parse_options(int argc, char **argv, struct options *op
         { "ddssd", required_argument, NULL, 'B' },
         { "write-keys", required_argument, NULL, 'K' },
         { "coordinator", no_argument, NULL, 'E' },
+        { "slot", required_argument, NULL, 'S' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -460,6 +474,13 @@ static enum parse_result parse_options(int argc, char **argv, struct options *op
         case 'E':
             opt->coordinator = true;
             break;
+        case 'S':
+            if (!parse_long(optarg, 1, MAX_RANKS, &value)) {
+                say("ddssrun: --slot must be a number from 1 to %d\n", MAX_RANKS);
+                return PARSE_ERROR;
+            }
+            opt->slot = (int)value;
+            break;
         case 'h':
             return PARSE_HELP;
         default:
@@ -484,6 +505,8 @@ static void ensure_stdio_open(void)
 
 static int child_count(const struct options *opt)
 {
+    if (opt->slot)
+        return 1; /* --slot: that rank only */
     return opt->daemon ? opt->nranks + opt->nranks * opt->clients : opt->nranks;
 }
 
@@ -708,6 +731,10 @@ static bool start_coordinator(struct launch *l)
         return false;
     }
     setenv("DDSS_SECRET_FILE", secret, 1);
+    /* How to add a process to this group while it runs (ddssrun --slot). */
+    if (!nonempty_env("DDSS_COORDINATOR"))
+        say("ddssrun: coordinator: DDSS_COORDINATOR=%s DDSS_SECRET_FILE=%s\n", l->etcd.url,
+            secret);
     return true;
 }
 
@@ -730,6 +757,7 @@ static bool prepare_launch(const struct options *opt, struct launch *l)
         .nranks = opt->nranks,
         .use_tcp = strcmp(opt->transport, "tcp") == 0,
         .coordinator = opt->coordinator,
+        .user_group = nonempty_env("DDSS_GROUP") != NULL,
         .etcd = { .pid = -1 },
         .prog_argv = opt->prog_argv,
         .daemon = opt->daemon,
@@ -778,7 +806,12 @@ static void set_rank_env(const struct launch *l, int rank)
     }
     setenv_int("DDSS_SIZE", l->nranks);
     setenv("DDSS_TRANSPORT", l->use_tcp ? "tcp" : "verbs", 1);
-    setenv("DDSS_GROUP", l->group, 1);
+    /* Coordinator mode: every member derives the group id from the group's name, so that a
+     * process started later (--slot, by hand, by systemd) matches; a user's stays. */
+    if (!l->coordinator)
+        setenv("DDSS_GROUP", l->group, 1);
+    else if (!l->user_group)
+        unsetenv("DDSS_GROUP");
     if (l->use_tcp)
         setenv_int("DDSS_LISTEN_FD", CHILD_LISTEN_FD);
     else
@@ -1363,7 +1396,10 @@ static bool setup_signals(struct run *run, struct launch *l)
 static void init_child(struct child *c, const struct options *opt, int index)
 {
     *c = (struct child){ .out.fd = -1, .err.fd = -1, .ready_fd = -1 };
-    if (index < opt->nranks) {
+    if (opt->slot) {
+        c->kind = CHILD_RANK;
+        c->rank = opt->slot;
+    } else if (index < opt->nranks) {
         c->kind = opt->daemon ? CHILD_DAEMON : CHILD_RANK;
         c->rank = index + 1;
     } else {
@@ -1385,7 +1421,9 @@ static void init_child(struct child *c, const struct options *opt, int index)
 
 static bool init_run(struct run *run, const struct options *opt)
 {
-    *run = (struct run){ .nranks = opt->nranks, .nchildren = child_count(opt), .sigfd = -1,
+    /* --slot: one rank of the group is ours to start */
+    *run = (struct run){ .nranks = opt->slot ? 1 : opt->nranks, .nchildren = child_count(opt),
+                         .sigfd = -1,
                          .exit_code = -1, .timeout_sec = opt->timeout_sec };
     run->children = calloc((size_t)run->nchildren, sizeof *run->children);
     run->scratch = malloc(PREFIX_MAX + LINE_BUF_SIZE + 1);

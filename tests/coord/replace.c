@@ -222,9 +222,13 @@ static void test_counter(void)
 		CU_ASSERT_EQUAL(wait_word(W_READ + s - 1), 1);
 }
 
-/* Rank 4's watcher: the victim ends by SIGKILL; then it runs the replacement. */
-static int watch_and_replace(pid_t victim, int from_victim, char **argv)
+/* Rank 4's watcher: the victim ends by SIGKILL; then it runs the replacement, by
+ * `ddssrun --coordinator --slot 4` when given --ddssrun PATH (as a user would), else
+ * directly. */
+static int watch_and_replace(pid_t victim, int from_victim, char **argv, const char *ddssrun)
 {
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	uint64_t keys[4];
 	char text[96];
 	int status;
@@ -240,6 +244,9 @@ static int watch_and_replace(pid_t victim, int from_victim, char **argv)
 	snprintf(text, sizeof(text), "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, keys[0],
 		 keys[1], keys[2], keys[3]);
 	setenv("TEST_REPLACE_KEYS", text, 1);
+	if (n <= 0)
+		return 1;
+	self[n] = 0;
 	/* Another address: the slot moves, as it would to another machine. */
 	if (getenv("DDSS_LISTEN_FD")) {
 		close(atoi(getenv("DDSS_LISTEN_FD")));
@@ -248,8 +255,15 @@ static int watch_and_replace(pid_t victim, int from_victim, char **argv)
 	test_listen_elsewhere();
 	fflush(stdout);
 	pid = fork();
+	if (pid == 0 && ddssrun) {
+		char *const run[] = { (char *)ddssrun, "--coordinator", "-n", "4", "--slot", "4",
+				      "--timeout", "60", "--", self, NULL };
+
+		execv(ddssrun, run);
+		_exit(127);
+	}
 	if (pid == 0) {
-		execv("/proc/self/exe", argv);
+		execv(self, argv);
 		_exit(127);
 	}
 	if (pid < 0 || waitpid(pid, &status, 0) != pid)
@@ -259,14 +273,15 @@ static int watch_and_replace(pid_t victim, int from_victim, char **argv)
 
 int main(int argc, char **argv)
 {
-	const char *keys = getenv("TEST_REPLACE_KEYS");
+	const char *keys = getenv("TEST_REPLACE_KEYS"), *ddssrun = NULL;
 	struct ddss_attr attr;
 	CU_pSuite suite;
 	unsigned failed;
 	double t_start = test_now_ms();
 	int fds[2], r;
 
-	(void)argc;
+	if (argc == 3 && !strcmp(argv[1], "--ddssrun"))
+		ddssrun = argv[2];
 	if (!getenv("DDSS_COORDINATOR") || !getenv("DDSS_RANK")) {
 		printf("SKIP: run under ddssrun --coordinator\n");
 		return TEST_SKIP_EXIT;
@@ -288,7 +303,7 @@ int main(int argc, char **argv)
 			return 1;
 		if (pid > 0) {
 			close(fds[1]);
-			return watch_and_replace(pid, fds[0], argv);
+			return watch_and_replace(pid, fds[0], argv, ddssrun);
 		}
 		close(fds[0]);
 		to_watcher = fds[1];
