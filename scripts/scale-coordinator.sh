@@ -1,0 +1,63 @@
+#!/bin/bash
+# scale-coordinator.sh [N] [BUILD_DIR]
+#
+# N ranks (default 64) on this machine form one group through a private etcd
+# (coordinator mode, small pools), each does one locked increment, and they leave. Prints
+# the time each rank's ddss_init took (join, wait for the group to form, start barrier),
+# per-rank RSS, open fds and sockets, and what etcd sent and received meanwhile (its
+# /metrics: gRPC bytes, which the JSON gateway's requests and watch streams pass through).
+# docs/scale.md extrapolates from these. Needs etcd, etcdctl and curl.
+set -euo pipefail
+n=${1:-64}
+build=${2:-build}
+probe=$build/tests/coord/coord_scale_probe
+run=$build/apps/ddssrun
+for f in "$probe" "$run"; do
+  [ -x "$f" ] || { echo "scale-coordinator: $f missing (build first)" >&2; exit 2; }
+done
+for c in etcd etcdctl curl; do
+  command -v $c >/dev/null || { echo "scale-coordinator: $c is not installed" >&2; exit 2; }
+done
+dir=$(mktemp -d /tmp/scale-coordinator.XXXXXX)
+etcd_pid=""
+cleanup() { [ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cport=$(port); pport=$(port)
+etcd --name scale --data-dir "$dir/data" --listen-client-urls "http://127.0.0.1:$cport" \
+  --advertise-client-urls "http://127.0.0.1:$cport" --listen-peer-urls "http://127.0.0.1:$pport" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+  --initial-cluster "scale=http://127.0.0.1:$pport" >"$dir/etcd.log" 2>&1 &
+etcd_pid=$!
+for _ in $(seq 1 200); do
+  etcdctl --endpoints "127.0.0.1:$cport" endpoint health >/dev/null 2>&1 && break
+  sleep 0.1
+done
+metric() { # the sum of every sample of metric $1
+  curl -s "http://127.0.0.1:$cport/metrics" | awk -v m="$1" '$1 ~ "^"m"({|$)" {s += $2} END {printf "%.0f", s}'
+}
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/secret"
+chmod 600 "$dir/secret"
+sent0=$(metric etcd_network_client_grpc_sent_bytes_total)
+recv0=$(metric etcd_network_client_grpc_received_bytes_total)
+t0=$(date +%s%N)
+DDSS_COORDINATOR="etcd://127.0.0.1:$cport/scale" DDSS_SECRET_FILE="$dir/secret" \
+  DDSS_POOL_SIZE=1048576 DDSS_LOG_LEVEL=error \
+  "$run" --coordinator -n "$n" --timeout 300 -- "$probe" >"$dir/out.log" 2>&1 || {
+  echo "scale-coordinator: the run failed:"; tail -20 "$dir/out.log"; exit 1; }
+t1=$(date +%s%N)
+sent=$(( $(metric etcd_network_client_grpc_sent_bytes_total) - sent0 ))
+recv=$(( $(metric etcd_network_client_grpc_received_bytes_total) - recv0 ))
+lines=$(grep -c "SCALE rank" "$dir/out.log")
+stat() { # median and max of field $1 of the SCALE lines
+  grep -o "SCALE rank.*" "$dir/out.log" | awk -v f="$1" '{for (i = 1; i < NF; i++) if ($i == f) print $(i + 1)}' |
+    sort -n | awk '{v[NR] = $1} END {printf "%s median, %s max", v[int((NR + 1) / 2)], v[NR]}'
+}
+echo "ranks:            $lines of $n reported"
+echo "whole run:        $(( (t1 - t0) / 1000000 )) ms (start, group formed, one increment each, finalize)"
+echo "ddss_init:        $(stat init_ms) ms"
+echo "RSS per rank:     $(stat rss_kib) KiB (pool 1 MiB)"
+echo "open fds:         $(stat fds)"
+echo "sockets:          $(stat sockets)"
+echo "etcd sent:        $sent bytes ($(( sent / n )) per rank)"
+echo "etcd received:    $recv bytes ($(( recv / n )) per rank)"
