@@ -138,11 +138,9 @@ static int watch_victim(pid_t pid)
 
 int main(void)
 {
-	struct ddss_attr attr;
 	CU_pSuite suite;
 	unsigned failed;
 	pid_t pid;
-	int r;
 
 	if (!getenv("DDSS_COORDINATOR") || !getenv("DDSS_RANK")) {
 		printf("SKIP: run under ddssrun --coordinator\n");
@@ -157,13 +155,9 @@ int main(void)
 		if (pid > 0)
 			return watch_victim(pid);
 	}
-	ddss_attr_init(&attr);
-	attr.peer_timeout_ms = PEER_TIMEOUT_MS;
-	r = ddss_init(&attr, &ctx);
-	if (r) {
-		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
+	ctx = test_init_peer_timeout(PEER_TIMEOUT_MS);
+	if (!ctx)
 		return 1;
-	}
 	me = ddss_rank(ctx);
 	if (ddss_size(ctx) != NRANKS) {
 		fprintf(stderr, "run with %u ranks\n", NRANKS);

@@ -131,14 +131,21 @@ vpid=$(ip netns pids "$tag-r4" | while read -r p; do
   [ "$(cat /proc/$p/comm 2>/dev/null)" = "$(basename "$bin" | cut -c1-15)" ] && echo "$p"
 done | head -1)
 echo $(( $(date +%s%N) )) >"$dir/fault-ns"
+# cut_net add|del: make or undo the cut of --fault (nothing for kill and freeze).
+cut_net() {
+  local link; [ "$1" = add ] && link=down || link=up
+  case "$fault" in
+    cut) ip -n "$tag-br" link set vr4 "$link" ;;
+    cut-home)
+      ip -n "$tag-r4" route "$1" blackhole 198.18.0.2/32
+      ip -n "$tag-r2" route "$1" blackhole 198.18.0.4/32 ;;
+    cut-etcd) ip -n "$tag-r4" route "$1" blackhole $etcd_ip/32 ;;
+  esac
+}
 case "$fault" in
   kill) kill -KILL "$vpid" ;;
   freeze) kill -STOP "$vpid" ;;
-  cut) ip -n "$tag-br" link set vr4 down ;;
-  cut-home)
-    ip -n "$tag-r4" route add blackhole 198.18.0.2/32
-    ip -n "$tag-r2" route add blackhole 198.18.0.4/32 ;;
-  cut-etcd) ip -n "$tag-r4" route add blackhole $etcd_ip/32 ;;
+  *) cut_net add ;;
 esac
 t_fault=$(now_ms)
 start_rank r5 4 replacement
@@ -146,11 +153,7 @@ wait_for back 60 || { echo "FAIL: the replacement did not come in (logs: $dir)";
 t_back=$(now_ms)
 case "$fault" in
   freeze) kill -CONT "$vpid" ;;
-  cut) ip -n "$tag-br" link set vr4 up ;;
-  cut-home)
-    ip -n "$tag-r4" route del blackhole 198.18.0.2/32
-    ip -n "$tag-r2" route del blackhole 198.18.0.4/32 ;;
-  cut-etcd) ip -n "$tag-r4" route del blackhole $etcd_ip/32 ;;
+  *) cut_net del ;;
 esac
 wait "${pid[4]}"; vrc=$?
 echo 1 >"$dir/victim-done"

@@ -103,22 +103,16 @@ static void test_back(void)
 
 int main(void)
 {
-	struct ddss_attr attr;
 	CU_pSuite suite;
 	unsigned failed;
-	int r;
 
 	if (!getenv("DDSS_COORDINATOR") || !getenv("DDSS_TEST_ETCD_CTL")) {
 		printf("SKIP: run under with_etcd.sh and ddssrun --coordinator\n");
 		return TEST_SKIP_EXIT;
 	}
-	ddss_attr_init(&attr);
-	attr.peer_timeout_ms = PEER_TIMEOUT_MS;
-	r = ddss_init(&attr, &ctx);
-	if (r) {
-		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
+	ctx = test_init_peer_timeout(PEER_TIMEOUT_MS);
+	if (!ctx)
 		return 1;
-	}
 	me = ddss_rank(ctx);
 	if (ddss_size(ctx) != NRANKS || test_board_open(ctx)) {
 		fprintf(stderr, "run with %u ranks\n", NRANKS);

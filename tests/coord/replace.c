@@ -274,7 +274,6 @@ static int watch_and_replace(pid_t victim, int from_victim, char **argv, const c
 int main(int argc, char **argv)
 {
 	const char *keys = getenv("TEST_REPLACE_KEYS"), *ddssrun = NULL;
-	struct ddss_attr attr;
 	CU_pSuite suite;
 	unsigned failed;
 	double t_start = test_now_ms();
@@ -308,13 +307,9 @@ int main(int argc, char **argv)
 		close(fds[0]);
 		to_watcher = fds[1];
 	}
-	ddss_attr_init(&attr);
-	attr.peer_timeout_ms = PEER_TIMEOUT_MS;
-	r = ddss_init(&attr, &ctx);
-	if (r) {
-		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
+	ctx = test_init_peer_timeout(PEER_TIMEOUT_MS);
+	if (!ctx)
 		return 1;
-	}
 	me = ddss_rank(ctx);
 	if (ddss_size(ctx) != NRANKS) {
 		fprintf(stderr, "run with %u ranks\n", NRANKS);
