@@ -227,9 +227,10 @@ static void *agent_main(void *arg)
 			r = lock_queue_release(lk, &rq);
 		}
 		/* Took it past a failed predecessor: that one's FAIL note may still come, so
-		 * never reuse the slot. (Granted by a live one, it is an ordinary slot.) */
+		 * the slot waits for it (lock_reclaim.c). (Granted by a live one, it is an
+		 * ordinary slot.) */
 		if (job->took)
-			__atomic_store_n(&sl->retire, true, __ATOMIC_RELEASE);
+			__atomic_store_n(&sl->await_pred, true, __ATOMIC_RELEASE);
 		lock_slot_put(lk, rq.slot, r ? SLOT_LOST : SLOT_FREE);
 	}
 	if (r)

@@ -287,6 +287,7 @@ static int take_slot(struct ddss_lock *lk, ddss_key_t key, bool implicit, unsign
 	bool drained = false;
 	int r = 0;
 
+	lock_slots_reclaim(lk); /* slots a failure took out may be free again */
 	pthread_mutex_lock(&lk->mu);
 	for (;;) {
 		struct lock_hold *h = implicit ? lock_holds_find(lk, key) : NULL;

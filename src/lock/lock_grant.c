@@ -57,9 +57,11 @@ static int take_overflow(struct ddss_lock *lk, unsigned slot, struct fanout *f)
 		if (!lock_id_current(lk, id))
 			return -EHOSTDOWN; /* the stack below an earlier process's request */
 		r = fanout_add(f, id);
-		if (!r)
+		if (!r) {
+			__atomic_add_fetch(&lk->slot[slot].regs_seen, 1, __ATOMIC_RELEASE);
 			r = ddss_tp_read(lk->tp, LOCK_ID_RANK(id),
 					 (uint64_t)LOCK_ID_SLOT(id) * REC_LEN + REC_LINK, &link, 8);
+		}
 		if (r)
 			return r;
 		id = (uint32_t)link;
@@ -80,6 +82,8 @@ static int collect(struct ddss_lock *lk, unsigned slot, struct fanout *f)
 		if (r)
 			return r;
 		lock_rec_store(lk, slot, REC_ENTRY + 8 * i, 0);
+		/* Counted for lock_reclaim.c: all of an epoch's registrations are in. */
+		__atomic_add_fetch(&lk->slot[slot].regs_seen, 1, __ATOMIC_RELEASE);
 	}
 	return take_overflow(lk, slot, f);
 }

@@ -90,9 +90,18 @@ enum lock_slot_state {
 	SLOT_FREE = 0,
 	SLOT_BUSY,      /* a thread waits with it, or an exclusive holder owns it */
 	SLOT_ABANDONED, /* its request timed out: the janitor finishes and releases it */
-	SLOT_LOST,      /* its request failed mid-queue: writes may still land, never reused */
-	SLOT_RETIRED,   /* its drain was recovered (lock_recover.c): a late drain note may
-			 * still come, never reused */
+	SLOT_LOST,      /* its request failed mid-queue: writes may still land; reused only
+			 * once lock_reclaim.c shows none can any more */
+	SLOT_RETIRED,   /* a late note may still come: its drain was recovered (never reused),
+			 * or an agent took the lock past its predecessor (lock_reclaim.c) */
+};
+
+/* Whether a lost or retired slot can come back (lock_reclaim.c), under ddss_lock.mu. */
+enum lock_reclaim {
+	RECLAIM_NONE = 0, /* free, busy or abandoned */
+	RECLAIM_WAIT,     /* quarantined: freed once nothing more can land in it */
+	RECLAIM_NEVER,    /* a note may come at any time (a recovered drain, an atomic whose
+			   * outcome is unknown): retired for good */
 };
 
 /* Where a fair-mode request is with its ticket (lock_slot.q_ticket_state). */
@@ -190,7 +199,7 @@ struct lock_slot {
 	uint32_t failed;  /* a FAIL notification came for the request (atomic) */
 	uint32_t lost;    /* the slot is SLOT_LOST: fail who queues behind it (atomic) */
 	uint32_t fail_queued; /* a fail job for the slot is queued (atomic) */
-	uint32_t failed_next; /* the successor already failed (finisher thread only) */
+	uint32_t failed_next; /* the successor already failed (finisher thread; atomic) */
 	/* A shared request's lock and epoch, for surveys (lock_recover.c). q_state (atomic)
 	 * is written last, after the fields it covers. */
 	uint32_t q_state;
@@ -209,6 +218,17 @@ struct lock_slot {
 	uint32_t rc_check, rc_home, rc_clear;
 	uint64_t rc_turn; /* the turn a turn check asks about (its waiter's thread) */
 	bool retire;
+	/* Reclaiming (lock_reclaim.c). closer: the request may have registered in the drain
+	 * word (atomic); await_pred: an agent took the lock past its predecessor, whose FAIL
+	 * note may still come (atomic); fail_running: its fail job runs (atomic);
+	 * regs_seen: shared registrations collected from its record in this use (atomic).
+	 * Under mu: reclaim, and the request's predecessor and kind when it was put. */
+	bool closer, await_pred;
+	uint32_t fail_running;
+	uint32_t regs_seen;
+	uint8_t reclaim;
+	bool rc_lost_excl;
+	uint32_t rc_pred;
 	uint64_t posted_cmp;          /* what the posted CAS compares with: [me | 0] */
 	struct lock_req posted_rq;    /* the release, for whoever finishes it */
 	struct ddss_tp_req posted_req;
@@ -234,6 +254,7 @@ struct ddss_lock {
 	struct lock_hold *hold_free; /* recycled entries */
 	unsigned nholds;          /* holds (for the scheme switch check) */
 	unsigned slots_taken;     /* waiter slots not free (waiting, holding, abandoned) */
+	unsigned quarantined;     /* slots in RECLAIM_WAIT (lock_reclaim.c; read atomically) */
 	unsigned janitors;        /* background threads running */
 	uint32_t xseq;            /* numbers exclusive holds (lock_hold.xseq) */
 	bool stopping;            /* atomic */
@@ -268,6 +289,10 @@ struct ddss_lock {
 void lock_slots_init(struct ddss_lock *lk);
 int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p);
 int lock_slot_take_locked(struct ddss_lock *lk, unsigned *slot_p); /* mu held */
+/* lock_reclaim.c: quarantine a slot that turned lost or retired (mu held, its q_state not
+ * reset yet), and free the quarantined ones nothing can land in any more (mu not held). */
+void lock_reclaim_hold_locked(struct ddss_lock *lk, unsigned slot, bool lost);
+void lock_slots_reclaim(struct ddss_lock *lk);
 void lock_slot_put(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why);
 void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why);
 void lock_on_notify(void *arg, uint32_t from, uint32_t value);

@@ -254,13 +254,16 @@ static void fail_behind(struct ddss_lock *lk, unsigned slot)
 	struct lock_slot *sl = &lk->slot[slot];
 	uint32_t next;
 
+	/* Running before no longer queued: lock_reclaim.c frees the slot only after both. */
+	__atomic_add_fetch(&sl->fail_running, 1, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&sl->fail_queued, 0, __ATOMIC_SEQ_CST); /* before looking */
 	next = (uint32_t)lock_rec_load(lk, slot, REC_NEXT);
 	if (next && next != sl->failed_next) {
-		sl->failed_next = next;
 		lock_fail(lk, next);
+		__atomic_store_n(&sl->failed_next, next, __ATOMIC_RELEASE);
 	}
 	lock_fail_registered(lk, slot);
+	__atomic_sub_fetch(&sl->fail_running, 1, __ATOMIC_SEQ_CST);
 }
 
 static void run_job(struct ddss_lock *lk, unsigned job, uint64_t *counter)

@@ -259,6 +259,8 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 		if (rq->count) {
 			uint64_t old;
 
+			/* From now on a drain note may come at any time (lock_reclaim.c). */
+			__atomic_store_n(&lk->slot[rq->slot].closer, true, __ATOMIC_RELEASE);
 			r = fadd(lk, rq, LOCK_D, (uint64_t)my_id(lk, rq) << 32, &old);
 			if (r)
 				return r;

@@ -50,6 +50,10 @@ int lock_slot_take_locked(struct ddss_lock *lk, unsigned *slot_p)
 	lk->slots_taken++;
 	__atomic_store_n(&lk->slot[i].drained, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&lk->slot[i].failed, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&lk->slot[i].agent, false, __ATOMIC_RELAXED);
+	__atomic_store_n(&lk->slot[i].closer, false, __ATOMIC_RELAXED);
+	__atomic_store_n(&lk->slot[i].await_pred, false, __ATOMIC_RELAXED);
+	__atomic_store_n(&lk->slot[i].regs_seen, 0, __ATOMIC_RELAXED);
 	*slot_p = (unsigned)i;
 	return 0;
 }
@@ -58,6 +62,7 @@ int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p)
 {
 	int r;
 
+	lock_slots_reclaim(lk);
 	pthread_mutex_lock(&lk->mu);
 	r = lock_slot_take_locked(lk, slot_p);
 	pthread_mutex_unlock(&lk->mu);
@@ -66,11 +71,19 @@ int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p)
 
 void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why)
 {
-	__atomic_store_n(&lk->slot[slot].q_state, Q_NONE, __ATOMIC_RELEASE);
-	__atomic_store_n(&lk->slot[slot].q_ticket_state, TICKET_NONE, __ATOMIC_RELEASE);
-	if (why == SLOT_FREE && __atomic_load_n(&lk->slot[slot].retire, __ATOMIC_ACQUIRE)) {
-		DDSS_WARN("lock waiter slot %u retired (late notifications may still come)", slot);
-		lk->slot[slot].state = SLOT_RETIRED;
+	struct lock_slot *sl = &lk->slot[slot];
+	bool retire = __atomic_load_n(&sl->retire, __ATOMIC_ACQUIRE);
+	bool await = __atomic_load_n(&sl->await_pred, __ATOMIC_ACQUIRE);
+
+	if (why == SLOT_LOST || (why == SLOT_FREE && (retire || await)))
+		lock_reclaim_hold_locked(lk, slot, why == SLOT_LOST); /* before q_state goes */
+	__atomic_store_n(&sl->q_state, Q_NONE, __ATOMIC_RELEASE);
+	__atomic_store_n(&sl->q_ticket_state, TICKET_NONE, __ATOMIC_RELEASE);
+	if (why == SLOT_FREE && (retire || await)) {
+		if (sl->reclaim == RECLAIM_NEVER)
+			DDSS_WARN("lock waiter slot %u retired (late notifications may still "
+				  "come)", slot);
+		sl->state = SLOT_RETIRED;
 		lk->slots_taken--; /* not waiting or holding: a scheme switch may go on */
 		return;
 	}
@@ -80,7 +93,9 @@ void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_st
 		lk->free_head = (int)slot;
 		lk->slots_taken--;
 	} else if (why == SLOT_LOST) {
-		DDSS_WARN("lock waiter slot %u retired (its request failed mid-queue)", slot);
+		if (sl->reclaim == RECLAIM_NEVER)
+			DDSS_WARN("lock waiter slot %u retired (its request failed mid-queue)",
+				  slot);
 		lock_lost_locked(lk, slot);
 	}
 }
@@ -90,6 +105,7 @@ unsigned ddss_lock_slots_retired(ddss_ctx_t *ctx)
 	struct ddss_lock *lk = ctx->lock;
 	unsigned n = 0;
 
+	lock_slots_reclaim(lk); /* count only what cannot be freed now */
 	pthread_mutex_lock(&lk->mu);
 	for (unsigned i = 0; i < DDSS_LOCK_SLOTS; i++)
 		n += lk->slot[i].state == SLOT_LOST || lk->slot[i].state == SLOT_RETIRED;
