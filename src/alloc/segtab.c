@@ -45,6 +45,7 @@ struct ddss_segtab {
 	struct slot *slots;
 	uint32_t nslots, cap;
 	uint32_t first_gen; /* a new slot's generation before its first segment */
+	bool had_earlier;   /* coordinator mode: earlier processes of this rank issued keys */
 	uint32_t free_head, free_tail;
 	uint64_t count; /* not FREE */
 	/* Released segments whose lock words are still in use: freed once idle (sweep). */
@@ -92,6 +93,7 @@ void ddss_segtab_set_first_generation(struct ddss_segtab *tab, uint32_t gen)
 {
 	pthread_mutex_lock(&tab->mu);
 	tab->first_gen = gen & DDSS_KEY_GEN_MASK;
+	tab->had_earlier = true;
 	pthread_mutex_unlock(&tab->mu);
 }
 
@@ -330,8 +332,8 @@ static int find(struct ddss_segtab *tab, uint64_t key, enum slot_state want, uin
 
 	if (ddss_key_parse(key, &k) || k.rank != tab->rank)
 		return -EINVAL;
-	if (k.slot >= tab->nslots)
-		return -EINVAL; /* never issued */
+	if (k.slot >= tab->nslots) /* never issued here: by an earlier process of the rank? */
+		return tab->had_earlier ? -ESTALE : -EINVAL;
 	if (tab->slots[k.slot].state != want || tab->slots[k.slot].gen != k.gen)
 		return -ESTALE;
 	*i_p = k.slot;

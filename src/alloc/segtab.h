@@ -64,7 +64,8 @@ void ddss_segtab_set_quota(struct ddss_segtab *tab, uint32_t max_segments, uint6
  * Where every slot's generations start (before any segment exists). Coordinator mode
  * starts at a random one: a process that takes over a rank then issues keys that the old
  * process's keys match only by chance (about one in 2^20 per key), so an old key gets
- * -ESTALE from the new home instead of reaching a new segment.
+ * -ESTALE from the new home instead of reaching a new segment (so does a key of a table
+ * index the new process has not reached yet).
  */
 void ddss_segtab_set_first_generation(struct ddss_segtab *tab, uint32_t gen);
 

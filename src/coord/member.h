@@ -120,4 +120,22 @@ int64_t ddss_member_time_left(struct ddss_member *m);
  */
 int ddss_member_extend(struct ddss_member *m, int64_t until_ns);
 
+/*
+ * The directory of segment names, in etcd (member_names.c): it survives any rank's death.
+ * Acquire: 0 with *@key_p (bound, its home alive), DDSS_MEMBER_NAME_CREATE (absent and
+ * @create: this member now creates it; bind or abandon next), -ENOENT (absent),
+ * -EHOSTDOWN (bound, but its home has left the view; a create replaces it), -EAGAIN (its
+ * creator is still allocating it, or it was just replaced: ask again).
+ */
+#define DDSS_MEMBER_NAME_CREATE 1
+int ddss_member_name_acquire(struct ddss_member *m, const char *name, bool create,
+			     uint64_t *key_p);
+/** Bind a name this member acquired to @segkey, homed at slot @home. */
+int ddss_member_name_bind(struct ddss_member *m, const char *name, uint64_t segkey,
+			  uint32_t home);
+/** This member gives up creating @name: absent again. */
+int ddss_member_name_abandon(struct ddss_member *m, const char *name);
+/** @name's segment @segkey was released: forget the name (if still bound to it). */
+int ddss_member_name_unbind(struct ddss_member *m, const char *name, uint64_t segkey);
+
 #endif /* DDSS_COORD_MEMBER_H */

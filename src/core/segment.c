@@ -1,11 +1,12 @@
 /*
  * The segment API: allocate (placed, optionally named), look up by name, release, stat.
- * Each is a few requests to the home rank, the name's directory rank and, on release, the
- * ranks that cache the segment's descriptor (see core/seg_cache.h).
+ * Each is a few requests to the home rank, the name directory (core/name_dir.h) and, on
+ * release, the ranks that cache the segment's descriptor (see core/seg_cache.h).
  */
 #include "core/ctx.h"
 #include "core/key.h"
 #include "core/log.h"
+#include "core/name_dir.h"
 #include "core/proto.h"
 #include "core/segment.h"
 #include "core/wire.h"
@@ -138,70 +139,23 @@ static int alloc_at(struct ddss_ctx *ctx, uint32_t home, size_t nbytes,
 	return 0;
 }
 
-/*
- * Ask @name's directory for its key. With @create, one caller gets SEG_NAME_CREATE and
- * creates it while the others are queued; if that creator gives up they are told -EAGAIN
- * and ask again (one of them then creates it).
- */
-static int name_acquire(struct ddss_ctx *ctx, const char *name, bool create, uint64_t *key_p)
-{
-	uint8_t body[4 + DDSS_NAME_MAX] = { 0 }, reply[8];
-	uint32_t dir = ddss_name_home(name, ctx->size);
-	int64_t deadline = ddss_now_ns() + (int64_t)ctx->connect_timeout_ms * 1000000;
-	size_t got = 0;
-	int r;
-
-	wire_put32(body, create);
-	strcpy((char *)body + 4, name);
-	do
-		r = ddss_rpc_call(ctx->rpc, dir, SEG_OP_NAME_ACQUIRE, body, sizeof(body), reply,
-				  sizeof(reply), &got, ctx->connect_timeout_ms);
-	while (r == -EAGAIN && ddss_now_ns() < deadline);
-	if (r > 0 && r != SEG_NAME_CREATE)
-		return -EPROTO;
-	if (r == 0) {
-		struct ddss_key_parts k;
-		uint64_t key;
-
-		if (got != 8)
-			return -EPROTO;
-		key = wire_get64(reply);
-		if (ddss_key_parse(key, &k) || k.rank > ctx->size)
-			return -EPROTO; /* the directory's answer goes to the user: check it */
-		*key_p = key;
-	}
-	return r;
-}
-
-static int name_send(struct ddss_ctx *ctx, uint16_t op, const char *name, const uint64_t *key)
-{
-	uint8_t body[8 + DDSS_NAME_MAX] = { 0 };
-	size_t at = key ? 8 : 0;
-
-	if (key)
-		wire_put64(body, *key);
-	strcpy((char *)body + at, name);
-	return no_code(ddss_rpc_call(ctx->rpc, ddss_name_home(name, ctx->size), op, body,
-				     at + DDSS_NAME_MAX, NULL, 0, NULL, -1));
-}
-
 static int alloc_named(struct ddss_ctx *ctx, uint32_t home, size_t nbytes,
 		       const struct coh_choice *model, const char *name, uint64_t *key_p)
 {
 	uint64_t key;
-	int r = name_acquire(ctx, name, true, key_p);
+	int r = ddss_name_dir_acquire(ctx, name, true, key_p);
 
 	if (r != SEG_NAME_CREATE)
 		return r;
 	r = alloc_at(ctx, home, nbytes, model, name, &key);
 	if (r) {
-		name_send(ctx, SEG_OP_NAME_ABANDON, name, NULL);
+		ddss_name_dir_abandon(ctx, name);
 		return r;
 	}
-	r = name_send(ctx, SEG_OP_NAME_BIND, name, &key);
+	r = ddss_name_dir_bind(ctx, name, key);
 	if (r) {
-		DDSS_WARN("named segment '%s': directory rank %u did not take it: %s", name,
-			  ddss_name_home(name, ctx->size), ddss_strerror(r));
+		DDSS_WARN("named segment '%s': the name directory (rank %u; 0: etcd) did not "
+			  "take it: %s", name, ddss_name_dir_rank(ctx, name), ddss_strerror(r));
 		ddss_segment_release(ctx, key);
 		return r;
 	}
@@ -249,7 +203,7 @@ int ddss_segment_lookup(ddss_ctx_t *ctx, const char *name, ddss_key_t *key_p)
 		return -EINVAL;
 	r = check_name(name);
 	/* Asked not to create, the directory has no business answering "create it". */
-	return r ? r : no_code(name_acquire(ctx, name, false, key_p));
+	return r ? r : no_code(ddss_name_dir_acquire(ctx, name, false, key_p));
 }
 
 /* Every rank the home gave the descriptor to drops it; they answer once drained. */
@@ -292,7 +246,7 @@ int ddss_segment_release(ddss_ctx_t *ctx, ddss_key_t key)
 		return r;
 	invalidate_cachers(ctx, key, reply + DDSS_NAME_MAX);
 	if (reply[0])
-		name_send(ctx, SEG_OP_NAME_UNBIND, (const char *)reply, &key);
+		ddss_name_dir_unbind(ctx, (const char *)reply, key);
 	return no_code(ddss_rpc_call(ctx->rpc, k.rank, SEG_OP_RELEASE_END, body, 8, NULL, 0, NULL,
 				     -1));
 }

@@ -741,6 +741,11 @@ int ddss_coord_acting(struct ddss_coord *c)
 	return c ? ddss_member_acting(c->member) : 0;
 }
 
+struct ddss_member *ddss_coord_member(struct ddss_coord *c)
+{
+	return c ? c->member : NULL;
+}
+
 int ddss_coord_etcd_state(struct ddss_coord *c)
 {
 	return ddss_member_etcd_state(c->member);

@@ -76,4 +76,7 @@ int ddss_coord_set_serving(struct ddss_coord *c);
 /** 0 while this process may act, else -ENOLINK or -EHOSTDOWN for good. */
 int ddss_coord_acting(struct ddss_coord *c);
 
+/** This process's membership (for the name directory in etcd, coord/member.h). */
+struct ddss_member *ddss_coord_member(struct ddss_coord *c);
+
 #endif /* DDSS_NET_COORDINATOR_H */

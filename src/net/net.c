@@ -254,6 +254,11 @@ bool ddss_net_coordinated(const struct ddss_net *net)
 	return net->env.coord != NULL;
 }
 
+struct ddss_member *ddss_net_member(struct ddss_net *net)
+{
+	return net->env.coord ? ddss_coord_member(net->env.coord) : NULL;
+}
+
 int ddss_net_acting(struct ddss_net *net)
 {
 	return net->env.coord ? ddss_coord_acting(net->env.coord) : 0;

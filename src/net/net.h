@@ -106,6 +106,9 @@ unsigned ddss_net_peers_declared_dead(const struct ddss_net *net);
 
 /** True in coordinator mode (DDSS_COORDINATOR). */
 bool ddss_net_coordinated(const struct ddss_net *net);
+struct ddss_member;
+/** Coordinator mode: this process's membership (coord/member.h), else NULL. */
+struct ddss_member *ddss_net_member(struct ddss_net *net);
 /** Coordinator mode: 0 while this process may act, else why not (net/coordinator.h).
  * Without a coordinator: always 0. A clock read; any thread. */
 int ddss_net_acting(struct ddss_net *net);

@@ -12,9 +12,14 @@
  *     and the new process's lock is not disturbed (the old process's waiter id is not
  *     the new one's: src/lock/lock_int.h, LOCK_ID_WINDOW);
  *  7. all four increment the counter: it is exact (3 x INCREMENTS + 4 x INCREMENTS).
+ * And the name directory (in etcd) survives the death: a name whose static directory rank
+ * would be the victim is still found by every survivor and by the replacement; a name
+ * bound to the victim's segment says -EHOSTDOWN, and can be created again (rank 2), after
+ * which everyone finds the new segment under it.
  * Prints the time from the replacement's start to its first served operation.
  * No collective finalize: barriers count from the start, which the replacement missed.
  */
+#include "alloc/names.h"
 #include "common/test_util.h"
 #include "core/ctx.h"
 #include "net/net.h"
@@ -41,7 +46,21 @@
 
 /* Words of the results segment (homed at rank 1). */
 enum { W_OLD = 0, W_NEW = 1, W_BACK = 2, W_HELD = 3, W_LGOT = 4, W_MGOT = 5, W_DONE1 = 6,
-       W_DONE2 = 6 + NRANKS, W_READ = 6 + 2 * NRANKS, W_WORDS = 6 + 3 * NRANKS };
+       W_DONE2 = 6 + NRANKS, W_READ = 6 + 2 * NRANKS, W_RENAMED = 6 + 3 * NRANKS,
+       W_WORDS = 7 + 3 * NRANKS };
+#define GONE_NAME "replgone" /* bound to a segment of the victim's */
+static char dir_name[32];    /* a name whose static directory rank is the victim */
+static ddss_key_t dir_seg;
+
+/* A name that static mode would keep at the victim (alloc/names.c): lost with it there. */
+static void pick_dir_name(void)
+{
+	for (unsigned i = 0;; i++) {
+		snprintf(dir_name, sizeof(dir_name), "repldir%u", i);
+		if (ddss_name_home(dir_name, NRANKS) == VICTIM)
+			return;
+	}
+}
 
 
 static ddss_ctx_t *ctx;
@@ -87,12 +106,18 @@ static void setup(void)
 	struct ddss_seg_attr o = { .placement = DDSS_PLACE_RANK, .rank = VICTIM };
 	struct ddss_seg_attr l = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = "repll" };
 	struct ddss_seg_attr m = { .placement = DDSS_PLACE_RANK, .rank = 2, .name = "replm" };
+	struct ddss_seg_attr d = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = dir_name };
+	struct ddss_seg_attr g = { .placement = DDSS_PLACE_RANK, .rank = VICTIM,
+				   .name = GONE_NAME };
+	ddss_key_t gone;
 	uint64_t v = 0;
 
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8 * W_WORDS, &a, &results), 0);
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &c, &counter), 0);
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &l, &lock_l), 0);
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &m, &lock_m), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &d, &dir_seg), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &g, &gone), 0);
 	if (me == VICTIM) {
 		v = OLD_VALUE;
 		CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 64, &o, &old_seg), 0);
@@ -151,6 +176,32 @@ static void test_replaced(void)
 	CU_ASSERT_EQUAL(v, 0);
 }
 
+/* The name directory after the death: in etcd, not at the victim. */
+static void test_names(void)
+{
+	struct ddss_seg_attr g = { .placement = DDSS_PLACE_RANK, .rank = 2, .name = GONE_NAME };
+	ddss_key_t k = 0, renamed;
+	int r = ddss_lookup_ss(ctx, dir_name, &k);
+
+	printf("rank %u: lookup of '%s' (static directory: rank %u, dead): %s\n", me, dir_name,
+	       VICTIM, ddss_strerror(r));
+	CU_ASSERT_EQUAL(r, 0);
+	CU_ASSERT(replacement ? k != 0 : k == dir_seg); /* the replacement never had it */
+	if (me == 2) {
+		r = ddss_lookup_ss(ctx, GONE_NAME, &k);
+		printf("rank 2: lookup of '%s' (its segment died with rank %u): %s\n", GONE_NAME,
+		       VICTIM, ddss_strerror(r));
+		CU_ASSERT_EQUAL(r, -EHOSTDOWN);
+		r = ddss_allocate_ss(ctx, 8, &g, &renamed);
+		CU_ASSERT_EQUAL_FATAL(r, 0);
+		put_word(W_RENAMED, renamed);
+	}
+	renamed = wait_word(W_RENAMED);
+	CU_ASSERT_FATAL(renamed != 0);
+	CU_ASSERT_EQUAL(ddss_lookup_ss(ctx, GONE_NAME, &k), 0);
+	CU_ASSERT_EQUAL(k, renamed);
+}
+
 /* Rank 2 takes back the lock the old process died holding, while the new one holds its
  * own lock in the same waiter slot; then rank 3 takes that one after its release. */
 static void test_stale_lock(void)
@@ -189,6 +240,7 @@ static void test_replacement(void)
 	CU_ASSERT_EQUAL_FATAL(ddss_put(ctx, new_seg, 0, &v, sizeof(v)), 0);
 	put_word(W_NEW, new_seg);
 	put_word(W_BACK, 1);
+	test_names();
 	/* It cannot read what its previous incarnation homed either. */
 	v = 0;
 	CU_ASSERT(ddss_get(ctx, old_seg, 0, &v, sizeof(v)) != 0);
@@ -315,6 +367,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "run with %u ranks\n", NRANKS);
 		return 2;
 	}
+	pick_dir_name();
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
 	suite = CU_add_suite("a rank killed and replaced in coordinator mode", NULL, NULL);
@@ -332,6 +385,8 @@ int main(int argc, char **argv)
 		CU_add_test(suite, "killed: the survivors carry on", test_kill);
 		CU_add_test(suite, "replaced: its new segment is served, its old one is gone",
 			    test_replaced);
+		CU_add_test(suite, "names survive the death; a dead segment's name is made anew",
+			    test_names);
 		CU_add_test(suite, "a lock the dead process held, while the new one holds its own",
 			    test_stale_lock);
 	}
