@@ -9,7 +9,8 @@
 #   view   ms from the fault until the survivors saw rank 4 leave (one view number for all)
 #   in     ms from the fault until the replacement served (it started at the fault)
 #   start  ms from the replacement's start until its start barrier was passed
-# and writes every run as CSV to stdout's last lines. Needs root, ip netns and etcd.
+# plots each run's view and replacement times on a 0-5 s line per fault, and writes every
+# run as CSV to stdout's last lines. Needs root, ip netns and etcd.
 # What coordinator mode costs on the data path is scripts/bench-coordinator.sh.
 set -uo pipefail
 runs=${1:-5}
@@ -44,6 +45,19 @@ for f in $faults; do
   n=$(grep -c "^$f," "$csv")
   printf '%-9s %5s %14s %14s %16s\n' "$f" "$n" "$(col 3 | median)/$(col 3 | worst)" \
     "$(col 4 | median)/$(col 4 | worst)" "$(col 5 | median)/$(col 5 | worst)"
+done
+# The plot: each run's view (v) and replacement-in (i) times on one line per fault, 100 ms
+# a column from the fault (x: both in one column; > past the right end).
+echo
+printf '%-9s %s\n' "ms" "0         1000      2000      3000      4000      5000"
+for f in $faults; do
+  grep "^$f," "$csv" | awk -F, -v f="$f" '
+    function mark(ms, c,   x) { x = int(ms / 100) + 1; if (x > 51) x = 51;
+      cur = substr(line, x, 1); c = (x == 51) ? ">" : (cur == "." || cur == c) ? c : "x";
+      line = substr(line, 1, x - 1) c substr(line, x + 1) }
+    BEGIN { line = sprintf("%51s", ""); gsub(/ /, ".", line) }
+    { mark($3, "v"); mark($4, "i") }
+    END { printf "%-9s %s\n", f, line }'
 done
 echo
 cat "$csv"

@@ -258,7 +258,7 @@ static void fail_behind(struct ddss_lock *lk, unsigned slot)
 	__atomic_add_fetch(&sl->fail_running, 1, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&sl->fail_queued, 0, __ATOMIC_SEQ_CST); /* before looking */
 	next = (uint32_t)lock_rec_load(lk, slot, REC_NEXT);
-	if (next && next != sl->failed_next) {
+	if (next && next != __atomic_load_n(&sl->failed_next, __ATOMIC_ACQUIRE)) {
 		lock_fail(lk, next);
 		__atomic_store_n(&sl->failed_next, next, __ATOMIC_RELEASE);
 	}
