@@ -12,7 +12,7 @@
 #include <string.h>
 
 /* Only the calls that define a code may be answered with one. */
-static int no_code(int r)
+static int no_code_status(int r)
 {
 	return r > 0 ? -EPROTO : r;
 }
@@ -74,7 +74,7 @@ static int rank_send(struct ddss_ctx *ctx, uint16_t op, const char *name, const 
 	if (key)
 		wire_put64(body, *key);
 	strcpy((char *)body + at, name);
-	return no_code(ddss_rpc_call(ctx->rpc, ddss_name_home(name, ctx->size), op, body,
+	return no_code_status(ddss_rpc_call(ctx->rpc, ddss_name_home(name, ctx->size), op, body,
 				     at + DDSS_NAME_MAX, NULL, 0, NULL, -1));
 }
 

@@ -21,6 +21,7 @@
 
 #include "core/rpc.c"
 #include "core/segment.c"
+#include "core/name_dir.c"
 
 #include <errno.h>
 
@@ -52,6 +53,19 @@ struct ddss_tp *ddss_net_tp(struct ddss_net *net)
 {
 	return &tp;
 }
+
+/* Static mode: names at a directory rank, whose replies are fuzzed (core/name_dir.c). */
+struct ddss_member *ddss_net_member(struct ddss_net *net)
+{
+	return NULL;
+}
+int ddss_member_name_acquire(struct ddss_member *m, const char *name, bool create,
+			     uint64_t *key_p) { abort(); }
+int ddss_member_name_bind(struct ddss_member *m, const char *name, uint64_t segkey,
+			  uint32_t home) { abort(); }
+int ddss_member_name_abandon(struct ddss_member *m, const char *name) { abort(); }
+int ddss_member_name_unbind(struct ddss_member *m, const char *name, uint64_t segkey)
+{ abort(); }
 
 /* Each look at the clock is 100 s later: a call without its reply times out at once. */
 int64_t ddss_now_ns(void)
