@@ -284,10 +284,9 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 static int take_slot(struct ddss_lock *lk, ddss_key_t key, bool implicit, unsigned *slot_p,
 		     int *held_p)
 {
-	bool drained = false;
+	bool drained = false, reclaimed = false;
 	int r = 0;
 
-	lock_slots_reclaim(lk); /* slots a failure took out may be free again */
 	pthread_mutex_lock(&lk->mu);
 	for (;;) {
 		struct lock_hold *h = implicit ? lock_holds_find(lk, key) : NULL;
@@ -302,6 +301,16 @@ static int take_slot(struct ddss_lock *lk, ddss_key_t key, bool implicit, unsign
 			h->inside_busy = true;
 		else
 			r = lock_slot_take_locked(lk, slot_p);
+		if (r == -ENOLCK && !reclaimed &&
+		    __atomic_load_n(&lk->quarantined, __ATOMIC_ACQUIRE)) {
+			/* Out of slots: some a failure took out may be free again. Only here,
+			 * so the common path never scans them. */
+			pthread_mutex_unlock(&lk->mu);
+			lock_slots_reclaim(lk);
+			reclaimed = true;
+			pthread_mutex_lock(&lk->mu);
+			continue;
+		}
 		if (r != -ENOLCK || drained || !(lk->nposted || lk->fin_len || lk->fin_busy))
 			break;
 		/* Every slot taken, some by releases that returned already: wait for those. */

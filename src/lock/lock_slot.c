@@ -62,10 +62,15 @@ int lock_slot_take(struct ddss_lock *lk, unsigned *slot_p)
 {
 	int r;
 
-	lock_slots_reclaim(lk);
 	pthread_mutex_lock(&lk->mu);
 	r = lock_slot_take_locked(lk, slot_p);
 	pthread_mutex_unlock(&lk->mu);
+	if (r == -ENOLCK && __atomic_load_n(&lk->quarantined, __ATOMIC_ACQUIRE)) {
+		lock_slots_reclaim(lk); /* only when out of slots: off the common path */
+		pthread_mutex_lock(&lk->mu);
+		r = lock_slot_take_locked(lk, slot_p);
+		pthread_mutex_unlock(&lk->mu);
+	}
 	return r;
 }
 
