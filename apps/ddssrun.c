@@ -27,6 +27,7 @@
  * Environment given to every rank (on top of the inherited environment):
  *   DDSS_RANK       this rank, 1..N
  *   DDSS_SIZE       N
+ *   DDSS_MAX_SIZE   M (--coordinator --max-size M only)
  *   DDSS_NODES      "ADDR:port1,ADDR:port2,...", entry r is rank r's listen address
  *   DDSS_TRANSPORT  tcp or verbs
  *   DDSS_LISTEN_FD  (tcp only) fd 3, an already bound and listening TCP socket on
@@ -141,12 +142,15 @@ struct options {
     const char *write_keys;         /* --write-keys DIR */
     bool coordinator;               /* --coordinator: a private etcd, coordinator mode */
     int slot;                       /* --slot S: only slot S, into a running group; 0: all */
+    int max_size;                   /* --max-size M: slots to grow into; 0: N */
     char **prog_argv;
 };
 
 /* Everything a forked child needs to become a rank. */
 struct launch {
-    int nranks;
+    int nranks;                     /* listening sockets: one per slot up to N (or S) */
+    int size;                       /* N: DDSS_SIZE, the ranks that start the group */
+    int max_size;                   /* --max-size: DDSS_MAX_SIZE; 0: not set */
     bool use_tcp;
     bool coordinator;
     bool user_group;                /* DDSS_GROUP was set by the user */
@@ -266,7 +270,8 @@ static void say(const char *fmt, ...)
 static void usage(FILE *to)
 {
     fputs("usage: ddssrun -n N [--transport tcp|verbs] [--host ADDR[,ADDR..]] [--timeout SEC]\n"
-          "               [--daemon [--clients K] [--ddssd PATH]] [--coordinator [--slot S]]\n"
+          "               [--daemon [--clients K] [--ddssd PATH]]\n"
+          "               [--coordinator [--max-size M] [--slot S]]\n"
           "               [--] prog [args...]\n"
           "       ddssrun -n N --write-keys DIR\n"
           "  -n, --np N        number of ranks (1..1024)\n"
@@ -281,9 +286,12 @@ static void usage(FILE *to)
           "  --coordinator     coordinator mode: the ranks form the group through etcd: the\n"
           "                    one $DDSS_COORDINATOR names, else a private one on loopback\n"
           "                    for the run (docs/membership.md)\n"
+          "  --max-size M      with --coordinator: the group has M slots (N..4096, default\n"
+          "                    N): it starts with N ranks and grows into the free slots\n"
           "  --slot S          with --coordinator and $DDSS_COORDINATOR: start only slot S of\n"
-          "                    the group of N, to take over a dead member's slot while the\n"
-          "                    group runs; needs the group's secret ($DDSS_SECRET_FILE)\n"
+          "                    the group (S <= M), to take over a dead member's slot or a\n"
+          "                    free one while the group runs; needs the group's secret\n"
+          "                    ($DDSS_SECRET_FILE)\n"
           "  --write-keys DIR  write the ranks' keys files (DIR/rank-R.keys) and exit\n"
           "  -h, --help        show this help\n",
           to);
@@ -398,10 +406,15 @@ static enum parse_result check_options(struct options *opt, int argc, char **arg
     }
     if (opt->daemon && !find_ddssd(opt))
         return PARSE_ERROR;
-    if (opt->slot && (!opt->coordinator || opt->daemon || opt->slot > opt->nranks ||
+    if (opt->max_size && (!opt->coordinator || opt->max_size < opt->nranks)) {
+        say("ddssrun: --max-size M needs --coordinator and M >= N\n");
+        return PARSE_ERROR;
+    }
+    if (opt->slot && (!opt->coordinator || opt->daemon ||
+                      opt->slot > (opt->max_size ? opt->max_size : opt->nranks) ||
                       !nonempty_env("DDSS_COORDINATOR") ||
                       !(nonempty_env("DDSS_SECRET_FILE") || nonempty_env("DDSS_SECRET")))) {
-        say("ddssrun: --slot S joins a running group: it needs --coordinator, S <= N, no "
+        say("ddssrun: --slot S joins a running group: it needs --coordinator, S <= N (or M), no "
             "--daemon, and the group's DDSS_COORDINATOR and DDSS_SECRET_FILE\n");
         return PARSE_ERROR;
     }
@@ -424,6 +437,7 @@ static enum parse_result parse_options(int argc, char **argv, struct options *op
         { "write-keys", required_argument, NULL, 'K' },
         { "coordinator", no_argument, NULL, 'E' },
         { "slot", required_argument, NULL, 'S' },
+        { "max-size", required_argument, NULL, 'M' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -480,6 +494,13 @@ static enum parse_result parse_options(int argc, char **argv, struct options *op
                 return PARSE_ERROR;
             }
             opt->slot = (int)value;
+            break;
+        case 'M':
+            if (!parse_long(optarg, 1, 4096, &value)) {
+                say("ddssrun: --max-size must be a number from 1 to 4096\n");
+                return PARSE_ERROR;
+            }
+            opt->max_size = (int)value;
             break;
         case 'h':
             return PARSE_HELP;
@@ -754,7 +775,10 @@ static void node_entry(const struct launch *l, int rank, char *out, size_t len)
 static bool prepare_launch(const struct options *opt, struct launch *l)
 {
     *l = (struct launch){
-        .nranks = opt->nranks,
+        /* --slot S above N: its address is entry S of the node list */
+        .nranks = opt->slot > opt->nranks ? opt->slot : opt->nranks,
+        .size = opt->nranks,
+        .max_size = opt->max_size,
         .use_tcp = strcmp(opt->transport, "tcp") == 0,
         .coordinator = opt->coordinator,
         .user_group = nonempty_env("DDSS_GROUP") != NULL,
@@ -804,7 +828,9 @@ static void set_rank_env(const struct launch *l, int rank)
         setenv_int("DDSS_RANK", rank);
         setenv("DDSS_NODES", l->nodes, 1);
     }
-    setenv_int("DDSS_SIZE", l->nranks);
+    setenv_int("DDSS_SIZE", l->size);
+    if (l->max_size)
+        setenv_int("DDSS_MAX_SIZE", l->max_size);
     setenv("DDSS_TRANSPORT", l->use_tcp ? "tcp" : "verbs", 1);
     /* Coordinator mode: every member derives the group id from the group's name, so that a
      * process started later (--slot, by hand, by systemd) matches; a user's stays. */

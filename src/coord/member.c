@@ -330,6 +330,11 @@ int ddss_member_join(const struct ddss_member_cfg *cfg, struct ddss_member **m_p
 	if (r)
 		goto err;
 	r = group_max(m, cfg->max);
+	if (!r && cfg->slot > m->max) {
+		DDSS_ERR("membership: slot %" PRIu32 " asked for, but %s has %" PRIu32 " slots",
+			 cfg->slot, m->prefix, m->max);
+		r = -EINVAL;
+	}
 	if (r)
 		goto err;
 	ttl_s = (cfg->ttl_ms + 999) / 1000;
@@ -402,6 +407,11 @@ uint32_t ddss_member_slot(const struct ddss_member *m)
 int64_t ddss_member_incarnation(const struct ddss_member *m)
 {
 	return m->incarnation;
+}
+
+uint32_t ddss_member_max(const struct ddss_member *m)
+{
+	return m->max;
 }
 
 uint32_t ddss_member_generation(const struct ddss_member *m)

@@ -12,6 +12,8 @@
  *                      in the transaction that makes a member, which publishes it as "gen")
  *   P serving/SSSSS    slot S's member has started serving (on its lease): a process that
  *                      joins while any other exists replaces a member of a running group
+ *   P start            the founders, "S:I S:I ...": the members of the first view that held
+ *                      the start size (member_start.c); no lease
  *
  * The view is the set of member keys at an etcd revision; that revision is the view
  * number. Every process reads the same revisions in the same order, so every process
@@ -99,6 +101,24 @@ const struct ddss_view_member *ddss_view_find(const struct ddss_view *v, uint32_
  * that incarnation is no longer the slot's member.
  */
 int ddss_member_report(struct ddss_member *m, uint32_t slot, int64_t incarnation);
+
+/** The group's maximum size (its slots): the first joiner's choice (P max). */
+uint32_t ddss_member_max(const struct ddss_member *m);
+
+/** A founder of the group: a member that starts it through the start barrier. */
+struct ddss_member_founder {
+	uint32_t slot;
+	int64_t incarnation;
+};
+
+/**
+ * The group's founders (P start), in @f (room for the maximum size), *@n_p of them: the
+ * members of the first view that held @size (the start size) members, the same list for
+ * every process. -EAGAIN while there is no such list yet (fewer members, or another
+ * member writes it now: ask again).
+ */
+int ddss_member_start(struct ddss_member *m, uint32_t size, struct ddss_member_founder *f,
+		      uint32_t *n_p);
 
 /** Say that this member serves (P serving/SSSSS, on its lease). */
 int ddss_member_set_serving(struct ddss_member *m);

@@ -94,7 +94,15 @@ static int pick_home(struct ddss_ctx *ctx, const struct ddss_seg_attr *attr, uin
 {
 	switch (attr->placement) {
 	case DDSS_PLACE_ANY:
-		*home_p = __atomic_fetch_add(&ctx->next_home, 1, __ATOMIC_RELAXED) % ctx->size + 1;
+		/* The next rank in turn that is not refused: dead, or a free slot of a group
+		 * that can grow (coordinator mode). If every other one is, this rank. */
+		for (uint32_t i = 0; i < ctx->size; i++) {
+			*home_p = __atomic_fetch_add(&ctx->next_home, 1, __ATOMIC_RELAXED) %
+					  ctx->size + 1;
+			if (*home_p == ctx->rank || !ddss_tp_peer_refused(ctx->tp, *home_p))
+				return 0;
+		}
+		*home_p = ctx->rank;
 		return 0;
 	case DDSS_PLACE_LOCAL:
 		*home_p = ctx->rank;

@@ -2,6 +2,11 @@
  * Group barrier over control messages: every rank sends ARRIVE(epoch) to rank 1; when
  * rank 1 has all of them it sends RELEASE(epoch) to everyone. O(N) messages, enough for
  * start-up and tests; nothing on a data path uses it.
+ *
+ * Who "all" is: every rank in static mode, where a rank that goes down fails the barrier.
+ * In coordinator mode, the members this process counts (ddss_coord_in_view): not a free
+ * slot, nor a member that left the view; the view settles a death, so the barrier waits
+ * for it and goes on without the dead.
  */
 #include "net/net_internal.h"
 #include "net/coordinator.h"
@@ -34,16 +39,30 @@ static void release_locked(struct ddss_net *net, uint32_t epoch)
 	pthread_cond_broadcast(&net->cv);
 }
 
-/* Coordinator, mu held: count an arrival; true when it was the last one. */
-static bool arrive_locked(struct ddss_net *net, uint32_t epoch)
+/* mu held: whether the barrier counts @r (see the top). Lock order: net, then coord. */
+static bool counted(struct ddss_net *net, uint32_t r)
 {
-	uint32_t *count = &net->barrier_arrived[epoch & 1];
+	return !net->env.coord || ddss_coord_in_view(net->env.coord, r);
+}
 
-	if (++*count < net->env.size)
-		return false;
-	*count = 0;
+/* Coordinator, mu held: true when this call completed @epoch (release it to the others). */
+static bool complete_locked(struct ddss_net *net, uint32_t epoch)
+{
+	if ((int32_t)(net->barrier_released - epoch) >= 0)
+		return false; /* released already */
+	for (uint32_t r = 1; r <= net->env.size; r++)
+		if ((int32_t)(net->barrier_arrived[r] - epoch) < 0 && counted(net, r))
+			return false;
 	release_locked(net, epoch);
 	return true;
+}
+
+/* Coordinator, mu held: rank @r arrived at @epoch; true when that completed it. */
+static bool arrive_locked(struct ddss_net *net, uint32_t r, uint32_t epoch)
+{
+	if ((int32_t)(epoch - net->barrier_arrived[r]) > 0)
+		net->barrier_arrived[r] = epoch;
+	return complete_locked(net, epoch);
 }
 
 /*
@@ -53,8 +72,11 @@ static bool arrive_locked(struct ddss_net *net, uint32_t epoch)
 static void release_others(struct ddss_net *net, uint32_t epoch)
 {
 	for (uint32_t r = 2; r <= net->env.size; r++) {
-		int err = send_barrier(net, r, BARRIER_RELEASE, epoch);
+		int err;
 
+		if (!counted(net, r))
+			continue;
+		err = send_barrier(net, r, BARRIER_RELEASE, epoch);
 		if (err)
 			DDSS_WARN("barrier %u: cannot release rank %u: %s", epoch, r, strerror(-err));
 	}
@@ -74,8 +96,8 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 	m.kind = le32toh(m.kind);
 	m.epoch = le32toh(m.epoch);
 	pthread_mutex_lock(&net->mu);
-	if (m.kind == BARRIER_ARRIVE && net->env.rank == 1)
-		last = arrive_locked(net, m.epoch);
+	if (m.kind == BARRIER_ARRIVE && net->env.rank == 1 && from <= net->env.size)
+		last = arrive_locked(net, from, m.epoch);
 	else if (m.kind == BARRIER_RELEASE && from == 1)
 		release_locked(net, m.epoch);
 	else
@@ -85,12 +107,13 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 		release_others(net, m.epoch);
 }
 
-/* mu held: a rank this barrier depends on went down. */
+/* mu held: a rank this barrier depends on went down (coordinator mode: the coordinator
+ * only; the view settles the others' deaths, and complete_locked stops counting them). */
 static bool needed_rank_down(struct ddss_net *net)
 {
 	if (net->env.rank != 1)
 		return net->peer_state[1] == DDSS_TP_PEER_DOWN;
-	for (uint32_t r = 2; r <= net->env.size; r++)
+	for (uint32_t r = 2; !net->env.coord && r <= net->env.size; r++)
 		if (net->peer_state[r] == DDSS_TP_PEER_DOWN)
 			return true;
 	return false;
@@ -108,7 +131,7 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 	pthread_mutex_lock(&net->mu);
 	epoch = ++net->barrier_epoch;
 	if (net->env.rank == 1) {
-		if (arrive_locked(net, epoch)) {
+		if (arrive_locked(net, 1, epoch)) {
 			pthread_mutex_unlock(&net->mu);
 			release_others(net, epoch);
 			pthread_mutex_lock(&net->mu);
@@ -126,6 +149,12 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 		}
 		if (!ddss_net_cond_wait(net, deadline) && ddss_now_ns() >= deadline)
 			r = (int32_t)(net->barrier_released - epoch) < 0 ? -ETIMEDOUT : 0;
+		/* Coordinator mode: the rank it waited for may have left the view meanwhile. */
+		if (!r && net->env.rank == 1 && net->env.coord && complete_locked(net, epoch)) {
+			pthread_mutex_unlock(&net->mu);
+			release_others(net, epoch);
+			pthread_mutex_lock(&net->mu);
+		}
 	}
 	pthread_mutex_unlock(&net->mu);
 	if (!r)
@@ -143,7 +172,9 @@ static int enter_running(struct ddss_net *net)
 	for (uint32_t r = 1; r <= net->env.size; r++) {
 		int err;
 
-		if (r == net->env.rank)
+		/* Only the members of the view we joined in: a free or dead slot has nobody
+		 * to let us in (a process that takes it later reaches us). */
+		if (r == net->env.rank || !net->env.incarnations || !net->env.incarnations[r])
 			continue;
 		for (;;) {
 			err = ddss_tp_peer_connect(net->tp, r);

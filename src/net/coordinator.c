@@ -28,6 +28,7 @@
 /* A lease shorter than this would expire in an etcd leader election (about 1-2 s). */
 #define COORD_TTL_MIN_MS 3000
 #define COORD_TTL_DEFAULT_MS 10000
+#define DDSS_COORD_SLOTS_MAX 4096 /* coord/member_int.h's DDSS_MEMBER_SLOTS_MAX */
 
 struct ddss_coord {
 	int refs; /* atomic */
@@ -116,8 +117,12 @@ static void admit_locked(struct ddss_coord *c, const struct ddss_view_member *m,
 			free(node);
 		return;
 	}
-	DDSS_WARN("rank %" PRIu32 " is taken over by a new process (incarnation %" PRId64
-		  ", %s)", m->slot, m->incarnation, m->addr);
+	if (c->left_view[m->slot])
+		DDSS_WARN("rank %" PRIu32 " is taken over by a new process (incarnation %" PRId64
+			  ", %s)", m->slot, m->incarnation, m->addr);
+	else /* a free slot: the group grows */
+		DDSS_INFO("rank %" PRIu32 " joins the group (incarnation %" PRId64 ", %s)",
+			  m->slot, m->incarnation, m->addr);
 	c->incarnation[m->slot] = m->incarnation;
 	admit->slot = m->slot;
 	admit->incarnation = (uint64_t)m->incarnation;
@@ -126,20 +131,17 @@ static void admit_locked(struct ddss_coord *c, const struct ddss_view_member *m,
 	free(node);
 }
 
-static void on_view(void *arg, const struct ddss_view *v)
+/*
+ * Apply view @v (mu held): start members that left it are dead, for every rank alike; a
+ * dead or free slot that a new process took is let in once its old one is cut. The slots
+ * to declare dead go to @gone, those to let in to @admit (room for size each).
+ */
+static void apply_view_locked(struct ddss_coord *c, const struct ddss_view *v, uint32_t *gone,
+			      size_t *ngone, struct ddss_admit *admit, size_t *nadmit)
 {
-	struct ddss_coord *c = arg;
-	struct ddss_net *net = NULL;
-	uint32_t *gone = calloc(c->size + 1, sizeof(*gone));
-	struct ddss_admit *admit = calloc(c->size + 1, sizeof(*admit));
-	size_t ngone = 0, nadmit = 0;
-	bool leaving;
-
-	pthread_mutex_lock(&c->mu);
-	c->view_count = v->count;
 	/* Past the final barrier the others leave too: that is the end, not a death. */
-	leaving = c->closed || (c->net && __atomic_load_n(&c->net->leaving, __ATOMIC_ACQUIRE));
-	/* A start member whose incarnation left the view is dead, for every rank alike. */
+	bool leaving = c->closed || (c->net && __atomic_load_n(&c->net->leaving, __ATOMIC_ACQUIRE));
+
 	for (uint32_t s = 1; c->started && s <= c->size; s++) {
 		const struct ddss_view_member *m = ddss_view_find(v, s);
 
@@ -158,23 +160,27 @@ static void on_view(void *arg, const struct ddss_view *v)
 		c->left_view[s] = v->number;
 		c->left_ns[s] = ddss_now_ns();
 		if (gone)
-			gone[ngone++] = s;
+			gone[(*ngone)++] = s;
 		else
 			DDSS_ERR("out of memory: rank %" PRIu32 " left the view but is not declared "
 				 "dead here", s);
 	}
-	/* A dead slot taken by a new process: it is let in after the old one is cut. */
+	/* A dead or free slot taken by a new process: it is let in after the old one is cut. */
 	for (uint32_t s = 1; c->started && c->net && !leaving && admit && s <= c->size; s++) {
 		const struct ddss_view_member *m = ddss_view_find(v, s);
 
 		if (s != c->self && m && c->incarnation[s] < 0) {
-			admit_locked(c, m, &admit[nadmit]);
-			nadmit += admit[nadmit].slot != 0;
+			admit_locked(c, m, &admit[*nadmit]);
+			*nadmit += admit[*nadmit].slot != 0;
 		}
 	}
-	net = c->net;
-	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->mu);
+}
+
+/* Outside mu: what apply_view_locked asked for. Deaths first: a slot's old incarnation is
+ * always cut before its new one is let in. */
+static void apply_view_done(struct ddss_net *net, uint32_t *gone, size_t ngone,
+			    struct ddss_admit *admit, size_t nadmit)
+{
 	for (size_t i = 0; net && i < ngone; i++)
 		ddss_net_declare_dead(net, gone[i]);
 	for (size_t i = 0; net && i < nadmit; i++)
@@ -182,6 +188,25 @@ static void on_view(void *arg, const struct ddss_view *v)
 				 admit[i].generation);
 	free(gone);
 	free(admit);
+}
+
+static void on_view(void *arg, const struct ddss_view *v)
+{
+	struct ddss_coord *c = arg;
+	struct ddss_admit *admit;
+	struct ddss_net *net;
+	size_t ngone = 0, nadmit = 0;
+	uint32_t *gone;
+
+	pthread_mutex_lock(&c->mu);
+	c->view_count = v->count;
+	gone = calloc(c->size + 1, sizeof(*gone));
+	admit = calloc(c->size + 1, sizeof(*admit));
+	apply_view_locked(c, v, gone, &ngone, admit, &nadmit);
+	net = c->net;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	apply_view_done(net, gone, ngone, admit, nadmit);
 }
 
 /* Our own address: DDSS_LISTEN, with the port of DDSS_LISTEN_FD or of a socket we bind. */
@@ -258,31 +283,85 @@ static int listen_addr(struct ddss_net_env *env, char *addr, size_t len)
 	return 0;
 }
 
-/* Wait (bounded) until the view holds every slot. */
-static int wait_formed(struct ddss_coord *c, int timeout_ms)
+/* Wait on c->cv (bounded) for the next view, or @ms at most. */
+static void wait_view(struct ddss_coord *c, int ms)
 {
 	struct timespec ts;
 	int64_t ns;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
-	ns = ts.tv_nsec + (int64_t)(timeout_ms % 1000) * 1000000;
-	ts.tv_sec += timeout_ms / 1000 + ns / 1000000000;
+	ns = ts.tv_nsec + (int64_t)ms * 1000000;
+	ts.tv_sec += ns / 1000000000;
 	ts.tv_nsec = ns % 1000000000;
 	pthread_mutex_lock(&c->mu);
-	while (c->view_count < c->size && pthread_cond_timedwait(&c->cv, &c->mu, &ts) == 0)
-		;
-	if (c->view_count < c->size) {
-		DDSS_ERR("coordinator mode: the group did not form: %zu of %" PRIu32 " members "
-			 "joined within %d ms", c->view_count, c->size, timeout_ms);
-		pthread_mutex_unlock(&c->mu);
-		return -ETIMEDOUT;
-	}
+	pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 	pthread_mutex_unlock(&c->mu);
-	return 0;
 }
 
-/* The start view: the nodes, and each slot's incarnation. */
-static int take_view(struct ddss_coord *c, struct ddss_net_env *env)
+/*
+ * Wait (bounded) until this process knows its part: a founder of the group (on its start
+ * list: *@founders_p gets the list, *@running false), or a process joining it while it
+ * runs (*@running true: another member serves). A process that joined while the group
+ * was starting but is not on the list waits for the group to serve.
+ */
+static int wait_start(struct ddss_coord *c, uint32_t size, int timeout_ms, bool *running,
+		      struct ddss_member_founder **founders_p, uint32_t *nf_p)
+{
+	int64_t deadline = ddss_now_ns() + (int64_t)timeout_ms * 1000000;
+	struct ddss_member_founder *f = calloc(c->size, sizeof(*f));
+	bool said = false, serving;
+	uint32_t nf = 0;
+	int r;
+
+	if (!f)
+		return -ENOMEM;
+	for (;;) {
+		r = ddss_member_start(c->member, size, f, &nf);
+		for (uint32_t i = 0; !r && i < nf; i++)
+			if (f[i].slot == c->self &&
+			    f[i].incarnation == ddss_member_incarnation(c->member)) {
+				*running = false;
+				*founders_p = f;
+				*nf_p = nf;
+				return 0;
+			}
+		if (!r && !said) {
+			DDSS_INFO("coordinator mode: the group started without this process; it "
+				  "joins once the group serves");
+			said = true;
+		}
+		if (!r || r == -EAGAIN)
+			r = ddss_member_group_serving(c->member, &serving);
+		if (!r && serving) {
+			*running = true;
+			free(f);
+			return 0;
+		}
+		if (r && r != -EAGAIN && r != -ETIMEDOUT && r != -ECONNREFUSED)
+			break;
+		if (ddss_now_ns() >= deadline) {
+			pthread_mutex_lock(&c->mu);
+			DDSS_ERR("coordinator mode: the group did not form: %zu of %" PRIu32
+				 " members joined within %d ms", c->view_count, size, timeout_ms);
+			pthread_mutex_unlock(&c->mu);
+			r = -ETIMEDOUT;
+			break;
+		}
+		wait_view(c, 100); /* a view change, or ask etcd again: the list has no watch */
+	}
+	free(f);
+	return r;
+}
+
+/*
+ * The view this process starts from: the nodes, and each slot's incarnation. A founder
+ * takes the founders that are still members (@f, @nf); a process joining a running group
+ * takes every member (@f NULL). Every other slot is free, or its member is not ours to
+ * count: it starts refused (incarnation -1 here, 0 in @env), and a process that takes it
+ * later is let in like a replacement.
+ */
+static int take_view(struct ddss_coord *c, struct ddss_net_env *env,
+		     const struct ddss_member_founder *f, uint32_t nf)
 {
 	struct ddss_view v;
 	int r = ddss_member_view(c->member, &v);
@@ -297,11 +376,18 @@ static int take_view(struct ddss_coord *c, struct ddss_net_env *env)
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&c->mu);
+	for (uint32_t s = 1; s <= c->size; s++)
+		c->incarnation[s] = -1;
 	for (size_t i = 0; i < v.count && !r; i++) {
 		const struct ddss_view_member *m = &v.members[i];
 		struct ddss_tp_node *node;
+		bool founder = !f;
 		uint32_t n;
 
+		for (uint32_t j = 0; j < nf && !founder; j++)
+			founder = f[j].slot == m->slot && f[j].incarnation == m->incarnation;
+		if (!founder)
+			continue;
 		if (m->slot > c->size || ddss_nodes_parse(m->addr, &node, &n) || n != 1) {
 			DDSS_ERR("coordinator mode: slot %" PRIu32 " published '%s', not HOST:PORT",
 				 m->slot, m->addr);
@@ -314,35 +400,46 @@ static int take_view(struct ddss_coord *c, struct ddss_net_env *env)
 		env->incarnations[m->slot] = (uint64_t)m->incarnation;
 		env->generations[m->slot] = m->generation;
 	}
+	if (!r && c->incarnation[1] <= 0 && f) {
+		/* Rank 1 runs the barriers (net/barrier.c): a group cannot start without it. */
+		DDSS_ERR("coordinator mode: slot 1 is not among the group's founders: it runs the "
+			 "start barrier; start the group with slot 1 (DDSS_RANK=1 or unset)");
+		r = -EHOSTDOWN;
+	}
 	c->started = !r;
 	pthread_mutex_unlock(&c->mu);
 	ddss_view_free(&v);
 	return r;
 }
 
-static struct ddss_coord *coord_new(uint32_t size)
+static struct ddss_coord *coord_new(void)
 {
 	struct ddss_coord *c = calloc(1, sizeof(*c));
 
-	if (!c || !(c->incarnation = calloc(size + 1, sizeof(*c->incarnation))) ||
-	    !(c->reported = calloc(size + 1, sizeof(*c->reported))) ||
-	    !(c->answer = calloc(size + 1, 1)) ||
-	    !(c->left_view = calloc(size + 1, sizeof(*c->left_view))) ||
-	    !(c->left_ns = calloc(size + 1, sizeof(*c->left_ns)))) {
-		if (c) {
-			free(c->incarnation);
-			free(c->reported);
-			free(c->answer);
-			free(c->left_view);
-		}
-		free(c);
+	if (!c)
 		return NULL;
-	}
 	c->refs = 1;
-	c->size = size;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	return c;
+}
+
+/* The group's slots, once joined: the group's maximum size, which its first member set. */
+static int coord_size(struct ddss_coord *c, uint32_t size)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&c->mu);
+	if (!(c->incarnation = calloc(size + 1, sizeof(*c->incarnation))) ||
+	    !(c->reported = calloc(size + 1, sizeof(*c->reported))) ||
+	    !(c->answer = calloc(size + 1, 1)) ||
+	    !(c->left_view = calloc(size + 1, sizeof(*c->left_view))) ||
+	    !(c->left_ns = calloc(size + 1, sizeof(*c->left_ns))))
+		r = -ENOMEM; /* coord_free frees what there is */
+	else
+		c->size = size;
+	pthread_mutex_unlock(&c->mu);
+	return r;
 }
 
 static void coord_free(struct ddss_coord *c)
@@ -399,8 +496,10 @@ int ddss_coord_env_load(struct ddss_net_env *env)
 {
 	char prefix[COORD_NAME_MAX + 16], addr[DDSS_MEMBER_ADDR_MAX], *endpoints = NULL;
 	struct ddss_member_cfg cfg = { 0 };
+	struct ddss_member_founder *founders = NULL;
 	struct ddss_coord *c;
-	long size, want;
+	long size, max, want;
+	uint32_t nf = 0;
 	int r;
 
 	if (getenv("DDSS_NODES") || getenv("DDSS_NODES_FILE")) {
@@ -408,13 +507,21 @@ int ddss_coord_env_load(struct ddss_net_env *env)
 			 "view gives the nodes)");
 		return -EINVAL;
 	}
-	r = ddss_env_long("DDSS_SIZE", 0, 4096, 0, &size);
+	r = ddss_env_long("DDSS_SIZE", 0, DDSS_COORD_SLOTS_MAX, 0, &size);
 	if (!r && size == 0) {
-		DDSS_ERR("coordinator mode: set DDSS_SIZE, the group's size (1..4096)");
+		DDSS_ERR("coordinator mode: set DDSS_SIZE, the group's size at its start (1..%d)",
+			 DDSS_COORD_SLOTS_MAX);
+		r = -EINVAL;
+	}
+	/* Slots to grow into; the group's first member sets them, later ones read them. */
+	if (!r)
+		r = ddss_env_long("DDSS_MAX_SIZE", 0, DDSS_COORD_SLOTS_MAX, size, &max);
+	if (!r && max < size) {
+		DDSS_ERR("coordinator mode: DDSS_MAX_SIZE=%ld is below DDSS_SIZE=%ld", max, size);
 		r = -EINVAL;
 	}
 	if (!r) /* the slot to take; unset: the first free one */
-		r = ddss_env_long("DDSS_RANK", 0, size, 0, &want);
+		r = ddss_env_long("DDSS_RANK", 0, max, 0, &want);
 	if (r)
 		return r;
 	r = parse_url(getenv("DDSS_COORDINATOR"), &endpoints, prefix, sizeof(prefix));
@@ -423,14 +530,14 @@ int ddss_coord_env_load(struct ddss_net_env *env)
 	r = listen_addr(env, addr, sizeof(addr));
 	if (r)
 		goto out;
-	c = coord_new((uint32_t)size);
+	c = coord_new();
 	if (!c) {
 		r = -ENOMEM;
 		goto out;
 	}
 	cfg.endpoints = endpoints;
 	cfg.prefix = prefix;
-	cfg.max = (uint32_t)size;
+	cfg.max = (uint32_t)max;
 	cfg.ttl_ms = env->peer_timeout_ms > 0 ? env->peer_timeout_ms : COORD_TTL_DEFAULT_MS;
 	if (cfg.ttl_ms < COORD_TTL_MIN_MS)
 		cfg.ttl_ms = COORD_TTL_MIN_MS;
@@ -446,18 +553,26 @@ int ddss_coord_env_load(struct ddss_net_env *env)
 		goto err_coord;
 	}
 	c->self = ddss_member_slot(c->member);
-	r = wait_formed(c, env->connect_timeout_ms);
+	/* The group's size, not ours: a process that joins later need not know it. */
+	r = coord_size(c, ddss_member_max(c->member));
+	if (!r && (uint32_t)size > c->size) {
+		DDSS_ERR("coordinator mode: DDSS_SIZE=%ld, but the group has %" PRIu32 " slots",
+			 size, c->size);
+		r = -EINVAL;
+	}
 	if (!r)
-		r = take_view(c, env);
-	if (!r) /* before our start barrier, so no founder has set its key yet (see member.h) */
-		r = ddss_member_group_serving(c->member, &env->running);
+		r = wait_start(c, (uint32_t)size, env->connect_timeout_ms, &env->running,
+			       &founders, &nf);
+	if (!r)
+		r = take_view(c, env, founders, nf);
+	free(founders);
 	if (r)
 		goto err_member;
 	if (env->running)
-		DDSS_INFO("coordinator mode: the group is running; this process replaces rank %"
+		DDSS_INFO("coordinator mode: the group is running; this process joins it as rank %"
 			  PRIu32, c->self);
 	env->rank = c->self;
-	env->size = (uint32_t)size;
+	env->size = c->size;
 	if (!env->group) { /* every member of the group derives the same one */
 		unsigned char h[8];
 
@@ -501,7 +616,7 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 	struct ddss_coord *c = arg;
 	struct ddss_net *net;
 	uint8_t msg[12];
-	uint32_t kind, epoch, reaches, down = 1, up = 0; /* we count ourselves: down */
+	uint32_t kind, epoch, reaches, down = 1, up = 0, members = 0; /* we count ourselves: down */
 
 	if (len != sizeof(msg) || from < 1 || from > c->size) {
 		DDSS_WARN("coordinator mode: malformed message from rank %" PRIu32 " dropped", from);
@@ -532,6 +647,7 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 	for (uint32_t s = 1; s <= c->size; s++) {
 		down += c->answer[s] == ANSWER_DOWN;
 		up += c->answer[s] == ANSWER_UP;
+		members += s == c->self || c->incarnation[s] > 0; /* not the free slots */
 	}
 	if (up) {
 		/* etcd answers someone: we are the one cut off, and stop at our deadline. */
@@ -539,7 +655,7 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 			DDSS_ERR("coordinator mode: etcd answers rank %" PRIu32 " but not this rank: "
 				 "it stops acting at its lease deadline", from);
 		c->said_alone = true;
-	} else if (2 * down > c->size) {
+	} else if (2 * down > members) {
 		/*
 		 * A majority of the group, us among them, cannot reach etcd: no view can change
 		 * while that lasts (etcd gives every lease a full TTL again when it elects a
@@ -550,7 +666,7 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 			c->in_outage = true;
 			DDSS_WARN("coordinator mode: etcd is unreachable for %" PRIu32 " of %" PRIu32
 				  " ranks: serving data and locks on; membership changes are "
-				  "refused until it is back", down, c->size);
+				  "refused until it is back", down, members);
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -595,8 +711,11 @@ void ddss_coord_tick(struct ddss_coord *c, struct ddss_net *net)
 
 void ddss_coord_attach(struct ddss_coord *c, struct ddss_net *net)
 {
-	uint32_t *gone = calloc(c->size + 1, sizeof(*gone));
-	size_t n = 0;
+	struct ddss_admit *admit;
+	size_t n = 0, nadmit = 0;
+	struct ddss_view v;
+	uint32_t *gone;
+	bool have_view = ddss_member_view(c->member, &v) == 0;
 
 	if (ddss_net_on_msg(net, DDSS_MSG_COORD, on_coord_msg, c))
 		DDSS_WARN("coordinator mode: cannot take its messages; an etcd outage stops this "
@@ -604,14 +723,32 @@ void ddss_coord_attach(struct ddss_coord *c, struct ddss_net *net)
 
 	pthread_mutex_lock(&c->mu);
 	c->net = net;
-	/* Deaths seen while the net was opening. */
+	gone = calloc(c->size + 1, sizeof(*gone));
+	admit = calloc(c->size + 1, sizeof(*admit));
+	/* Free slots, and deaths seen while the net was opening: refused from the start. */
 	for (uint32_t s = 1; gone && s <= c->size; s++)
 		if (c->incarnation[s] < 0)
 			gone[n++] = s;
+	/* Members this process does not count yet (joined while the group started, or
+	 * since we read the view): let in, like a replacement. */
+	if (have_view)
+		apply_view_locked(c, &v, gone, &n, admit, &nadmit);
 	pthread_mutex_unlock(&c->mu);
-	for (size_t i = 0; i < n; i++)
-		ddss_net_declare_dead(net, gone[i]);
-	free(gone);
+	apply_view_done(net, gone, n, admit, nadmit);
+	if (have_view)
+		ddss_view_free(&v);
+}
+
+bool ddss_coord_in_view(struct ddss_coord *c, uint32_t rank)
+{
+	bool in;
+
+	if (rank < 1 || rank > c->size)
+		return false;
+	pthread_mutex_lock(&c->mu);
+	in = rank == c->self || c->incarnation[rank] > 0;
+	pthread_mutex_unlock(&c->mu);
+	return in;
 }
 
 void ddss_coord_detach(struct ddss_coord *c)

@@ -5,17 +5,18 @@
  *                     keys live under /ddss/NAME/ in that etcd cluster
  *   DDSS_LISTEN       HOST:PORT this process serves on and publishes (port 0: any free one,
  *                     tcp only); ddssrun --coordinator sets it with DDSS_LISTEN_FD
- *   DDSS_SIZE         the group's size: its slots (fixed by the first process to join), and
- *                     how many members the start waits for
+ *   DDSS_SIZE         how many members the start waits for
+ *   DDSS_MAX_SIZE     the group's slots (default DDSS_SIZE), fixed by the first process to
+ *                     join: a group may start below it and grow into the free slots
  * DDSS_RANK and DDSS_NODES must not be set: the slot is the rank, the view gives the nodes.
  *
  * What it does today: a process joins (a free slot, in one etcd transaction, under a lease
  * kept alive from DDSS_PEER_TIMEOUT_MS), waits until the view holds DDSS_SIZE members, and
- * starts with their addresses. A rank the heartbeat finds silent is reported, not declared
+ * starts with the founders' addresses (the members of that view, coord/member_start.c). A rank the heartbeat finds silent is reported, not declared
  * dead; a member that leaves the view is declared dead by every rank at once; a process
  * whose lease was not renewed in time stops acting (every call returns -ENOLINK or
- * -EHOSTDOWN). A process that joins a running group (P serving/ keys exist) takes over a
- * dead slot: the survivors let its new incarnation in (net/readmit.c), and it starts
+ * -EHOSTDOWN). A process that joins a running group (P serving/ keys exist) takes a dead
+ * or free slot: the members let its new incarnation in (net/readmit.c), and it starts
  * without the start barrier (ddss_net_begin).
  */
 #ifndef DDSS_NET_COORDINATOR_H
@@ -42,8 +43,14 @@ struct ddss_coord *ddss_coord_ref(struct ddss_coord *c);
 /** The last reference leaves the group (the lease is revoked: the slot frees at once). */
 void ddss_coord_unref(struct ddss_coord *c);
 
-/** From now on, a member that leaves the view is declared dead in @net. */
+/** From now on, a member that leaves the view is declared dead in @net, and a process that
+ * takes a dead or free slot is let in. Free slots start refused. */
 void ddss_coord_attach(struct ddss_coord *c, struct ddss_net *net);
+
+/** Whether @rank is a member this process counts (the barrier waits for it): not a free
+ * slot, nor a member that left the view. Takes the coordinator's lock: callers may hold
+ * the net's (never the other way round). */
+bool ddss_coord_in_view(struct ddss_coord *c, uint32_t rank);
 void ddss_coord_detach(struct ddss_coord *c);
 
 /**

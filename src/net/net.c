@@ -99,7 +99,10 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 	if (r)
 		goto err_env;
 	net->peer_state = calloc(net->env.size + 1, sizeof(*net->peer_state));
-	if (!net->peer_state) {
+	net->barrier_arrived = calloc(net->env.size + 1, sizeof(*net->barrier_arrived));
+	if (!net->peer_state || !net->barrier_arrived) {
+		free(net->peer_state);
+		free(net->barrier_arrived);
 		r = -ENOMEM;
 		goto err_env;
 	}
@@ -130,6 +133,7 @@ err_sync:
 	pthread_mutex_destroy(&net->mu);
 	pthread_cond_destroy(&net->cv);
 	free(net->peer_state);
+	free(net->barrier_arrived);
 err_env:
 	ddss_net_env_free(&net->env);
 	free(net);
@@ -177,6 +181,7 @@ void ddss_net_close(struct ddss_net *net)
 	pthread_mutex_destroy(&net->mu);
 	pthread_cond_destroy(&net->cv);
 	free(net->peer_state);
+	free(net->barrier_arrived);
 	ddss_net_env_free(&net->env);
 	free(net);
 }

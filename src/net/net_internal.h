@@ -25,11 +25,11 @@ struct ddss_net {
 	pthread_mutex_t mu; /* peer states and barrier state */
 	pthread_cond_t cv;  /* broadcast on any change of them */
 	enum ddss_tp_peer_state *peer_state; /* [1..size] */
-	/* Barrier: epochs count from 1. The coordinator (rank 1) counts arrivals per epoch
-	 * parity: no rank can be two barriers ahead of another. */
+	/* Barrier: epochs count from 1. The coordinator (rank 1) keeps the last epoch each
+	 * rank arrived at (barrier.c): an epoch is over when every rank it counts is there. */
 	uint32_t barrier_epoch;    /* last epoch this rank entered */
 	uint32_t barrier_released; /* highest epoch released */
-	uint32_t barrier_arrived[2];
+	uint32_t *barrier_arrived; /* [rank] rank 1 */
 
 	/* heartbeat.c */
 	int64_t *last_heard;        /* [rank] (atomic): when its last heartbeat came */
