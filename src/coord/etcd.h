@@ -5,8 +5,12 @@
  * base64-encoded (libsodium's codec), as the gateway wants them.
  *
  * Every call is bounded in time (the client's request timeout) and returns 0 or -errno:
- *   -ECONNREFUSED / -EHOSTUNREACH  no endpoint answered (every one was tried in turn)
- *   -ETIMEDOUT                     an endpoint took longer than the request timeout
+ *   -ECONNREFUSED                  every endpoint refused the connection (nothing runs
+ *                                  there)
+ *   -EAGAIN                        the last endpoint tried has no leader
+ *   -ETIMEDOUT                     an endpoint took longer than the request timeout, or
+ *                                  could not be reached (no route): it may be running
+ *                                  and have a leader that goes on without us
  *   -EEXIST                        ddss_etcd_create: the key exists
  *   -ESTALE                        ddss_etcd_delete_if: the key is not at that revision
  *   -ENOENT                        a lease or key that does not exist (or expired)

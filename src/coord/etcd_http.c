@@ -7,6 +7,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,7 +179,7 @@ static int post_one(struct ddss_etcd *etcd, const char *url, const char *body,
 	struct reply_buf b = { 0 };
 	struct curl_slist *hdr = NULL;
 	CURL *c = curl_easy_init();
-	long status = 0;
+	long status = 0, os_errno = 0;
 	CURLcode cr;
 	json_object *resp, *err;
 	int r;
@@ -197,6 +198,7 @@ static int post_one(struct ddss_etcd *etcd, const char *url, const char *body,
 	curl_easy_setopt(c, CURLOPT_PROXY, ""); /* never a proxy from the environment */
 	cr = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(c, CURLINFO_OS_ERRNO, &os_errno);
 	curl_slist_free_all(hdr);
 	curl_easy_cleanup(c);
 	switch (cr) {
@@ -206,6 +208,10 @@ static int post_one(struct ddss_etcd *etcd, const char *url, const char *body,
 		free(b.data);
 		return -ETIMEDOUT;
 	case CURLE_COULDNT_CONNECT:
+		/* Refused: nothing listens there. Unreachable (a route or link is down): the
+		 * member may be running all the same, as after a timeout (see the top). */
+		free(b.data);
+		return os_errno == ECONNREFUSED ? -ECONNREFUSED : -ETIMEDOUT;
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_SEND_ERROR:
 	case CURLE_RECV_ERROR:
@@ -238,6 +244,7 @@ int etcd_post(struct ddss_etcd *etcd, const char *path, json_object *req, json_o
 {
 	const char *body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
 	unsigned first = __atomic_load_n(&etcd->good, __ATOMIC_RELAXED);
+	bool timed_out = false;
 	int r = -ECONNREFUSED;
 
 	for (size_t i = 0; i < etcd->count; i++) {
@@ -251,7 +258,11 @@ int etcd_post(struct ddss_etcd *etcd, const char *path, json_object *req, json_o
 			__atomic_store_n(&etcd->good, at, __ATOMIC_RELAXED);
 			break;
 		}
+		timed_out |= r == -ETIMEDOUT;
 	}
+	/* No member answered: "none runs or none has a leader" only if none timed out. */
+	if (timed_out && (r == -ECONNREFUSED || r == -EAGAIN))
+		r = -ETIMEDOUT;
 	json_object_put(req);
 	return r;
 }

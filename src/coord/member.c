@@ -424,6 +424,13 @@ int ddss_member_etcd_state(struct ddss_member *m)
 	return __atomic_load_n(&m->etcd_err, __ATOMIC_ACQUIRE) ? -EAGAIN : 0;
 }
 
+bool ddss_member_etcd_lost(struct ddss_member *m)
+{
+	int e = __atomic_load_n(&m->etcd_err, __ATOMIC_ACQUIRE);
+
+	return e == -ECONNREFUSED || e == -EAGAIN;
+}
+
 int ddss_member_report(struct ddss_member *m, uint32_t slot, int64_t incarnation)
 {
 	const struct ddss_view_member *vm;

@@ -128,6 +128,14 @@ int ddss_member_group_serving(struct ddss_member *m, bool *serving_p);
 
 /** -EAGAIN while etcd is unreachable (membership changes are refused then), else 0. */
 int ddss_member_etcd_state(struct ddss_member *m);
+/**
+ * Whether the last renewal failed in a way that says etcd has no leader now: every
+ * endpoint refused the connection (no etcd runs there) or said it has none. Then no lease
+ * can expire until a leader is elected, and a new leader gives every lease a full TTL.
+ * A renewal that timed out (etcd slow, stalled, or cut off from us) says nothing of the
+ * kind: etcd's leader may be counting our lease down.
+ */
+bool ddss_member_etcd_lost(struct ddss_member *m);
 
 /** Nanoseconds until this member must stop acting (<= 0: past it, or it has stopped). */
 int64_t ddss_member_time_left(struct ddss_member *m);

@@ -49,9 +49,10 @@ struct ddss_coord {
 	int64_t ttl_ns;
 	/* etcd outage (coord_tick): is etcd down for every member, or only for us? */
 	uint32_t ask_epoch;     /* under mu: the current question's number, 0: none */
-	uint8_t *answer;        /* [slot] under mu: 0 none, ANSWER_DOWN, ANSWER_UP */
+	uint8_t *answer;        /* [slot] under mu: 0 none, else an ANSWER_ */
 	bool in_outage;         /* under mu: we said etcd is down for everyone */
 	bool said_alone;        /* under mu: we said etcd answers others but not us */
+	bool said_slow;         /* under mu: we said etcd may be alive but not answering */
 };
 
 enum { COORD_ASK = 1, COORD_ANSWER = 2 };
@@ -62,7 +63,11 @@ struct ddss_admit {
 	uint32_t generation;
 	struct ddss_tp_node node;
 };
-enum { ANSWER_DOWN = 1, ANSWER_UP = 2 };
+/* What a member says of etcd (ddss_coord_tick): its renewals work; etcd has no leader
+ * (nothing runs, or no quorum: ddss_member_etcd_lost); or no answer in time. */
+enum { ANSWER_DOWN = 1, ANSWER_UP = 2, ANSWER_SLOW = 3 };
+/* On the wire (the answer's third word). */
+enum { WIRE_LOST = 0, WIRE_REACHED = 1, WIRE_NO_ANSWER = 2 };
 
 bool ddss_coord_wanted(void)
 {
@@ -616,7 +621,7 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 	struct ddss_coord *c = arg;
 	struct ddss_net *net;
 	uint8_t msg[12];
-	uint32_t kind, epoch, reaches, down = 1, up = 0, members = 0; /* we count ourselves: down */
+	uint32_t kind, epoch, reaches, down, up = 0, slow = 0, members = 0;
 
 	if (len != sizeof(msg) || from < 1 || from > c->size) {
 		DDSS_WARN("coordinator mode: malformed message from rank %" PRIu32 " dropped", from);
@@ -631,7 +636,9 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 		net = c->net;
 		pthread_mutex_unlock(&c->mu);
 		wire_put32(msg, COORD_ANSWER);
-		wire_put32(msg + 8, ddss_member_etcd_state(c->member) == 0);
+		wire_put32(msg + 8, ddss_member_etcd_state(c->member) == 0 ? WIRE_REACHED :
+				    ddss_member_etcd_lost(c->member) ? WIRE_LOST :
+								       WIRE_NO_ANSWER);
 		if (net)
 			ddss_net_send(net, from, DDSS_MSG_COORD, msg, sizeof(msg));
 		return;
@@ -643,10 +650,15 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 		pthread_mutex_unlock(&c->mu);
 		return; /* an old question's */
 	}
-	c->answer[from] = reaches ? ANSWER_UP : ANSWER_DOWN;
+	c->answer[from] = reaches == WIRE_REACHED ? ANSWER_UP :
+			  reaches == WIRE_LOST ? ANSWER_DOWN : ANSWER_SLOW;
+	/* We count ourselves, if what we see says as much. */
+	down = ddss_member_etcd_lost(c->member);
+	slow = !down;
 	for (uint32_t s = 1; s <= c->size; s++) {
 		down += c->answer[s] == ANSWER_DOWN;
 		up += c->answer[s] == ANSWER_UP;
+		slow += c->answer[s] == ANSWER_SLOW;
 		members += s == c->self || c->incarnation[s] > 0; /* not the free slots */
 	}
 	if (up) {
@@ -657,9 +669,10 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 		c->said_alone = true;
 	} else if (2 * down > members) {
 		/*
-		 * A majority of the group, us among them, cannot reach etcd: no view can change
-		 * while that lasts (etcd gives every lease a full TTL again when it elects a
-		 * leader), so serve on for half a TTL more, and ask again before it ends.
+		 * A majority of the group sees etcd without a leader (refused everywhere, or
+		 * no quorum): no view can change while that lasts, and the leader etcd elects
+		 * when it is back gives every lease a full TTL again. So serve on for half a
+		 * TTL more, and ask again before it ends.
 		 */
 		if (ddss_member_extend(c->member, ddss_now_ns() + c->ttl_ns / 2) == 0 &&
 		    !c->in_outage) {
@@ -668,6 +681,17 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 				  " ranks: serving data and locks on; membership changes are "
 				  "refused until it is back", down, members);
 		}
+	} else if (slow && !c->said_slow) {
+		/*
+		 * etcd does not answer in time (stalled, overloaded, or cut off from us all):
+		 * its leader may be running all the same and expire our leases on its own
+		 * clock, so serving on past the deadline could let a rank be granted what we
+		 * hold. Stop at it (docs/failure.md, "A slow etcd").
+		 */
+		c->said_slow = true;
+		DDSS_ERR("coordinator mode: etcd does not answer %" PRIu32 " of %" PRIu32 " ranks "
+			 "in time (it may be alive and expire their leases): this rank stops "
+			 "acting at its lease deadline", slow, members);
 	}
 	pthread_mutex_unlock(&c->mu);
 }
@@ -682,7 +706,7 @@ void ddss_coord_tick(struct ddss_coord *c, struct ddss_net *net)
 		if (c->in_outage)
 			DDSS_WARN("coordinator mode: etcd answers again; membership changes work "
 				  "again");
-		c->in_outage = c->said_alone = false;
+		c->in_outage = c->said_alone = c->said_slow = false;
 		c->ask_epoch = 0;
 		pthread_mutex_unlock(&c->mu);
 		return;

@@ -4,7 +4,8 @@
 
 #include <stdbool.h>
 
-/** "stop" or "start" etcd member @member (1..N); false if not done within 30 s. */
+/** "stop", "start", "freeze" or "thaw" etcd member @member (1..N); false if not done
+ * within 30 s. */
 bool etcd_ctl(const char *what, int member);
 
 #endif

@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PEER_TIMEOUT_MS 3000
+#define PEER_TIMEOUT_MS 10000 /* the lease TTL too: no death here, so the default */
 #define FOUNDERS 2
 #define SLOTS 4
 #define INCREMENTS 200

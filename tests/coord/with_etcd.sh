@@ -6,7 +6,8 @@
 # The command sees:
 #   DDSS_TEST_ETCD       the client endpoints, "127.0.0.1:port,..."
 #   DDSS_TEST_ETCD_CTL   this script's control file: "stop I" / "start I" lines written to it
-#                        stop or restart member I (1..N); the script answers by writing
+#                        stop or restart member I (1..N), "freeze I" / "thaw I" stall it
+#                        (SIGSTOP) and let it go on; the script answers by writing
 #                        "done" to the file named after it with .ack (fault tests)
 # Exits 77 (SKIP) when etcd is not installed (scripts/install-deps.sh installs it).
 set -u
@@ -30,6 +31,7 @@ cmd_pid=""
 cleanup() {
   [ -n "$cmd_pid" ] && kill "$cmd_pid" 2>/dev/null
   for p in "${pids[@]}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do [ -n "$p" ] && kill -CONT "$p" 2>/dev/null; done
   wait 2>/dev/null
   rm -rf "$dir"
 }
@@ -106,6 +108,8 @@ while kill -0 "$cmd_pid" 2>/dev/null; do
     case $what in
       stop) kill -9 "${pids[$i]}" 2>/dev/null; wait "${pids[$i]}" 2>/dev/null; pids[$i]="" ;;
       start) start_member "$i"; wait_healthy "$i" ;;
+      freeze) kill -STOP "${pids[$i]}" 2>/dev/null ;;
+      thaw) kill -CONT "${pids[$i]}" 2>/dev/null ;;
     esac
     echo done >>"$DDSS_TEST_ETCD_CTL.ack"
   done
