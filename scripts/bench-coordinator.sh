@@ -43,6 +43,7 @@ def add(metric, mode, v):
     rows.setdefault((metric, mode), []).append(v)
 for path in glob.glob(os.path.join(out, "*.csv")):
     kind, mode, _ = os.path.basename(path).split(".", 2)
+    pair = {}  # this run's X lock and unlock, and the raw CAS: the target's lock + unlock
     with open(path) as f:
         # ddssrun prefixes each line with "[rank] ".
         lines = (l.split("] ", 1)[-1] if l.startswith("[") else l for l in f)
@@ -55,8 +56,12 @@ for path in glob.glob(os.path.join(out, "*.csv")):
                     (r.get("scheme") == "ncosed" and r.get("variant") in ("X_lock", "X_unlock")
                      or r.get("scheme") == "raw" and r.get("variant") == "cas"):
                 add(r["scheme"] + " " + r["variant"] + " (us)", mode, float(r["value"]))
+                pair[r["variant"]] = float(r["value"])
                 if r.get("scheme") == "ncosed":
                     add("ncosed " + r["variant"] + " / raw", mode, float(r["ratio"]))
+    if kind == "lock" and len(pair) == 3:
+        add("ncosed X_lock+unlock / raw", mode,
+            (pair["X_lock"] + pair["X_unlock"]) / (2 * pair["cas"]))
 print("coordinator mode against static, tcp, 2 ranks, median of %d runs each" % runs)
 print("target: within 2% of static (issue 30); the raw rows are the same operation")
 print("without the library, measured in the same runs: a machine effect moves them too")
