@@ -25,7 +25,13 @@ for c in etcd etcdctl curl; do
 done
 dir=$(mktemp -d /tmp/scale-coordinator.XXXXXX)
 etcd_pid=""
-cleanup() { [ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"; }
+watcher=""
+cleanup() {
+  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null
+  [ -n "$etcd_pid" ] && kill "$etcd_pid" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$dir"
+}
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cport=$(port); pport=$(port)
@@ -53,6 +59,10 @@ mkdir "$dir/marks"
   for m in idle-begin idle-end; do
     for _ in $(seq 1 6000); do [ -e "$dir/marks/$m" ] && break; sleep 0.05; done
     [ -e "$dir/marks/$m" ] && echo "$(date +%s%N) $(sample)" >"$dir/$m.sample"
+    # verbs: the QPs each process holds while the group idles (iproute2's rdma tool)
+    if [ "$m" = idle-begin ] && [ "$transport" = verbs ] && command -v rdma >/dev/null; then
+      rdma resource show qp >"$dir/qps.txt" 2>/dev/null || true
+    fi
   done
 ) &
 watcher=$!
@@ -92,5 +102,9 @@ if [ "$idle_s" -gt 0 ] && [ -s "$dir/idle-begin.sample" ] && [ -s "$dir/idle-end
   rate() { awk -v d="$1" -v ms="$ms" 'BEGIN {printf "%.1f", d * 1000 / ms}'; }
   echo "idle etcd sent:   $(rate $((se - sb))) bytes/s"
   echo "idle etcd recv:   $(rate $((re - rb))) bytes/s"
+  if [ -s "$dir/qps.txt" ]; then
+    echo "QPs per rank:     $(grep -o 'pid [0-9]*' "$dir/qps.txt" | sort | uniq -c | awk '{print $1}' |
+      sort -n | awk '{v[NR] = $1} END {printf "%s median, %s max (%d processes)", v[int((NR + 1) / 2)], v[NR], NR}')"
+  fi
   echo "idle keep-alives: $(rate $((ke - kb))) per s ($n ranks, lease TTL 10 s: $n / 3.3 s expected)"
 fi
