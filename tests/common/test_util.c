@@ -264,6 +264,20 @@ int test_locked_increment(struct ddss_ctx *ctx, uint64_t key)
 	return r ? r : rr;
 }
 
+uint64_t test_wait_word(struct ddss_ctx *ctx, uint64_t key, unsigned w, int timeout_ms)
+{
+	uint64_t v = 0;
+	double t0 = test_now_ms();
+
+	while (!v && test_now_ms() - t0 < timeout_ms) {
+		if (ddss_get(ctx, key, 8 * w, &v, sizeof(v)))
+			return 0;
+		if (!v)
+			usleep(10000); /* a bounded poll of a word another rank writes */
+	}
+	return v;
+}
+
 int test_listen_loopback(unsigned *port_p)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };

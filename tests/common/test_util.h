@@ -117,6 +117,9 @@ const char *test_ctx_transport(struct ddss_ctx *ctx);
 uint64_t test_segments_draining(struct ddss_ctx *ctx);
 /** One increment of the 8-byte counter @key under its exclusive lock: 0 or the first error. */
 int test_locked_increment(struct ddss_ctx *ctx, uint64_t key);
+/* Word @w (the 8 bytes at 8 * @w) of segment @key, once another rank has made it nonzero:
+ * polled every 10 ms for @timeout_ms at most; 0 if it stayed zero or a get failed. */
+uint64_t test_wait_word(struct ddss_ctx *ctx, uint64_t key, unsigned w, int timeout_ms);
 /*
  * For processes that check without CUnit (several processes of one test, each judging
  * itself): a failed @cond prints where and why, prefixed by @me (the rank), and counts in

@@ -46,16 +46,7 @@ static double t_start;
 
 static uint64_t wait_word(unsigned w)
 {
-	uint64_t v = 0;
-	double t0 = test_now_ms();
-
-	while (!v && test_now_ms() - t0 < WAIT_MS) {
-		if (ddss_get(ctx, results, 8 * w, &v, sizeof(v)))
-			break;
-		if (!v)
-			usleep(10000); /* a bounded poll of a word another rank writes */
-	}
-	return v;
+	return test_wait_word(ctx, results, w, WAIT_MS);
 }
 
 static void put_word(unsigned w, uint64_t v)

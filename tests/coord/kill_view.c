@@ -49,19 +49,9 @@ static int64_t mono_ns(void)
 	return (int64_t)(test_now_ms() * 1e6);
 }
 
-/* Wait (bounded) until word @w of the results is nonzero; its value. */
 static uint64_t wait_word(unsigned w)
 {
-	uint64_t v = 0;
-	double t0 = test_now_ms();
-
-	while (!v && test_now_ms() - t0 < WAIT_MS) {
-		if (ddss_get(ctx, results, 8 * w, &v, sizeof(v)))
-			break;
-		if (!v)
-			usleep(10000); /* a bounded poll of a word a survivor writes */
-	}
-	return v;
+	return test_wait_word(ctx, results, w, WAIT_MS);
 }
 
 static void test_kill(void)
