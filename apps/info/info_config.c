@@ -440,6 +440,7 @@ static const struct var vars[] = {
 	/* Coordinator mode (net/coordinator.c; docs/membership.md). */
 	OTHER("DDSS_COORDINATOR", r_text, "(unset: the static node list)"),
 	OTHER("DDSS_LISTEN", r_text, "(unset; coordinator mode needs it)"),
+	NUM("DDSS_MAX_SIZE", r_long, 1, 4096, 0, "(DDSS_SIZE: coordinator mode's slots)"),
 	NUM("DDSS_LISTEN_FD", r_long, -1, 1 << 20, -1, "(none)"),
 	OTHER("DDSS_SECRET_FILE", r_secret, "(unset)"),
 	OTHER("DDSS_SECRET", r_secret, "(unset: connections not authenticated)"),

@@ -216,8 +216,11 @@ static int post_one(struct ddss_etcd *etcd, const char *url, const char *body,
 	case CURLE_SEND_ERROR:
 	case CURLE_RECV_ERROR:
 	case CURLE_GOT_NOTHING:
+		/* A name that does not resolve, a connection reset mid-request (a member killed
+		 * then, or a proxy in between): nothing says etcd has no leader. The next
+		 * request finds out (a killed member refuses it). */
 		free(b.data);
-		return -ECONNREFUSED;
+		return -ETIMEDOUT;
 	default:
 		free(b.data);
 		return b.too_big ? -EMSGSIZE : -EPROTO;

@@ -283,7 +283,7 @@ static int cfg_check(const struct ddss_member_cfg *cfg)
 	size_t plen;
 
 	if (!cfg || !cfg->endpoints || !cfg->prefix || !cfg->addr || cfg->ttl_ms < 1 ||
-	    cfg->max < 1 || cfg->max > DDSS_MEMBER_SLOTS_MAX || cfg->slot > cfg->max)
+	    cfg->max < 1 || cfg->max > DDSS_MEMBER_SLOTS_MAX || cfg->slot > DDSS_MEMBER_SLOTS_MAX)
 		return -EINVAL;
 	plen = strlen(cfg->prefix);
 	if (plen < 2 || cfg->prefix[0] != '/' || cfg->prefix[plen - 1] != '/' ||

@@ -88,6 +88,10 @@ uint32_t ddss_member_generation(const struct ddss_member *m);
  */
 int ddss_member_acting(struct ddss_member *m);
 
+/** The last etcd revision this member's view has followed (any key under the prefix):
+ * the view holds every member key change up to it. */
+int64_t ddss_member_seen_rev(struct ddss_member *m);
+
 /** A copy of the current view (free with ddss_view_free). */
 int ddss_member_view(struct ddss_member *m, struct ddss_view *v_p);
 void ddss_view_free(struct ddss_view *v);
@@ -114,11 +118,13 @@ struct ddss_member_founder {
 /**
  * The group's founders (P start), in @f (room for the maximum size), *@n_p of them: the
  * members of the first view that held @size (the start size) members, the same list for
- * every process. -EAGAIN while there is no such list yet (fewer members, or another
- * member writes it now: ask again).
+ * every process; *@rev_p is the revision that wrote it (a view at that revision or later
+ * has every founder that is still a member). -EAGAIN while there is no such list yet
+ * (fewer members, or another member writes it now: ask again). Only while the group does
+ * not serve yet: a list is made or replaced only then.
  */
 int ddss_member_start(struct ddss_member *m, uint32_t size, struct ddss_member_founder *f,
-		      uint32_t *n_p);
+		      uint32_t *n_p, int64_t *rev_p);
 
 /** Say that this member serves (P serving/SSSSS, on its lease). */
 int ddss_member_set_serving(struct ddss_member *m);

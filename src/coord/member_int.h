@@ -38,6 +38,7 @@ struct ddss_member {
 	bool stop;
 	pthread_t renew_thread;
 	struct ddss_view view;      /* under mu; changed only by the watch thread */
+	int64_t seen_rev;           /* atomic: the last etcd revision the watch delivered (any key) */
 	int64_t *view_lease;        /* [slot] under mu: the member's lease (for reports) */
 	struct ddss_etcd_watch *watch;
 };

@@ -58,7 +58,7 @@ static bool start_current(const struct ddss_view *v, const struct ddss_member_fo
 
 /* Write the view's members as the founders, if nobody has. */
 static int start_create(struct ddss_member *m, const char *key, const struct ddss_view *v,
-			struct ddss_member_founder *f, uint32_t *n_p)
+			struct ddss_member_founder *f, uint32_t *n_p, int64_t *rev_p)
 {
 	size_t len = v->count * 32 + 1, off = 0;
 	char *text = malloc(len);
@@ -73,7 +73,7 @@ static int start_create(struct ddss_member *m, const char *key, const struct dds
 		off += (size_t)snprintf(text + off, len - off, "%s%" PRIu32 ":%" PRId64,
 					i ? " " : "", f[i].slot, f[i].incarnation);
 	}
-	r = ddss_etcd_create(m->etcd, key, text, off, 0, NULL);
+	r = ddss_etcd_create(m->etcd, key, text, off, 0, rev_p);
 	free(text);
 	if (r == -EEXIST)
 		return -EAGAIN; /* another member was first: read its list */
@@ -86,7 +86,7 @@ static int start_create(struct ddss_member *m, const char *key, const struct dds
 }
 
 int ddss_member_start(struct ddss_member *m, uint32_t size, struct ddss_member_founder *f,
-		      uint32_t *n_p)
+		      uint32_t *n_p, int64_t *rev_p)
 {
 	char key[DDSS_MEMBER_KEY_MAX];
 	struct ddss_etcd_kvs kvs;
@@ -105,17 +105,18 @@ int ddss_member_start(struct ddss_member *m, uint32_t size, struct ddss_member_f
 	if (kvs.count == 1) {
 		r = start_parse(m, kvs.kv[0].value, f, n_p);
 		if (r)
-			DDSS_ERR("membership: %s holds no list of founders", key);
-		else if (start_current(&v, f, *n_p))
+			DDSS_WARN("membership: %s holds no list of founders: replaced", key);
+		if (!r && start_current(&v, f, *n_p)) {
+			*rev_p = kvs.kv[0].mod_rev;
 			goto out_kvs;
-		else /* an earlier run's: replace it (on its revision: only one replacer wins) */
-			r = ddss_etcd_delete_if(m->etcd, key, kvs.kv[0].create_rev);
-		if (r && r != -ESTALE)
-			goto out_kvs;
-		r = -EAGAIN;
+		}
+		/* An earlier run's, or unreadable: replace it (on its revision: one replacer). */
+		r = ddss_etcd_delete_if(m->etcd, key, kvs.kv[0].create_rev);
+		if (!r || r == -ESTALE)
+			r = -EAGAIN;
 		goto out_kvs;
 	}
-	r = v.count < size ? -EAGAIN : start_create(m, key, &v, f, n_p);
+	r = v.count < size ? -EAGAIN : start_create(m, key, &v, f, n_p, rev_p);
 out_kvs:
 	ddss_etcd_kvs_free(&kvs);
 out:

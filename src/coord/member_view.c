@@ -97,6 +97,8 @@ static void on_change(void *arg, enum ddss_etcd_event ev, const struct ddss_etcd
 		/* A member stopped hearing us: stop acting, then let the slot go (renewal thread). */
 		member_fence(m, -EHOSTDOWN, "a member reported it silent");
 	}
+	/* After the view's change above: who waits for this revision sees the view of it. */
+	__atomic_store_n(&m->seen_rev, kv->mod_rev, __ATOMIC_RELEASE);
 }
 
 static void on_watch_state(void *arg, int err)
@@ -134,6 +136,7 @@ int member_view_start(struct ddss_member *m)
 			view_set(m, slot, &kvs.kv[i]);
 	}
 	m->view.number = kvs.revision;
+	__atomic_store_n(&m->seen_rev, kvs.revision, __ATOMIC_RELEASE);
 	ddss_etcd_kvs_free(&kvs);
 	if (m->on_view)
 		m->on_view(m->arg, &m->view);
@@ -158,6 +161,11 @@ void member_view_stop(struct ddss_member *m)
 	free(m->view_lease);
 	m->view.members = NULL;
 	m->view_lease = NULL;
+}
+
+int64_t ddss_member_seen_rev(struct ddss_member *m)
+{
+	return __atomic_load_n(&m->seen_rev, __ATOMIC_ACQUIRE);
 }
 
 int ddss_member_view(struct ddss_member *m, struct ddss_view *v_p)

@@ -17,7 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { BARRIER_ARRIVE = 1, BARRIER_RELEASE = 2 };
+/* QUERY / STATE: a process let in after the start asks rank 1 which barrier the group is
+ * at, and counts on from there (enter_running). */
+enum { BARRIER_ARRIVE = 1, BARRIER_RELEASE = 2, BARRIER_QUERY = 3, BARRIER_STATE = 4 };
 
 struct barrier_msg {
 	uint32_t kind;
@@ -39,10 +41,18 @@ static void release_locked(struct ddss_net *net, uint32_t epoch)
 	pthread_cond_broadcast(&net->cv);
 }
 
-/* mu held: whether the barrier counts @r (see the top). Lock order: net, then coord. */
-static bool counted(struct ddss_net *net, uint32_t r)
+/*
+ * mu held: whether @epoch waits for @r (see the top). A member let in after the start (a
+ * newcomer or a replacement) never took the start barrier: it counts from the next one.
+ * Lock order: net, then coord.
+ */
+static bool counted(struct ddss_net *net, uint32_t r, uint32_t epoch)
 {
-	return !net->env.coord || ddss_coord_in_view(net->env.coord, r);
+	if (!net->env.coord)
+		return true;
+	if (epoch == 1 && (!net->env.incarnations || !net->env.incarnations[r]))
+		return false; /* not in the view this process started from */
+	return ddss_coord_in_view(net->env.coord, r);
 }
 
 /* Coordinator, mu held: true when this call completed @epoch (release it to the others). */
@@ -51,7 +61,7 @@ static bool complete_locked(struct ddss_net *net, uint32_t epoch)
 	if ((int32_t)(net->barrier_released - epoch) >= 0)
 		return false; /* released already */
 	for (uint32_t r = 1; r <= net->env.size; r++)
-		if ((int32_t)(net->barrier_arrived[r] - epoch) < 0 && counted(net, r))
+		if ((int32_t)(net->barrier_arrived[r] - epoch) < 0 && counted(net, r, epoch))
 			return false;
 	release_locked(net, epoch);
 	return true;
@@ -74,7 +84,7 @@ static void release_others(struct ddss_net *net, uint32_t epoch)
 	for (uint32_t r = 2; r <= net->env.size; r++) {
 		int err;
 
-		if (!counted(net, r))
+		if (!counted(net, r, epoch))
 			continue;
 		err = send_barrier(net, r, BARRIER_RELEASE, epoch);
 		if (err)
@@ -86,7 +96,8 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 {
 	struct ddss_net *net = arg;
 	struct barrier_msg m;
-	bool last = false;
+	uint32_t state = 0;
+	bool last = false, answer = false;
 
 	if (len != sizeof(m)) {
 		DDSS_WARN("malformed barrier message from rank %u", from);
@@ -100,11 +111,19 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 		last = arrive_locked(net, from, m.epoch);
 	else if (m.kind == BARRIER_RELEASE && from == 1)
 		release_locked(net, m.epoch);
-	else
+	else if (m.kind == BARRIER_QUERY && net->env.rank == 1 && from != 1)
+		answer = true, state = net->barrier_released;
+	else if (m.kind == BARRIER_STATE && from == 1 && net->barrier_asked) {
+		net->barrier_asked = false;
+		net->barrier_epoch = net->barrier_released = m.epoch;
+		pthread_cond_broadcast(&net->cv);
+	} else
 		DDSS_WARN("unexpected barrier message %u from rank %u", m.kind, from);
 	pthread_mutex_unlock(&net->mu);
 	if (last)
 		release_others(net, m.epoch);
+	if (answer && send_barrier(net, from, BARRIER_STATE, state))
+		DDSS_WARN("cannot tell rank %u the group's barrier epoch", from);
 }
 
 /* mu held: a rank this barrier depends on went down (coordinator mode: the coordinator
@@ -190,10 +209,24 @@ static int enter_running(struct ddss_net *net)
 			return err;
 		}
 	}
-	/* The others passed the start barrier: count from there, like them. */
+	/*
+	 * The others passed the start barrier, and maybe more: count on from the last one
+	 * rank 1 released. It counts us from the next one (we are let in there already).
+	 */
 	pthread_mutex_lock(&net->mu);
 	net->barrier_epoch = net->barrier_released = 1;
+	net->barrier_asked = net->env.rank != 1;
 	pthread_mutex_unlock(&net->mu);
+	if (net->env.rank != 1 && send_barrier(net, 1, BARRIER_QUERY, 0) == 0) {
+		pthread_mutex_lock(&net->mu);
+		while (net->barrier_asked && ddss_net_cond_wait(net, deadline))
+			;
+		if (net->barrier_asked)
+			DDSS_WARN("rank 1 did not say which barrier the group is at: counting from the "
+				  "start barrier");
+		net->barrier_asked = false;
+		pthread_mutex_unlock(&net->mu);
+	}
 	ddss_tp_set_formed(net->tp);
 	return 0;
 }

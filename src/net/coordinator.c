@@ -55,7 +55,9 @@ struct ddss_coord {
 	bool said_slow;         /* under mu: we said etcd may be alive but not answering */
 };
 
-enum { COORD_ASK = 1, COORD_ANSWER = 2 };
+/* COORD_ANSWER: an older member's answer, reached or not (it cannot tell "no leader"
+ * from "no answer in time": read as the latter); COORD_ANSWER3: one of the WIRE_ values. */
+enum { COORD_ASK = 1, COORD_ANSWER = 2, COORD_ANSWER3 = 3 };
 
 struct ddss_admit {
 	uint32_t slot; /* 0: none */
@@ -304,43 +306,53 @@ static void wait_view(struct ddss_coord *c, int ms)
 }
 
 /*
- * Wait (bounded) until this process knows its part: a founder of the group (on its start
- * list: *@founders_p gets the list, *@running false), or a process joining it while it
- * runs (*@running true: another member serves). A process that joined while the group
- * was starting but is not on the list waits for the group to serve.
+ * Wait (bounded) until this process knows its part: a process joining a running group
+ * (*@running true: another member serves), or a founder of the group (on its start list:
+ * *@founders_p gets the list, *@running false). Serving is asked first: once the group
+ * serves, its list is history (its founders may all be gone), and no founder can serve
+ * before every founder has passed the start barrier. A process that joined while the
+ * group was starting but is not on the list waits for the group to serve.
  */
 static int wait_start(struct ddss_coord *c, uint32_t size, int timeout_ms, bool *running,
 		      struct ddss_member_founder **founders_p, uint32_t *nf_p)
 {
-	int64_t deadline = ddss_now_ns() + (int64_t)timeout_ms * 1000000;
+	int64_t deadline = ddss_now_ns() + (int64_t)timeout_ms * 1000000, rev = 0;
 	struct ddss_member_founder *f = calloc(c->size, sizeof(*f));
-	bool said = false, serving;
+	bool said = false, serving = false;
 	uint32_t nf = 0;
 	int r;
 
 	if (!f)
 		return -ENOMEM;
 	for (;;) {
-		r = ddss_member_start(c->member, size, f, &nf);
-		for (uint32_t i = 0; !r && i < nf; i++)
-			if (f[i].slot == c->self &&
-			    f[i].incarnation == ddss_member_incarnation(c->member)) {
-				*running = false;
-				*founders_p = f;
-				*nf_p = nf;
-				return 0;
-			}
-		if (!r && !said) {
-			DDSS_INFO("coordinator mode: the group started without this process; it "
-				  "joins once the group serves");
-			said = true;
-		}
-		if (!r || r == -EAGAIN)
-			r = ddss_member_group_serving(c->member, &serving);
+		r = ddss_member_group_serving(c->member, &serving);
 		if (!r && serving) {
 			*running = true;
 			free(f);
 			return 0;
+		}
+		if (!r)
+			r = ddss_member_start(c->member, size, f, &nf, &rev);
+		for (uint32_t i = 0; !r && i < nf; i++) {
+			if (f[i].slot != c->self ||
+			    f[i].incarnation != ddss_member_incarnation(c->member))
+				continue;
+			/* The list is fresh from etcd; our view must have caught up with it, or
+			 * a founder whose key our watch has not delivered yet would start
+			 * refused here. */
+			if (ddss_member_seen_rev(c->member) < rev) {
+				r = -EAGAIN;
+				break;
+			}
+			*running = false;
+			*founders_p = f;
+			*nf_p = nf;
+			return 0;
+		}
+		if (!r && !said) {
+			DDSS_INFO("coordinator mode: the group started without this process; it "
+				  "joins once the group serves");
+			said = true;
 		}
 		if (r && r != -EAGAIN && r != -ETIMEDOUT && r != -ECONNREFUSED)
 			break;
@@ -352,7 +364,7 @@ static int wait_start(struct ddss_coord *c, uint32_t size, int timeout_ms, bool 
 			r = -ETIMEDOUT;
 			break;
 		}
-		wait_view(c, 100); /* a view change, or ask etcd again: the list has no watch */
+		wait_view(c, 20); /* a view change, or ask etcd again: the list has no watch */
 	}
 	free(f);
 	return r;
@@ -525,8 +537,10 @@ int ddss_coord_env_load(struct ddss_net_env *env)
 		DDSS_ERR("coordinator mode: DDSS_MAX_SIZE=%ld is below DDSS_SIZE=%ld", max, size);
 		r = -EINVAL;
 	}
-	if (!r) /* the slot to take; unset: the first free one */
-		r = ddss_env_long("DDSS_RANK", 0, max, 0, &want);
+	/* The slot to take; unset: the first free one. Checked against the group's slots at
+	 * the join (a process that joins a grown group need not know its size). */
+	if (!r)
+		r = ddss_env_long("DDSS_RANK", 0, DDSS_COORD_SLOTS_MAX, 0, &want);
 	if (r)
 		return r;
 	r = parse_url(getenv("DDSS_COORDINATOR"), &endpoints, prefix, sizeof(prefix));
@@ -635,7 +649,7 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 		pthread_mutex_lock(&c->mu);
 		net = c->net;
 		pthread_mutex_unlock(&c->mu);
-		wire_put32(msg, COORD_ANSWER);
+		wire_put32(msg, COORD_ANSWER3);
 		wire_put32(msg + 8, ddss_member_etcd_state(c->member) == 0 ? WIRE_REACHED :
 				    ddss_member_etcd_lost(c->member) ? WIRE_LOST :
 								       WIRE_NO_ANSWER);
@@ -643,7 +657,9 @@ static void on_coord_msg(void *arg, uint32_t from, const void *buf, size_t len)
 			ddss_net_send(net, from, DDSS_MSG_COORD, msg, sizeof(msg));
 		return;
 	}
-	if (kind != COORD_ANSWER)
+	if (kind == COORD_ANSWER)
+		reaches = reaches ? WIRE_REACHED : WIRE_NO_ANSWER;
+	else if (kind != COORD_ANSWER3)
 		return;
 	pthread_mutex_lock(&c->mu);
 	if (epoch != c->ask_epoch || !epoch) {
@@ -739,20 +755,25 @@ void ddss_coord_attach(struct ddss_coord *c, struct ddss_net *net)
 	size_t n = 0, nadmit = 0;
 	struct ddss_view v;
 	uint32_t *gone;
-	bool have_view = ddss_member_view(c->member, &v) == 0;
+	bool have_view;
 
 	if (ddss_net_on_msg(net, DDSS_MSG_COORD, on_coord_msg, c))
 		DDSS_WARN("coordinator mode: cannot take its messages; an etcd outage stops this "
 			  "rank at its lease deadline");
 
+	/* The net first: from here on the view's thread declares and admits itself, so the
+	 * view read below is at least as new as any it applied without us. */
 	pthread_mutex_lock(&c->mu);
 	c->net = net;
+	pthread_mutex_unlock(&c->mu);
+	have_view = ddss_member_view(c->member, &v) == 0;
+	pthread_mutex_lock(&c->mu);
 	gone = calloc(c->size + 1, sizeof(*gone));
 	admit = calloc(c->size + 1, sizeof(*admit));
 	/* Free slots, and deaths seen while the net was opening: refused from the start. */
 	for (uint32_t s = 1; gone && s <= c->size; s++)
 		if (c->incarnation[s] < 0)
-			gone[n++] = s;
+			gone[n++] = s; /* again if the view's thread did: a refusal is idempotent */
 	/* Members this process does not count yet (joined while the group started, or
 	 * since we read the view): let in, like a replacement. */
 	if (have_view)

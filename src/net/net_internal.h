@@ -30,6 +30,7 @@ struct ddss_net {
 	uint32_t barrier_epoch;    /* last epoch this rank entered */
 	uint32_t barrier_released; /* highest epoch released */
 	uint32_t *barrier_arrived; /* [rank] rank 1 */
+	bool barrier_asked;        /* a newcomer waits for rank 1's BARRIER_STATE */
 
 	/* heartbeat.c */
 	int64_t *last_heard;        /* [rank] (atomic): when its last heartbeat came */

@@ -81,6 +81,7 @@ void ddss_net_readmit_pending(struct ddss_net *net)
 		ddss_net_heartbeat_peer_up(net, r); /* its silence counts from now */
 		pthread_mutex_lock(&net->mu);
 		net->peer_state[r] = DDSS_TP_PEER_UNKNOWN;
+		net->barrier_arrived[r] = 0; /* the old process's arrivals are not the new one's */
 		pthread_cond_broadcast(&net->cv);
 		pthread_mutex_unlock(&net->mu);
 	}

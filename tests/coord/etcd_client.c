@@ -53,6 +53,29 @@ static void test_unreachable(void)
 	ddss_etcd_close(e);
 }
 
+/* A member that takes the connection but never answers (stalled, like a frozen etcd):
+ * -ETIMEDOUT, never -ECONNREFUSED, even when another endpoint refuses: only a refusal
+ * everywhere says that no etcd runs (coordinator mode's outage rule rests on that). */
+static void test_silent(void)
+{
+	char list[64];
+	struct ddss_etcd *e;
+	struct ddss_etcd_kvs kvs;
+	unsigned port;
+	int s = test_listen_loopback(&port); /* listens; nobody accepts or answers */
+
+	CU_ASSERT_FATAL(s >= 0);
+	snprintf(list, sizeof(list), "127.0.0.1:%u", port);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open(list, 300, &e), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_get(e, "/x", false, &kvs), -ETIMEDOUT);
+	ddss_etcd_close(e);
+	snprintf(list, sizeof(list), "127.0.0.1:%u,127.0.0.1:1", port);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open(list, 300, &e), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_get(e, "/x", false, &kvs), -ETIMEDOUT);
+	ddss_etcd_close(e);
+	close(s);
+}
+
 static void test_failover(void)
 {
 	char list[512], k[128];
@@ -257,6 +280,7 @@ int main(void)
 	suite = CU_add_suite("etcd_client", NULL, NULL);
 	CU_add_test(suite, "bad input: -EINVAL, nothing sent", test_bad_input);
 	CU_add_test(suite, "no endpoint answers: -ECONNREFUSED at once", test_unreachable);
+	CU_add_test(suite, "a silent endpoint: -ETIMEDOUT, never a refusal", test_silent);
 	CU_add_test(suite, "a dead endpoint first: the next one answers", test_failover);
 	CU_add_test(suite, "put, get, prefix, binary values", test_put_get);
 	CU_add_test(suite, "create only if absent, delete only at a revision", test_compare_and_swap);

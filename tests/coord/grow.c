@@ -10,7 +10,8 @@
  *  4. each newcomer finds the group's segments by name (the directory is in etcd), and
  *     serves a segment of its own that every rank reads;
  *  5. all four count on: the counter is exact (2 x INCREMENTS + 4 x INCREMENTS);
- *  6. all four finalize together: the barrier counts the newcomers.
+ *  6. all four finalize together: the barrier counts the newcomers, which count their
+ *     barriers on from the founders' (who passed one more after the start).
  * Prints the time from each newcomer's start to its first served operation.
  */
 #include "common/test_util.h"
@@ -106,6 +107,9 @@ static void setup(void)
 
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8 * W_WORDS, &a, &results), 0);
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &c, &counter), 0);
+	/* A barrier of the founders alone: the newcomers must count on from it (they ask
+	 * rank 1), or the final barrier would wait for epochs that never match. */
+	CU_ASSERT_EQUAL_FATAL(ddss_barrier(ctx), 0);
 }
 
 /* Slots 3 and 4 have no member yet. */
