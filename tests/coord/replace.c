@@ -17,7 +17,7 @@
  * bound to the victim's segment says -EHOSTDOWN, and can be created again (rank 2), after
  * which everyone finds the new segment under it.
  * Prints the time from the replacement's start to its first served operation.
- * No collective finalize: barriers count from the start, which the replacement missed.
+ * No collective finalize: coord_grow_tcp checks that members let in later finalize with the rest.
  */
 #include "alloc/names.h"
 #include "common/test_util.h"
