@@ -171,6 +171,7 @@ struct tcp_tp {
 	struct tcp_served *served; /* list, for teardown */
 	struct tcp_peer *peers;    /* [1..size] */
 	enum tcp_order order;
+	int64_t home_spin_ns;      /* DDSS_HOME_SPIN_US: the progress thread polls this long after serving */
 	enum ddss_tp_protect protect; /* cfg.tcp_protect */
 	/* Weak order, progress thread only: rounds of the progress loop done, and the served
 	 * connections that hold replies. */

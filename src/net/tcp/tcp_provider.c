@@ -7,6 +7,8 @@
  * weakens only what the progress thread serves for peers.
  */
 #include "net/tcp/tcp.h"
+#include "core/config.h"
+#include "net/spin.h"
 #include "core/log.h"
 #include "core/tsan.h"
 
@@ -467,6 +469,23 @@ static int order_from_env(enum tcp_order *order_p)
 	return -EINVAL;
 }
 
+/*
+ * DDSS_HOME_SPIN_US (0..10000, default 0): how long this rank's progress thread polls for
+ * the next request after serving some, before it sleeps in epoll_wait (tcp_serve.c). Off
+ * by default: it costs a core while it polls, which a machine with fewer cores than busy
+ * threads cannot spare (docs/transport.md, "The home's wait").
+ */
+static int home_spin_from_env(int64_t *ns_p)
+{
+	long us;
+	int r = ddss_env_long("DDSS_HOME_SPIN_US", 0, DDSS_SPIN_US_MAX, 0, &us);
+
+	if (r)
+		return r;
+	*ns_p = (int64_t)us * 1000;
+	return 0;
+}
+
 static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 {
 	struct tcp_tp *t = calloc(1, sizeof(*t));
@@ -475,6 +494,8 @@ static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 	if (!t)
 		return -ENOMEM;
 	r = order_from_env(&t->order);
+	if (!r)
+		r = home_spin_from_env(&t->home_spin_ns);
 	if (r)
 		goto err_free;
 	if (cfg->tcp_protect != DDSS_TP_PROTECT_OFF && !cfg->auth) {

@@ -40,6 +40,7 @@
 #include "core/tsan.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <netdb.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -695,14 +696,42 @@ static int weak_wait(struct tcp_tp *t, struct epoll_event *evs, int max)
 	return n;
 }
 
+/*
+ * After a round that served something, the progress thread may poll for the next request
+ * for DDSS_HOME_SPIN_US (tcp_provider.c; default 0) before it sleeps. A peer that works
+ * in a loop (a lock's release and its next lock, a get after a get) sends its next
+ * request within a round trip, which then costs this thread no wake-up: on a VM whose
+ * idle vCPUs halt, each wake-up costs 20-50 us (docs/transport.md, "The home's wait").
+ * Polling yields the CPU between looks: the cores may be fewer than the threads.
+ */
+static int wait_events(struct tcp_tp *t, struct epoll_event *evs, int max, int64_t spin_ns)
+{
+	if (spin_ns > 0) {
+		int64_t end = ddss_now_ns() + spin_ns;
+
+		do {
+			int n = epoll_wait(t->epfd, evs, max, 0);
+
+			if (n)
+				return n;
+			sched_yield();
+		} while (ddss_now_ns() < end);
+	}
+	return epoll_wait(t->epfd, evs, max, -1);
+}
+
 static void *progress_main(void *arg)
 {
 	struct tcp_tp *t = arg;
 	struct epoll_event evs[64];
+	int64_t spin_ns = t->home_spin_ns;
+	bool served = false;
 
 	for (;;) {
 		int n = weak(t) && t->weak_list ? weak_wait(t, evs, 64) :
-						  epoll_wait(t->epfd, evs, 64, -1);
+						  wait_events(t, evs, 64, served ? spin_ns : 0);
+
+		served = n > 0;
 
 		if (n < 0) {
 			if (errno == EINTR)
