@@ -90,24 +90,24 @@ def num(s):
 
 # ---- the figures: one function per target, rows of one run -> a number or None ----
 
-def daemon_added(call):
+def daemon_column(call, column):
+    """One column of ddss-daemon-bench's row for @call: added_us (daemon - direct), or
+    added_beyond_ceiling_us (daemon - max(direct, direct beside a spinning waiter, timed in
+    the same blocks): the daemon's own cost)."""
     def get(rows):
         for r in rows:
             if r.get("call") == call:
-                return num(r.get("added_us"))
+                return num(r.get(column))
         return None
     return get
+
+
+def daemon_added(call):
+    return daemon_column(call, "added_us")
 
 
 def daemon_beyond(call):
-    """What daemon mode adds beyond the 2-core ceiling (direct mode beside a spinning
-    waiter, timed in the same blocks): the daemon's own cost (ddss-daemon-bench)."""
-    def get(rows):
-        for r in rows:
-            if r.get("call") == call:
-                return num(r.get("added_beyond_ceiling_us"))
-        return None
-    return get
+    return daemon_column(call, "added_beyond_ceiling_us")
 
 
 def lock_ratio(variant):
