@@ -37,6 +37,8 @@ static void print_stats(const struct ddss_stats *st)
 	info_line("timeouts:", "%llu", (unsigned long long)st->timeouts);
 	info_line("cache hits:", "%llu", (unsigned long long)st->cache_hits);
 	info_line("cache misses:", "%llu", (unsigned long long)st->cache_misses);
+	info_line("home polled:", "%llu", (unsigned long long)st->home_polled);
+	info_line("home poll yields:", "%llu", (unsigned long long)st->home_poll_yields);
 	printf("failed calls, by error\n");
 	for (int e = 0; e < DDSS_STAT_NERRNO; e++) {
 		char key[48];

@@ -428,7 +428,11 @@ struct ddss_stats {
 	uint64_t cache_hits;      /* gets served from the coherence cache */
 	uint64_t cache_misses;    /* caching gets that had to fetch from the home */
 	uint64_t errors[DDSS_STAT_NERRNO]; /* failed calls by errno; [0]: errno >= bound */
-	uint64_t reserved[8];     /* zero; room for counters added later */
+	uint64_t home_polled;     /* tcp: rounds of requests this rank's home found while it
+				   * polled after serving (each saved it a wake-up) */
+	uint64_t home_poll_yields; /* tcp: polls it gave up because another thread wanted
+				    * its CPU (it then sleeps between requests for a while) */
+	uint64_t reserved[6];     /* zero; room for counters added later */
 };
 
 /**
@@ -436,8 +440,8 @@ struct ddss_stats {
  *
  * Cheap (relaxed loads) and safe to call from any thread while others run operations; the
  * copy is not a snapshot of one instant. In daemon mode, ops, bytes and errors are this
- * process's own calls; the lock, retry, timeout and cache counters are the daemon's, summed
- * over all its clients (ddss-info --daemon shows them too).
+ * process's own calls; the lock, retry, timeout, cache and home poll counters are the
+ * daemon's, summed over all its clients (ddss-info --daemon shows them too).
  *
  * Returns 0, -EINVAL (NULL argument).
  */

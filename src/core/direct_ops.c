@@ -23,6 +23,8 @@ static void direct_counters(ddss_ctx_t *ctx, struct ddss_stats *st)
 	st->timeouts = __atomic_load_n(&ctx->tp->timeouts, __ATOMIC_RELAXED);
 	st->cache_hits = cs.hits;
 	st->cache_misses = cs.fetches;
+	st->home_polled = __atomic_load_n(&ctx->tp->home_polled, __ATOMIC_RELAXED);
+	st->home_poll_yields = __atomic_load_n(&ctx->tp->home_poll_yields, __ATOMIC_RELAXED);
 }
 
 const struct ddss_ops ddss_direct_ops = {

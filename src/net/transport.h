@@ -283,6 +283,8 @@ struct ddss_tp {
 	unsigned long handshakes_failed; /* atomic: incoming connections turned away */
 	uint64_t timeouts;          /* atomic: requests a peer left unanswered past the
 				     * operation timeout (ddss_tp_count_timeout; ddss_stats) */
+	uint64_t home_polled;       /* atomic: rounds served from the home's poll (tcp) */
+	uint64_t home_poll_yields;  /* atomic: polls given up to another thread (tcp) */
 	bool formed;                /* atomic: every rank has been up (a group barrier passed) */
 	/*
 	 * Set by the provider at open: a fetch&add of 0 returns an 8-byte word sooner than a

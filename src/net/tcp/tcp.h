@@ -172,6 +172,8 @@ struct tcp_tp {
 	struct tcp_peer *peers;    /* [1..size] */
 	enum tcp_order order;
 	int64_t home_spin_ns;      /* DDSS_HOME_SPIN_US: the progress thread polls this long after serving */
+	int64_t home_spin_resume;  /* progress thread only: it polls again from this time on */
+	unsigned home_spin_backoff; /* progress thread only: the back-off's doubling (tcp_serve.c) */
 	enum ddss_tp_protect protect; /* cfg.tcp_protect */
 	/* Weak order, progress thread only: rounds of the progress loop done, and the served
 	 * connections that hold replies. */

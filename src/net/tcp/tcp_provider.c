@@ -470,15 +470,20 @@ static int order_from_env(enum tcp_order *order_p)
 }
 
 /*
- * DDSS_HOME_SPIN_US (0..10000, default 0): how long this rank's progress thread polls for
- * the next request after serving some, before it sleeps in epoll_wait (tcp_serve.c). Off
- * by default: it costs a core while it polls, which a machine with fewer cores than busy
- * threads cannot spare (docs/transport.md, "The home's wait").
+ * DDSS_HOME_SPIN_US (0..10000): how long this rank's progress thread polls for the next
+ * request after serving some, before it sleeps in epoll_wait (tcp_serve.c). Unset, it
+ * follows the completion mode: a rank that polls for its own replies (poll) polls for
+ * requests too, TCP_HOME_SPIN_POLL_US; in event and adaptive mode it sleeps at once. The
+ * poll gives way to any other thread that wants its CPU (tcp_serve.c), so it spends only
+ * a core nobody else was using (docs/transport.md, "The home's wait").
  */
-static int home_spin_from_env(int64_t *ns_p)
+#define TCP_HOME_SPIN_POLL_US 50
+
+static int home_spin_from_env(enum ddss_tp_completion completion, int64_t *ns_p)
 {
+	long dflt = completion == DDSS_TP_COMPLETION_POLL ? TCP_HOME_SPIN_POLL_US : 0;
 	long us;
-	int r = ddss_env_long("DDSS_HOME_SPIN_US", 0, DDSS_SPIN_US_MAX, 0, &us);
+	int r = ddss_env_long("DDSS_HOME_SPIN_US", 0, DDSS_SPIN_US_MAX, dflt, &us);
 
 	if (r)
 		return r;
@@ -495,7 +500,7 @@ static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 		return -ENOMEM;
 	r = order_from_env(&t->order);
 	if (!r)
-		r = home_spin_from_env(&t->home_spin_ns);
+		r = home_spin_from_env(cfg->completion, &t->home_spin_ns);
 	if (r)
 		goto err_free;
 	if (cfg->tcp_protect != DDSS_TP_PROTECT_OFF && !cfg->auth) {

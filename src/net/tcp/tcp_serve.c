@@ -698,24 +698,79 @@ static int weak_wait(struct tcp_tp *t, struct epoll_event *evs, int max)
 
 /*
  * After a round that served something, the progress thread may poll for the next request
- * for DDSS_HOME_SPIN_US (tcp_provider.c; default 0) before it sleeps. A peer that works
- * in a loop (a lock's release and its next lock, a get after a get) sends its next
- * request within a round trip, which then costs this thread no wake-up: on a VM whose
- * idle vCPUs halt, each wake-up costs 20-50 us (docs/transport.md, "The home's wait").
- * Polling yields the CPU between looks: the cores may be fewer than the threads.
+ * for DDSS_HOME_SPIN_US (tcp_provider.c; by default in poll completion mode only) before
+ * it sleeps. A peer that works in a loop (a lock's release and its next lock, a get after
+ * a get) sends its next request within a round trip, which then costs this thread no
+ * wake-up: on a VM whose idle vCPUs halt, each wake-up costs 20-50 us (docs/transport.md,
+ * "The home's wait").
+ *
+ * The poll must never take a core another thread needs: with more busy threads than
+ * cores, a polling home is one more runnable thread, it loses the scheduler's preference
+ * for a thread woken from sleep, and every request then waits for a time slice (the
+ * coherence suite on 4 ranks and 2 cores ran 10 times slower). So it yields between looks,
+ * and a look that comes back later than HOME_SPIN_SHARED_NS means another thread ran on
+ * this CPU meanwhile: the poll ends there, and the thread sleeps between requests for a
+ * while before it polls again. That while doubles with each poll that loses the CPU, from
+ * HOME_SPIN_BACKOFF_MIN_NS up to HOME_SPIN_BACKOFF_MAX_NS, and halves with each that finds
+ * the CPU free: one loss (an interrupt, a thread's start-up) costs a few milliseconds of
+ * sleeping, and a crowded CPU sees a poll about once a second.
  */
+#define HOME_SPIN_SHARED_NS 50000LL        /* a look plus a yield takes 1-3 us when alone */
+#define HOME_SPIN_BACKOFF_MIN_NS 5000000LL /* 5 ms */
+#define HOME_SPIN_BACKOFF_MAX_SHIFT 8      /* 5 ms << 8: 1.28 s */
+
+/* A poll found the CPU free (@free) or lost it: move the back-off a step. */
+static void poll_verdict(struct tcp_tp *t, bool free, int64_t now)
+{
+	if (free) {
+		if (t->home_spin_backoff > 0)
+			t->home_spin_backoff--;
+		return;
+	}
+	__atomic_add_fetch(&t->base.home_poll_yields, 1, __ATOMIC_RELAXED);
+	t->home_spin_resume = now + (HOME_SPIN_BACKOFF_MIN_NS << t->home_spin_backoff);
+	if (t->home_spin_backoff < HOME_SPIN_BACKOFF_MAX_SHIFT)
+		t->home_spin_backoff++;
+}
+
+/* One poll of up to @spin_ns: the events found, or 0 when it ended without any. */
+static int poll_events(struct tcp_tp *t, struct epoll_event *evs, int max, int64_t spin_ns)
+{
+	int64_t now = ddss_now_ns(), end = now + spin_ns;
+	bool yielded = false;
+
+	for (;;) {
+		int n = epoll_wait(t->epfd, evs, max, 0);
+		int64_t last = now;
+
+		if (n) {
+			if (n > 0)
+				__atomic_add_fetch(&t->base.home_polled, 1, __ATOMIC_RELAXED);
+			if (yielded)
+				poll_verdict(t, true, now);
+			return n;
+		}
+		sched_yield();
+		yielded = true;
+		now = ddss_now_ns();
+		if (now - last > HOME_SPIN_SHARED_NS) {
+			poll_verdict(t, false, now);
+			return 0;
+		}
+		if (now >= end) {
+			poll_verdict(t, true, now);
+			return 0;
+		}
+	}
+}
+
 static int wait_events(struct tcp_tp *t, struct epoll_event *evs, int max, int64_t spin_ns)
 {
-	if (spin_ns > 0) {
-		int64_t end = ddss_now_ns() + spin_ns;
+	if (spin_ns > 0 && ddss_now_ns() >= t->home_spin_resume) {
+		int n = poll_events(t, evs, max, spin_ns);
 
-		do {
-			int n = epoll_wait(t->epfd, evs, max, 0);
-
-			if (n)
-				return n;
-			sched_yield();
-		} while (ddss_now_ns() < end);
+		if (n)
+			return n;
 	}
 	return epoll_wait(t->epfd, evs, max, -1);
 }
