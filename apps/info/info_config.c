@@ -482,7 +482,7 @@ static const struct var vars[] = {
 	NUM("DDSS_DAEMON_CLIENTS", r_long, 0, 1000000, 0, "(those that attach)"),
 	NUM("DDSS_CHAN_SPIN_NS", r_long, 0, 1000000000l, DDSS_CHAN_SPIN_NS, NULL),
 	NUM("DDSS_HOME_SPIN_US", r_long, 0, DDSS_SPIN_US_MAX, 0,
-	    "0 (50 with DDSS_COMPLETION=poll)"),
+	    "50 (poll), 2 x the spin bound, >= 50 (adaptive), 0 (event)"),
 	/* Logging (core/log.c). */
 	OTHER("DDSS_LOG_LEVEL", r_log, NULL),
 };

@@ -472,18 +472,41 @@ static int order_from_env(enum tcp_order *order_p)
 /*
  * DDSS_HOME_SPIN_US (0..10000): how long this rank's progress thread polls for the next
  * request after serving some, before it sleeps in epoll_wait (tcp_serve.c). Unset, it
- * follows the completion mode: a rank that polls for its own replies (poll) polls for
- * requests too, TCP_HOME_SPIN_POLL_US; in event and adaptive mode it sleeps at once. The
- * poll gives way to any other thread that wants its CPU (tcp_serve.c), so it spends only
- * a core nobody else was using (docs/transport.md, "The home's wait").
+ * follows the completion mode, the home waiting the way its requesters do:
+ *  - poll: TCP_HOME_SPIN_POLL_US;
+ *  - adaptive: twice the spin bound (net/spin.h), at least TCP_HOME_SPIN_POLL_US (0 when
+ *    DDSS_SPIN_US=0). The window must cover a requester's whole turn, its reply out and
+ *    its next request in; with the poll only as long as the requester spins, a wake-up
+ *    missed on either side made the other one miss too (docs/transport.md, "The home's
+ *    wait");
+ *  - event: 0, it sleeps at once.
+ * The poll gives way to any other thread that wants its CPU (tcp_serve.c), so it spends
+ * only a core nobody else was using.
  */
 #define TCP_HOME_SPIN_POLL_US 50
 
+static long home_spin_default_us(enum ddss_tp_completion completion)
+{
+	switch (completion) {
+	case DDSS_TP_COMPLETION_POLL:
+		return TCP_HOME_SPIN_POLL_US;
+	case DDSS_TP_COMPLETION_ADAPTIVE: {
+		long twice = (long)(2 * ddss_spin_ns() / 1000);
+
+		if (twice == 0)
+			return 0; /* DDSS_SPIN_US=0: adaptive behaves as event */
+		return twice > TCP_HOME_SPIN_POLL_US ? twice : TCP_HOME_SPIN_POLL_US;
+	}
+	default:
+		return 0;
+	}
+}
+
 static int home_spin_from_env(enum ddss_tp_completion completion, int64_t *ns_p)
 {
-	long dflt = completion == DDSS_TP_COMPLETION_POLL ? TCP_HOME_SPIN_POLL_US : 0;
 	long us;
-	int r = ddss_env_long("DDSS_HOME_SPIN_US", 0, DDSS_SPIN_US_MAX, dflt, &us);
+	int r = ddss_env_long("DDSS_HOME_SPIN_US", 0, DDSS_SPIN_US_MAX,
+			      home_spin_default_us(completion), &us);
 
 	if (r)
 		return r;
