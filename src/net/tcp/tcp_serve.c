@@ -698,8 +698,8 @@ static int weak_wait(struct tcp_tp *t, struct epoll_event *evs, int max)
 
 /*
  * After a round that served something, the progress thread may poll for the next request
- * for DDSS_HOME_SPIN_US (tcp_provider.c; by default in poll completion mode only) before
- * it sleeps. A peer that works in a loop (a lock's release and its next lock, a get after
+ * for DDSS_HOME_SPIN_US (tcp_provider.c; by default in poll and adaptive completion
+ * modes) before it sleeps. A peer that works in a loop (a lock's release and its next lock, a get after
  * a get) sends its next request within a round trip, which then costs this thread no
  * wake-up: on a VM whose idle vCPUs halt, each wake-up costs 20-50 us (docs/transport.md,
  * "The home's wait").
@@ -710,10 +710,10 @@ static int weak_wait(struct tcp_tp *t, struct epoll_event *evs, int max)
  * coherence suite on 4 ranks and 2 cores ran 10 times slower). So it yields between looks,
  * and a look that comes back later than HOME_SPIN_SHARED_NS means another thread ran on
  * this CPU meanwhile: the poll ends there, and the thread sleeps between requests for a
- * while before it polls again. That while doubles with each poll that loses the CPU, from
- * HOME_SPIN_BACKOFF_MIN_NS up to HOME_SPIN_BACKOFF_MAX_NS, and halves with each that finds
- * the CPU free: one loss (an interrupt, a thread's start-up) costs a few milliseconds of
- * sleeping, and a crowded CPU sees a poll about once a second.
+ * while before it polls again. That while starts at HOME_SPIN_BACKOFF_MIN_NS and doubles
+ * with each poll that loses the CPU (HOME_SPIN_BACKOFF_MAX_SHIFT times at most), and
+ * halves with each that finds the CPU free: one loss (an interrupt, a thread's start-up)
+ * costs a few milliseconds of sleeping, and a crowded CPU sees a poll about once a second.
  */
 #define HOME_SPIN_SHARED_NS 50000LL        /* a look plus a yield takes 1-3 us when alone */
 #define HOME_SPIN_BACKOFF_MIN_NS 5000000LL /* 5 ms */
@@ -733,10 +733,11 @@ static void poll_verdict(struct tcp_tp *t, bool free, int64_t now)
 		t->home_spin_backoff++;
 }
 
-/* One poll of up to @spin_ns: the events found, or 0 when it ended without any. */
-static int poll_events(struct tcp_tp *t, struct epoll_event *evs, int max, int64_t spin_ns)
+/* One poll of up to @spin_ns from @now: the events found, or 0 when it ended without any. */
+static int poll_events(struct tcp_tp *t, struct epoll_event *evs, int max, int64_t now,
+		       int64_t spin_ns)
 {
-	int64_t now = ddss_now_ns(), end = now + spin_ns;
+	int64_t end = now + spin_ns;
 	bool yielded = false;
 
 	for (;;) {
@@ -766,8 +767,10 @@ static int poll_events(struct tcp_tp *t, struct epoll_event *evs, int max, int64
 
 static int wait_events(struct tcp_tp *t, struct epoll_event *evs, int max, int64_t spin_ns)
 {
-	if (spin_ns > 0 && ddss_now_ns() >= t->home_spin_resume) {
-		int n = poll_events(t, evs, max, spin_ns);
+	int64_t now = spin_ns > 0 ? ddss_now_ns() : 0;
+
+	if (spin_ns > 0 && now >= t->home_spin_resume) {
+		int n = poll_events(t, evs, max, now, spin_ns);
 
 		if (n)
 			return n;
