@@ -39,6 +39,8 @@ static void print_stats(const struct ddss_stats *st)
 	info_line("cache misses:", "%llu", (unsigned long long)st->cache_misses);
 	info_line("home polled:", "%llu", (unsigned long long)st->home_polled);
 	info_line("home poll yields:", "%llu", (unsigned long long)st->home_poll_yields);
+	info_line("sends combined:", "%llu", (unsigned long long)st->sends_combined);
+	info_line("replies batched:", "%llu", (unsigned long long)st->replies_batched);
 	printf("failed calls, by error\n");
 	for (int e = 0; e < DDSS_STAT_NERRNO; e++) {
 		char key[48];

@@ -432,7 +432,11 @@ struct ddss_stats {
 				   * polled after serving (each saved it a wake-up) */
 	uint64_t home_poll_yields; /* tcp: polls it gave up because another thread wanted
 				    * its CPU (it then sleeps between requests for a while) */
-	uint64_t reserved[6];     /* zero; room for counters added later */
+	uint64_t sends_combined;  /* tcp: requests that went out in the same system call as an
+				   * earlier one (threads sharing a peer's connection) */
+	uint64_t replies_batched; /* tcp: replies this rank's home sent in the same system call
+				   * as an earlier one */
+	uint64_t reserved[4];     /* zero; room for counters added later */
 };
 
 /**
@@ -440,7 +444,7 @@ struct ddss_stats {
  *
  * Cheap (relaxed loads) and safe to call from any thread while others run operations; the
  * copy is not a snapshot of one instant. In daemon mode, ops, bytes and errors are this
- * process's own calls; the lock, retry, timeout, cache and home poll counters are the
+ * process's own calls; the lock, retry, timeout, cache, home poll and send counters are the
  * daemon's, summed over all its clients (ddss-info --daemon shows them too).
  *
  * Returns 0, -EINVAL (NULL argument).

@@ -25,6 +25,8 @@ static void direct_counters(ddss_ctx_t *ctx, struct ddss_stats *st)
 	st->cache_misses = cs.fetches;
 	st->home_polled = __atomic_load_n(&ctx->tp->home_polled, __ATOMIC_RELAXED);
 	st->home_poll_yields = __atomic_load_n(&ctx->tp->home_poll_yields, __ATOMIC_RELAXED);
+	st->sends_combined = __atomic_load_n(&ctx->tp->sends_combined, __ATOMIC_RELAXED);
+	st->replies_batched = __atomic_load_n(&ctx->tp->replies_batched, __ATOMIC_RELAXED);
 }
 
 const struct ddss_ops ddss_direct_ops = {

@@ -132,8 +132,8 @@ static int daemon_lock_fence(ddss_ctx_t *ctx, ddss_key_t key, uint64_t *fence_p)
 	return ddss_cl_lock_fence(ctx->client, key, fence_p);
 }
 
-/* Locks, retries, timeouts, the cache and the home's poll are the daemon's: its totals over
- * its clients. */
+/* Locks, retries, timeouts, the cache, the home's poll and the tcp sends are the daemon's:
+ * its totals over its clients. */
 static void daemon_counters(ddss_ctx_t *ctx, struct ddss_stats *st)
 {
 	struct ddss_stats d;
@@ -148,6 +148,8 @@ static void daemon_counters(ddss_ctx_t *ctx, struct ddss_stats *st)
 	st->cache_misses = d.cache_misses;
 	st->home_polled = d.home_polled;
 	st->home_poll_yields = d.home_poll_yields;
+	st->sends_combined = d.sends_combined;
+	st->replies_batched = d.replies_batched;
 }
 
 /* The cache and its counters are the daemon's (shared by its clients); zeros if it cannot

@@ -337,39 +337,32 @@ static int finish(struct ddss_tp *tp, struct ddss_tp_req *req, int r)
 	return r ? r : req->status;
 }
 
+/* The blocking helpers wait at once for what they post: DDSS_TP_WAITED. */
 int ddss_tp_read(struct ddss_tp *tp, uint32_t peer, uint64_t off, void *local, size_t len)
 {
 	struct ddss_tp_req req;
 
-	return finish(tp, &req, ddss_tp_post_read(tp, peer, off, local, len, &req));
+	return finish(tp, &req, tp->ops->post_ex(tp, DDSS_TP_OP_READ, peer, off, local, len, 0, 0,
+						 DDSS_TP_WAITED, &req));
 }
 
 int ddss_tp_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const void *local, size_t len)
 {
 	struct ddss_tp_req req;
 
-	return finish(tp, &req, ddss_tp_post_write(tp, peer, off, local, len, &req));
+	return finish(tp, &req, tp->ops->post_ex(tp, DDSS_TP_OP_WRITE, peer, off, (void *)local,
+						 len, 0, 0, DDSS_TP_WAITED, &req));
 }
 
 int ddss_tp_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare, uint64_t swap,
 		uint64_t *old_p)
 {
-	struct ddss_tp_req req;
-	int r = finish(tp, &req, ddss_tp_post_cas(tp, peer, off, compare, swap, &req));
-
-	if (!r && old_p)
-		*old_p = req.result;
-	return r;
+	return ddss_tp_cas_ex(tp, peer, off, compare, swap, 0, old_p);
 }
 
 int ddss_tp_fadd(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t add, uint64_t *old_p)
 {
-	struct ddss_tp_req req;
-	int r = finish(tp, &req, ddss_tp_post_fadd(tp, peer, off, add, &req));
-
-	if (!r && old_p)
-		*old_p = req.result;
-	return r;
+	return ddss_tp_fadd_ex(tp, peer, off, add, 0, old_p);
 }
 
 int ddss_tp_cas_ex(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,

@@ -84,6 +84,11 @@ enum ddss_tp_post_flags {
 	/* Start only once every earlier READ and atomic of this rank to the peer has
 	 * completed (IBV_SEND_FENCE): the READ sampled its bytes, the atomic executed. */
 	DDSS_TP_FENCE = 1u << 1,
+	/* The poster waits for this request right away (the blocking helpers below): a
+	 * provider may hold it a moment so that other threads' requests to the peer go out in
+	 * the same system call (tcp, docs/transport.md "Combined sends"). A hint: ignoring it
+	 * is correct. */
+	DDSS_TP_WAITED = 1u << 2,
 };
 
 enum ddss_tp_peer_state {
@@ -285,6 +290,10 @@ struct ddss_tp {
 				     * operation timeout (ddss_tp_count_timeout; ddss_stats) */
 	uint64_t home_polled;       /* atomic: rounds served from the home's poll (tcp) */
 	uint64_t home_poll_yields;  /* atomic: polls given up to another thread (tcp) */
+	uint64_t sends_combined;    /* atomic: requests sent in another request's system call
+				     * after their poster held them (DDSS_TP_WAITED; tcp) */
+	uint64_t replies_batched;   /* atomic: replies the home sent behind another one in the
+				     * same system call (tcp) */
 	bool formed;                /* atomic: every rank has been up (a group barrier passed) */
 	/*
 	 * Set by the provider at open: a fetch&add of 0 returns an 8-byte word sooner than a

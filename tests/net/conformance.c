@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CTRL_LEN (64u * 1024)
 #define SLOT_LEN (5u << 20)
@@ -362,20 +363,28 @@ static void *thread_main(void *p)
 	return NULL;
 }
 
-/* THREADS threads of this rank run @fn at once; none may count an error. */
-static void run_threads(void *(*fn)(void *))
-{
-	pthread_t th[THREADS];
-	struct thread_arg args[THREADS];
+#define MAX_THREADS 8
 
-	for (unsigned i = 0; i < THREADS; i++) {
+/* @n threads of this rank run @fn at once; none may count an error. */
+static void run_n_threads(void *(*fn)(void *), unsigned n)
+{
+	pthread_t th[MAX_THREADS];
+	struct thread_arg args[MAX_THREADS];
+
+	CU_ASSERT_FATAL(n <= MAX_THREADS);
+	for (unsigned i = 0; i < n; i++) {
 		args[i] = (struct thread_arg){ .id = i };
 		CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, fn, &args[i]), 0);
 	}
-	for (unsigned i = 0; i < THREADS; i++) {
+	for (unsigned i = 0; i < n; i++) {
 		pthread_join(th[i], NULL);
 		CU_ASSERT_EQUAL(args[i].errors, 0);
 	}
+}
+
+static void run_threads(void *(*fn)(void *))
+{
+	run_n_threads(fn, THREADS);
 }
 
 static void test_threads_share_channels(void)
@@ -517,6 +526,133 @@ static void test_held_posts_threads(void)
 	barrier();
 	CU_ASSERT_EQUAL(ddss_tp_read(tp, 1, W_THREADS, &after, 8), 0);
 	CU_ASSERT_EQUAL(after - before, (uint64_t)nranks * THREADS * (thread_ops / 4));
+	barrier();
+}
+
+/*
+ * Combined sends and reply batches (tcp; docs/transport.md): threads that wait for their
+ * own requests share one system call while the channel is busy, and a home answers the
+ * requests of one read in one. Whoever sends a thread's requests, they stay in its order:
+ * each thread's fetch&adds on a word of its own must return exactly its count so far, and
+ * what it writes it reads back. On tcp, unprotected, with more such threads than CPUs,
+ * requests must have gone out combined and replies in batches.
+ */
+#define COMBINE_THREADS 8
+#define W_COMBINE 8192 /* one word per combining thread of each rank */
+
+static bool combine_check(struct thread_arg *a, bool ok, const char *what, unsigned i,
+			  uint64_t got, uint64_t want)
+{
+	if (!ok && a->errors++ == 0)
+		fprintf(stderr, "rank %u combining thread %u, op %u: %s: got %llu, expected %llu\n",
+			me, a->id, i, what, (unsigned long long)got, (unsigned long long)want);
+	return ok;
+}
+
+static void *combine_thread(void *p)
+{
+	struct thread_arg *a = p;
+	uint32_t peer = rank_after(me, 1);
+	uint64_t word = W_COMBINE + 8 * ((me - 1) * COMBINE_THREADS + a->id);
+	uint64_t off = slot_off(me) + (1u << 20) + a->id * 64, base = 0;
+	unsigned char buf[64], back[64];
+	int r = ddss_tp_read(tp, peer, word, &base, 8);
+
+	combine_check(a, r == 0, "read the base", 0, (uint64_t)-r, 0);
+	for (unsigned i = 0; i < thread_ops / 4 && !a->errors; i++) {
+		unsigned seed = (me << 24) ^ (a->id << 16) ^ i;
+		uint64_t old = ~0ull;
+
+		r = ddss_tp_fadd(tp, peer, word, 1, &old);
+		if (!combine_check(a, r == 0, "fetch&add", i, (uint64_t)-r, 0) ||
+		    !combine_check(a, old == base + i, "fetch&add old value", i, old, base + i))
+			break;
+		test_fill(buf, sizeof(buf), seed);
+		memset(back, 0, sizeof(back));
+		r = ddss_tp_write(tp, peer, off, buf, sizeof(buf));
+		if (!combine_check(a, r == 0, "write", i, (uint64_t)-r, 0))
+			break;
+		r = ddss_tp_read(tp, peer, off, back, sizeof(back));
+		if (!combine_check(a, r == 0, "read", i, (uint64_t)-r, 0))
+			break;
+		combine_check(a, test_check(back, sizeof(back), seed) == SIZE_MAX,
+			      "read back what it wrote (first bad byte)",
+			      i, test_check(back, sizeof(back), seed), SIZE_MAX);
+	}
+	return NULL;
+}
+
+static void test_combined_sends(void)
+{
+	const char *order = getenv("DDSS_TCP_ORDER");
+	bool tcp = !strcmp(ddss_net_transport_name(net), "tcp");
+	bool plain = tp->cfg.tcp_protect == DDSS_TP_PROTECT_OFF;
+	bool weak = order && !strcmp(order, "weak");
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t combined, batched;
+
+	barrier();
+	combined = __atomic_load_n(&tp->sends_combined, __ATOMIC_RELAXED);
+	batched = __atomic_load_n(&tp->replies_batched, __ATOMIC_RELAXED);
+	run_n_threads(combine_thread, COMBINE_THREADS);
+	barrier(); /* every rank's requests, so every home's replies, are done */
+	combined = __atomic_load_n(&tp->sends_combined, __ATOMIC_RELAXED) - combined;
+	batched = __atomic_load_n(&tp->replies_batched, __ATOMIC_RELAXED) - batched;
+	printf("\n  rank %u: %llu requests sent combined, %llu replies batched (%ld CPUs)\n",
+	       me, (unsigned long long)combined, (unsigned long long)batched, cpus);
+	if (tcp && plain && cpus > 0 && cpus < COMBINE_THREADS) {
+		CU_ASSERT(combined > 0);
+		if (!weak)
+			CU_ASSERT(batched > 0);
+	}
+	if (!tcp || !plain || weak)
+		CU_ASSERT_EQUAL(batched, 0); /* verbs; tcp sealed or weak replies one by one */
+	if (!tcp || !plain)
+		CU_ASSERT_EQUAL(combined, 0);
+	barrier();
+}
+
+/*
+ * A home answers a batch of requests with what the pool held when each was served: a
+ * small READ's data is copied as it is served, a large one leaves at once, before the
+ * next request of the batch runs. Posted "more", the requests leave in one system call;
+ * the writes are fenced, so the READs before them must not see them on any provider.
+ */
+static int post_write_fenced_more(uint32_t peer, uint64_t off, const uint64_t *v,
+				  struct ddss_tp_req *q)
+{
+	return tp->ops->post_ex(tp, DDSS_TP_OP_WRITE, peer, off, (void *)v, 8, 0, 0,
+				DDSS_TP_MORE | DDSS_TP_FENCE, q);
+}
+
+static void test_reply_batch_order(void)
+{
+	uint32_t peer = rank_after(me, 1);
+	uint64_t off = slot_off(me) + (2u << 20);
+	unsigned char big[3000], big2[3000];
+	uint64_t v0 = 0x1111, v1 = 0x2222, v2 = 0x3333, r0 = 0, r1 = 0, r2 = 0;
+	struct ddss_tp_req q[7];
+
+	barrier();
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_write(tp, peer, off, &v0, 8), 0);
+	memset(big, 0, sizeof(big));
+	memset(big2, 0, sizeof(big2));
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_read_more(tp, peer, off, &r0, 8, &q[0]), 0);
+	CU_ASSERT_EQUAL_FATAL(post_write_fenced_more(peer, off, &v1, &q[1]), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_read_more(tp, peer, off, &r1, 8, &q[2]), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_read_more(tp, peer, off, big, sizeof(big), &q[3]), 0);
+	CU_ASSERT_EQUAL_FATAL(post_write_fenced_more(peer, off, &v2, &q[4]), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_read_more(tp, peer, off, &r2, 8, &q[5]), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_post_read(tp, peer, off, big2, sizeof(big2), &q[6]), 0);
+	for (unsigned i = 0; i < 7; i++) {
+		CU_ASSERT_EQUAL(ddss_tp_wait(tp, &q[i], WAIT_MS), 0);
+		CU_ASSERT_EQUAL(q[i].status, 0);
+	}
+	CU_ASSERT_EQUAL(r0, v0);
+	CU_ASSERT_EQUAL(r1, v1);
+	CU_ASSERT_EQUAL(memcmp(big, &v1, 8), 0);
+	CU_ASSERT_EQUAL(r2, v2);
+	CU_ASSERT_EQUAL(memcmp(big2, &v2, 8), 0);
 	barrier();
 }
 
@@ -816,6 +952,8 @@ int main(int argc, char **argv)
 	add_test(suite, "threads share channels", test_threads_share_channels);
 	add_test(suite, "held posts (post_*_more)", test_held_posts);
 	add_test(suite, "held posts from several threads", test_held_posts_threads);
+	add_test(suite, "combined sends keep each thread's order", test_combined_sends);
+	add_test(suite, "a reply batch answers what each request found", test_reply_batch_order);
 	add_test(suite, "fenced operations behind reads and atomics", test_fenced_after_reads);
 	add_test(suite, "notifications in order", test_notifications_in_order);
 	add_test(suite, "notifications batched (notify_many)", test_notifications_batched);

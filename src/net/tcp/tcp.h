@@ -28,6 +28,10 @@
 #include <sys/uio.h>
 
 #define TCP_RXBUF_LEN 16384u
+/* A home's replies to one read of requests go out together (tcp_serve.c, "Reply batches"):
+ * at most this many bytes, with reply data up to TCP_BATCH_COPY_MAX copied in. */
+#define TCP_BATCH_MAX 16384u
+#define TCP_BATCH_COPY_MAX 1024u
 /* A blocked reply reader wakes this often to check deadlines. */
 #define TCP_RX_SLICE_MS 100
 /* How long a connecting peer has, from accept, to finish its handshake. */
@@ -52,8 +56,9 @@ enum tcp_order {
 struct tcp_tp;
 
 /* Bytes waiting to go out on a channel because the socket was full. */
-/* A frame is at most two vectors (header, payload); a send may carry a held one before it. */
-#define TCP_OUT_IOV 4
+/* A frame is at most two vectors (header, payload); a send may carry held ones before it. */
+#define TCP_HELD_IOV 32 /* at least 16 frames held for one send (tcp_chan.c) */
+#define TCP_OUT_IOV (TCP_HELD_IOV + 2)
 
 struct tcp_out {
 	struct tcp_out *next;
@@ -90,14 +95,18 @@ struct tcp_chan {
 	struct tcp_pframe prx;
 	struct tcp_out *out_head, *out_tail;
 	bool out_armed;
-	/* A request frame posted with "more" (ddss_tp_post_*_more): not sent yet, it goes out
-	 * with the channel's next send, whoever makes it, or when its poster waits. nheld is
-	 * written under send_mu, atomically so that a waiter may peek at it without. */
-	struct iovec held[2];
+	/* Request frames not sent yet, oldest first: one posted with "more" (ddss_tp_post_*_more)
+	 * or several combined (tcp_chan.c, "Combined sends"). They go out with the channel's
+	 * next send, whoever makes it, or when a poster waits. nheld and held_waiting are
+	 * written under send_mu, atomically so that a waiter may peek at them without. */
+	struct iovec held[TCP_HELD_IOV];
 	int nheld;
+	unsigned nheld_frames;    /* under send_mu: the frames those vectors make */
+	bool held_waiting;        /* a frame of them is held for combining: its poster yields */
 
 	pthread_mutex_t q_mu; /* FIFO of requests awaiting a reply, in seq order */
 	struct ddss_tp_req *q_head, *q_tail;
+	const void *last_poster;  /* under q_mu: the thread that posted last (tcp_chan_post) */
 
 	pthread_mutex_t cv_mu; /* rx ownership hand-off */
 	pthread_cond_t cv;     /* rx_acquire's waiters (teardown, expiry) */
@@ -134,6 +143,11 @@ struct tcp_served {
 	struct iovec out_iov[2];
 	int out_iovcnt;
 	bool out_blocked;
+	/* Replies to one read of requests, encoded back to back (tcp_serve.c, "Reply batches");
+	 * while out_blocked, out_iov may point into it. */
+	unsigned char *batch;
+	size_t batch_len;
+	unsigned batch_n;       /* replies in it, not yet counted (replies_batched) */
 	uint32_t watching;      /* the epoll events registered for fd */
 	/* Weak order: replies held back, oldest first (tcp_serve.c). */
 	struct tcp_held *held_head, *held_tail;
@@ -205,12 +219,13 @@ void tcp_chan_destroy(struct tcp_chan *ch);
 /** Connect and handshake if needed (reconnects after a failure). Blocks. */
 int tcp_chan_ensure(struct tcp_chan *ch);
 /**
- * Post a request that expects a reply; fills req's wire header. With @hold the frame waits
- * for the channel's next send (one system call for both), or for a wait or test on the
- * channel, whichever comes first.
+ * Post a request that expects a reply; fills req's wire header. @flags: with DDSS_TP_MORE
+ * the frame waits for the channel's next send (one system call for both), or for a wait or
+ * test on the channel, whichever comes first; with DDSS_TP_WAITED it may wait the same way
+ * for other threads' frames while its poster waits ("Combined sends" in tcp_chan.c).
  */
 int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp_wire_hdr *h,
-		  const void *payload, size_t payload_len, bool hold);
+		  const void *payload, size_t payload_len, unsigned flags);
 /** Send encoded one-way frames back to back, as one write (copied if it cannot go now). */
 int tcp_chan_send_frames(struct tcp_chan *ch, const void *frames, size_t len);
 /** Send a one-way frame (notify, msg); the payload is copied if it cannot go out now. */

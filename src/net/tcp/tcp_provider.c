@@ -256,8 +256,9 @@ static int local_op(struct tcp_tp *t, struct ddss_tp_req *req)
 /*
  * Common path of every one-sided post: check arguments and range (against the pool
  * length the peer announced), then run locally or send on the peer's channel. @flags:
- * DDSS_TP_MORE holds the frame (tcp_chan_post), DDSS_TP_FENCE travels in the header (a
- * local operation runs at once: nothing of ours is in flight to our own pool).
+ * DDSS_TP_MORE and DDSS_TP_WAITED may hold the frame (tcp_chan_post), DDSS_TP_FENCE
+ * travels in the header (a local operation runs at once: nothing of ours is in flight to
+ * our own pool).
  */
 static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t off, void *local,
 		size_t len, uint64_t a, uint64_t b, struct ddss_tp_req *req, unsigned flags)
@@ -266,7 +267,6 @@ static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t 
 	struct tcp_chan *ch;
 	struct tcp_wire_hdr h = { .off = off,
 				  .flags = flags & DDSS_TP_FENCE ? TCP_WIRE_F_FENCE : 0 };
-	bool hold = flags & DDSS_TP_MORE;
 	uint64_t pool_len;
 	int r;
 
@@ -297,20 +297,20 @@ static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t 
 	case DDSS_TP_OP_READ:
 		h.kind = TCP_K_READ;
 		h.a = len;
-		return tcp_chan_post(ch, req, &h, NULL, 0, hold);
+		return tcp_chan_post(ch, req, &h, NULL, 0, flags);
 	case DDSS_TP_OP_WRITE:
 		h.kind = TCP_K_WRITE;
 		h.len = (uint32_t)len;
-		return tcp_chan_post(ch, req, &h, local, len, hold);
+		return tcp_chan_post(ch, req, &h, local, len, flags);
 	case DDSS_TP_OP_CAS:
 		h.kind = TCP_K_CAS;
 		h.a = a;
 		h.b = b;
-		return tcp_chan_post(ch, req, &h, NULL, 0, hold);
+		return tcp_chan_post(ch, req, &h, NULL, 0, flags);
 	case DDSS_TP_OP_FADD:
 		h.kind = TCP_K_FADD;
 		h.a = a;
-		return tcp_chan_post(ch, req, &h, NULL, 0, hold);
+		return tcp_chan_post(ch, req, &h, NULL, 0, flags);
 	}
 	return -EINVAL;
 }
@@ -329,14 +329,15 @@ static int tcp_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const
 
 /*
  * DDSS_TP_MORE: the frame goes out with this channel's next send (or at the poster's
- * wait). DDSS_TP_FENCE: a header flag; the home honours it in the weak test mode (it
+ * wait). DDSS_TP_WAITED: it may wait a moment for other threads' frames (tcp_chan.c,
+ * "Combined sends"). DDSS_TP_FENCE: a header flag; the home honours it in the weak test mode (it
  * executes each channel in order otherwise, which is stronger than any fence).
  */
 static int tcp_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, uint64_t off,
 		       void *local, size_t len, uint64_t a, uint64_t b, unsigned flags,
 		       struct ddss_tp_req *req)
 {
-	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE))
+	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE | DDSS_TP_WAITED))
 		return -EINVAL;
 	switch (op) {
 	case DDSS_TP_OP_READ:

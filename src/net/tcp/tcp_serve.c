@@ -8,6 +8,13 @@
  * reply does not fit in the socket, it stops reading that connection until the reply is
  * out, which is the back-pressure that bounds memory whatever the initiator posts.
  *
+ * Reply batches. The replies to the requests of one read from a connection go out in one
+ * sendmsg, after the last of them is served (served_steps), instead of one each: a busy
+ * initiator sends several requests at once (tcp_chan.c, "Combined sends"), and on loopback
+ * each send also runs the receiver's TCP input on this CPU. Delaying a reply until its
+ * batch is served is what any network may do to it; the order of execution and of replies
+ * is unchanged. Protected connections and the weak test mode reply one by one.
+ *
  * Weak order (DDSS_TCP_ORDER=weak, a test mode). InfiniBand RC executes a QP's requests in
  * order with one latitude: a READ may sample memory, and an atomic may return its result,
  * after later requests of the QP have executed; only a request posted with a fence waits
@@ -118,6 +125,7 @@ static void served_free(struct tcp_served *s)
 		s->held_head = h->next;
 		free(h);
 	}
+	free(s->batch);
 	tcp_protect_clear(&s->prot);
 	tcp_pframe_free(&s->prx);
 	if (s->ptx)
@@ -219,10 +227,71 @@ static int served_set_out(struct tcp_served *s, const struct tcp_wire_hdr *rep, 
 	return 0;
 }
 
+/*
+ * Send the batch with @data (@len bytes, a reply's that was not copied) after it: 0 when
+ * all out, else -EAGAIN turned into back-pressure (the batch stays until served_event has
+ * sent it) or the failure.
+ */
+static int batch_send(struct tcp_tp *t, struct tcp_served *s, const void *data, size_t len)
+{
+	int r;
+
+	if (!s->batch_len)
+		return 0;
+	if (s->batch_n > 1)
+		__atomic_add_fetch(&t->base.replies_batched, s->batch_n - 1, __ATOMIC_RELAXED);
+	s->batch_n = 0;
+	s->out_iov[0] = (struct iovec){ s->batch, s->batch_len };
+	s->out_iov[1] = (struct iovec){ (void *)data, len };
+	s->out_iovcnt = len ? 2 : 1;
+	r = served_flush(s);
+	if (r != -EAGAIN) {
+		s->batch_len = 0;
+		return r;
+	}
+	s->out_blocked = true;
+	return served_watch(t, s);
+}
+
+/*
+ * Strong order, unprotected: add @rep to the batch (the top of the file, "Reply batches").
+ * Small data is copied now, so the reply says what the pool held when the request was
+ * served; large data goes out at once with the batch, from the pool, as an unbatched reply
+ * would. There is always room for one more header and TCP_BATCH_COPY_MAX bytes: a batch is
+ * sent as soon as there is not.
+ */
+static int batch_reply(struct tcp_tp *t, struct tcp_served *s, const struct tcp_wire_hdr *rep,
+		       const void *data)
+{
+	if (!s->batch) {
+		s->batch = malloc(TCP_BATCH_MAX);
+		if (!s->batch)
+			return -ENOMEM;
+	}
+	tcp_wire_encode_hdr(rep, s->batch + s->batch_len);
+	s->batch_len += TCP_WIRE_HDR_LEN;
+	s->batch_n++;
+	if (rep->len > TCP_BATCH_COPY_MAX)
+		return batch_send(t, s, data, rep->len);
+	if (rep->len) {
+		DDSS_POOL_ACCESS_BEGIN(); /* a read reply's data is pool bytes */
+		memcpy(s->batch + s->batch_len, data, rep->len);
+		DDSS_POOL_ACCESS_END();
+		s->batch_len += rep->len;
+	}
+	if (TCP_BATCH_MAX - s->batch_len < TCP_WIRE_HDR_LEN + TCP_BATCH_COPY_MAX)
+		return batch_send(t, s, NULL, 0);
+	return 0;
+}
+
 static int served_reply(struct tcp_tp *t, struct tcp_served *s, const struct tcp_wire_hdr *rep,
 			const void *data)
 {
-	int r = served_set_out(s, rep, data, rep->len);
+	int r;
+
+	if (!s->protect && !weak(t))
+		return batch_reply(t, s, rep, data);
+	r = served_set_out(s, rep, data, rep->len);
 
 	if (r)
 		return r;
@@ -561,6 +630,10 @@ static int served_steps(struct tcp_tp *t, struct tcp_served *s)
 			return -1;
 		}
 	}
+	if (!s->out_blocked && batch_send(t, s, NULL, 0)) {
+		served_close(t, s, "cannot send a reply");
+		return -1;
+	}
 	if (served_watch(t, s)) {
 		served_close(t, s, "cannot watch the connection");
 		return -1;
@@ -634,6 +707,7 @@ static void served_event(struct tcp_tp *t, struct tcp_served *s, uint32_t events
 			return;
 		}
 		s->out_blocked = false;
+		s->batch_len = 0; /* what was going out was the batch, or it was empty */
 		/* Requests may already sit in the buffer; serve them before reading more. */
 		served_steps(t, s);
 		return;

@@ -726,7 +726,8 @@ static int verbs_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, 
 {
 	struct verbs_tp *vt = verbs_tp_of(tp);
 
-	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE))
+	/* DDSS_TP_WAITED: a work request leaves at once anyway (nothing to combine). */
+	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE | DDSS_TP_WAITED))
 		return -EINVAL;
 	switch (op) {
 	case DDSS_TP_OP_READ:
