@@ -7,19 +7,17 @@
  * requests are then completed by the rx owner ("reap"), because only the rx owner may be
  * writing into a request's buffer. The flusher never touches request memory once the error
  * is set, so a completed request's buffer is never read again.
- */
-/*
+ *
  * Combined sends. Threads of a rank share the channel to a peer, and on a busy client
  * each request used to cost its own sendmsg: on loopback about half of a client's CPU per
  * request, since the send also runs the receiving side's TCP input. A request whose
  * poster waits for it at once (DDSS_TP_WAITED: the blocking helpers) is held instead of
  * sent when requests of the channel are in flight and another thread posted last, that is
  * when other threads are at work; the poster then yields its CPU once before it sends
- * everything held. The
- * threads that run in that moment (typically those whose replies just came in) add their
- * frames, and one sendmsg carries them all. A lone thread has nothing in flight and sends
- * at once, so its latency is unchanged; on a machine with idle cores the yield returns at
- * once. Order is unchanged: held frames go out before any later frame of the channel.
+ * everything held. The threads that run in that moment (typically those whose replies just
+ * came in) add their frames, and one sendmsg carries them all. A lone thread sends at once,
+ * so its latency is unchanged; on a machine with idle cores the yield returns at once.
+ * Order is unchanged: held frames go out before any later frame of the channel.
  */
 #include "net/tcp/tcp.h"
 #include "core/log.h"
@@ -464,9 +462,8 @@ fail:
 static int chan_send(struct tcp_chan *ch, struct iovec *iov, int iovcnt, bool copy)
 {
 	struct iovec all[TCP_OUT_IOV];
-	int r;
-
 	unsigned frames = ch->nheld_frames + (iovcnt ? 1 : 0);
+	int r;
 
 	if (!ch->nheld)
 		return chan_send_iov(ch, iov, iovcnt, copy);
