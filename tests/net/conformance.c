@@ -344,6 +344,17 @@ struct thread_arg {
 	unsigned errors;
 };
 
+/* One check of a test's thread; on the thread's first failure, say which one. */
+static bool thread_check(struct thread_arg *a, bool ok, const char *what, uint64_t round,
+			 uint64_t got, uint64_t want)
+{
+	if (!ok && a->errors++ == 0)
+		fprintf(stderr, "rank %u thread %u round %llu: %s: got %llu, expected %llu\n", me,
+			a->id, (unsigned long long)round, what, (unsigned long long)got,
+			(unsigned long long)want);
+	return ok;
+}
+
 static void *thread_main(void *p)
 {
 	struct thread_arg *a = p;
@@ -540,15 +551,6 @@ static void test_held_posts_threads(void)
 #define COMBINE_THREADS 8
 #define W_COMBINE 8192 /* one word per combining thread of each rank */
 
-static bool combine_check(struct thread_arg *a, bool ok, const char *what, unsigned i,
-			  uint64_t got, uint64_t want)
-{
-	if (!ok && a->errors++ == 0)
-		fprintf(stderr, "rank %u combining thread %u, op %u: %s: got %llu, expected %llu\n",
-			me, a->id, i, what, (unsigned long long)got, (unsigned long long)want);
-	return ok;
-}
-
 static void *combine_thread(void *p)
 {
 	struct thread_arg *a = p;
@@ -558,24 +560,24 @@ static void *combine_thread(void *p)
 	unsigned char buf[64], back[64];
 	int r = ddss_tp_read(tp, peer, word, &base, 8);
 
-	combine_check(a, r == 0, "read the base", 0, (uint64_t)-r, 0);
+	thread_check(a, r == 0, "read the base", 0, (uint64_t)-r, 0);
 	for (unsigned i = 0; i < thread_ops / 4 && !a->errors; i++) {
 		unsigned seed = (me << 24) ^ (a->id << 16) ^ i;
 		uint64_t old = ~0ull;
 
 		r = ddss_tp_fadd(tp, peer, word, 1, &old);
-		if (!combine_check(a, r == 0, "fetch&add", i, (uint64_t)-r, 0) ||
-		    !combine_check(a, old == base + i, "fetch&add old value", i, old, base + i))
+		if (!thread_check(a, r == 0, "fetch&add", i, (uint64_t)-r, 0) ||
+		    !thread_check(a, old == base + i, "fetch&add old value", i, old, base + i))
 			break;
 		test_fill(buf, sizeof(buf), seed);
 		memset(back, 0, sizeof(back));
 		r = ddss_tp_write(tp, peer, off, buf, sizeof(buf));
-		if (!combine_check(a, r == 0, "write", i, (uint64_t)-r, 0))
+		if (!thread_check(a, r == 0, "write", i, (uint64_t)-r, 0))
 			break;
 		r = ddss_tp_read(tp, peer, off, back, sizeof(back));
-		if (!combine_check(a, r == 0, "read", i, (uint64_t)-r, 0))
+		if (!thread_check(a, r == 0, "read", i, (uint64_t)-r, 0))
 			break;
-		combine_check(a, test_check(back, sizeof(back), seed) == SIZE_MAX,
+		thread_check(a, test_check(back, sizeof(back), seed) == SIZE_MAX,
 			      "read back what it wrote (first bad byte)",
 			      i, test_check(back, sizeof(back), seed), SIZE_MAX);
 	}
@@ -663,16 +665,6 @@ static void test_reply_batch_order(void)
  * more (verbs_caps.c); with several threads on one QP this ran into it within seconds.
  * All ranks aim at rank 1, so its responder is busy.
  */
-/* One check of the fence test; on the first failure of a thread, say which one. */
-static bool fence_check(struct thread_arg *a, bool ok, const char *what, uint64_t round,
-			uint64_t got, uint64_t want)
-{
-	if (!ok && a->errors++ == 0)
-		fprintf(stderr, "rank %u thread %u round %llu: %s: got %llu, expected %llu\n", me,
-			a->id, (unsigned long long)round, what, (unsigned long long)got,
-			(unsigned long long)want);
-	return ok;
-}
 
 /* Wait for @req; its error (or the wait's) fails the check @what. */
 static void fence_wait(struct thread_arg *a, struct ddss_tp_req *req, const char *what,
@@ -680,7 +672,7 @@ static void fence_wait(struct thread_arg *a, struct ddss_tp_req *req, const char
 {
 	int r = ddss_tp_wait(tp, req, WAIT_MS);
 
-	fence_check(a, r == 0 && req->status == 0, what, round, (uint64_t)-(r ? r : req->status),
+	thread_check(a, r == 0 && req->status == 0, what, round, (uint64_t)-(r ? r : req->status),
 		    0);
 }
 
@@ -695,31 +687,31 @@ static void *fence_thread(void *p)
 		int r;
 
 		r = ddss_tp_post_read_more(tp, 1, word, &seen, 8, &rd);
-		if (!fence_check(a, r == 0, "post READ", i, (uint64_t)-r, 0))
+		if (!thread_check(a, r == 0, "post READ", i, (uint64_t)-r, 0))
 			break;
 		r = ddss_tp_post_cas_fenced(tp, 1, word, i, i + 1, &c);
-		if (!fence_check(a, r == 0, "post fenced CAS", i, (uint64_t)-r, 0))
+		if (!thread_check(a, r == 0, "post fenced CAS", i, (uint64_t)-r, 0))
 			break;
 		fence_wait(a, &c, "fenced CAS status", i);
 		fence_wait(a, &rd, "READ status", i);
-		fence_check(a, c.result == i, "fenced CAS old value", i, c.result, i);
-		fence_check(a, seen == i, "READ before the fenced CAS", i, seen, i);
+		thread_check(a, c.result == i, "fenced CAS old value", i, c.result, i);
+		thread_check(a, seen == i, "READ before the fenced CAS", i, seen, i);
 		if (a->errors)
 			break;
 		/* Now a fenced READ behind a fetch&add: it sees the addition. */
 		r = ddss_tp_post_fadd(tp, 1, word, 1, &c);
-		if (!fence_check(a, r == 0, "post fetch&add", i, (uint64_t)-r, 0))
+		if (!thread_check(a, r == 0, "post fetch&add", i, (uint64_t)-r, 0))
 			break;
 		r = ddss_tp_post_read_fenced(tp, 1, word, &seen, 8, &rd);
-		if (!fence_check(a, r == 0, "post fenced READ", i, (uint64_t)-r, 0))
+		if (!thread_check(a, r == 0, "post fenced READ", i, (uint64_t)-r, 0))
 			break;
 		fence_wait(a, &rd, "fenced READ status", i);
 		fence_wait(a, &c, "fetch&add status", i);
-		fence_check(a, seen == i + 2, "fenced READ after the fetch&add", i, seen, i + 2);
-		fence_check(a, c.result == i + 1, "fetch&add old value", i, c.result, i + 1);
+		thread_check(a, seen == i + 2, "fenced READ after the fetch&add", i, seen, i + 2);
+		thread_check(a, c.result == i + 1, "fetch&add old value", i, c.result, i + 1);
 		/* Back by one, so the next round's compare value is i + 1. */
 		r = ddss_tp_fadd(tp, 1, word, (uint64_t)-1, NULL);
-		fence_check(a, r == 0, "fetch&add -1", i, (uint64_t)-r, 0);
+		thread_check(a, r == 0, "fetch&add -1", i, (uint64_t)-r, 0);
 	}
 	return NULL;
 }

@@ -330,8 +330,8 @@ static int tcp_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, const
 /*
  * DDSS_TP_MORE: the frame goes out with this channel's next send (or at the poster's
  * wait). DDSS_TP_WAITED: it may wait a moment for other threads' frames (tcp_chan.c,
- * "Combined sends"). DDSS_TP_FENCE: a header flag; the home honours it in the weak test mode (it
- * executes each channel in order otherwise, which is stronger than any fence).
+ * "Combined sends"). DDSS_TP_FENCE: a header flag; the home honours it in the weak test
+ * mode (it executes each channel in order otherwise, which is stronger than any fence).
  */
 static int tcp_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, uint64_t off,
 		       void *local, size_t len, uint64_t a, uint64_t b, unsigned flags,

@@ -773,10 +773,10 @@ static int weak_wait(struct tcp_tp *t, struct epoll_event *evs, int max)
 /*
  * After a round that served something, the progress thread may poll for the next request
  * for DDSS_HOME_SPIN_US (tcp_provider.c; by default in poll and adaptive completion
- * modes) before it sleeps. A peer that works in a loop (a lock's release and its next lock, a get after
- * a get) sends its next request within a round trip, which then costs this thread no
- * wake-up: on a VM whose idle vCPUs halt, each wake-up costs 20-50 us (docs/transport.md,
- * "The home's wait").
+ * modes) before it sleeps. A peer that works in a loop (a lock's release and its next
+ * lock, a get after a get) sends its next request within a round trip, which then costs
+ * this thread no wake-up: on a VM whose idle vCPUs halt, each wake-up costs 20-50 us
+ * (docs/transport.md, "The home's wait").
  *
  * The poll must never take a core another thread needs: with more busy threads than
  * cores, a polling home is one more runnable thread, it loses the scheduler's preference
