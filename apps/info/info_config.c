@@ -475,12 +475,13 @@ static const struct var vars[] = {
 	NUM("DDSS_QUOTA_NAMES", r_long, 0, UINT32_MAX, 0, "0 (no limit)"),
 	WORDS("DDSS_LOCK_SCHEME", r_words, "ncosed|dqnl|srsl", NULL),
 	NUM("DDSS_LOCK_FAIR", r_long, 0, 1, 0, NULL),
-	/* Daemon mode (core/ctx.c, daemon/ddssd.c, daemon/chan.c). */
+	/* Daemon mode (core/ctx.c, daemon/ddssd.c, daemon/chan.c, daemon/server.c). */
 	WORDS("DDSS_MODE", r_either, "direct|daemon", NULL),
 	OTHER("DDSS_DAEMON_SOCKET", r_text,
 	      "(a private directory: $XDG_RUNTIME_DIR/ddss/, /run/ddss/ for root, /tmp/ddss-UID/)"),
 	NUM("DDSS_DAEMON_CLIENTS", r_long, 0, 1000000, 0, "(those that attach)"),
 	NUM("DDSS_CHAN_SPIN_NS", r_long, 0, 1000000000l, DDSS_CHAN_SPIN_NS, NULL),
+	NUM("DDSS_DAEMON_LANE", r_long, 0, 1, 1, "1 (the fast lane serves plain gets and puts)"),
 	NUM("DDSS_HOME_SPIN_US", r_long, 0, DDSS_SPIN_US_MAX, 0,
 	    "50 (poll), 2 x the spin bound, >= 50 (adaptive), 0 (event)"),
 	/* Logging (core/log.c). */

@@ -41,6 +41,7 @@ static void print_stats(const struct ddss_stats *st)
 	info_line("home poll yields:", "%llu", (unsigned long long)st->home_poll_yields);
 	info_line("sends combined:", "%llu", (unsigned long long)st->sends_combined);
 	info_line("replies batched:", "%llu", (unsigned long long)st->replies_batched);
+	info_line("calls in the fast lane:", "%llu", (unsigned long long)st->lane_calls);
 	printf("failed calls, by error\n");
 	for (int e = 0; e < DDSS_STAT_NERRNO; e++) {
 		char key[48];

@@ -436,7 +436,9 @@ struct ddss_stats {
 				   * earlier one (threads sharing a peer's connection) */
 	uint64_t replies_batched; /* tcp: replies this rank's home sent in the same system call
 				   * as an earlier one */
-	uint64_t reserved[4];     /* zero; room for counters added later */
+	uint64_t lane_calls;      /* daemon mode: gets and puts the daemon served in its fast
+				   * lane, posted together with other clients' (0 in direct mode) */
+	uint64_t reserved[3];     /* zero; room for counters added later */
 };
 
 /**

@@ -259,7 +259,7 @@ static void ring_done(struct chan_side *s)
 	__atomic_store_n(&s->r->head, s->pos, __ATOMIC_RELEASE);
 }
 
-static long chan_spin_ns(void)
+long ddss_chan_spin_ns(void)
 {
 	long v;
 
@@ -305,7 +305,7 @@ int ddss_chan_create(struct ddss_chan **c_p)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->spin_ns = chan_spin_ns();
+	c->spin_ns = ddss_chan_spin_ns();
 	c->fd = memfd_create("ddss-chan", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (c->fd < 0) {
 		rc = -errno;
@@ -353,7 +353,7 @@ int ddss_chan_attach(int fd, struct ddss_chan **c_p)
 	if (!c)
 		return -ENOMEM;
 	c->daemon = true;
-	c->spin_ns = chan_spin_ns();
+	c->spin_ns = ddss_chan_spin_ns();
 	c->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (c->fd < 0) {
 		rc = -errno;

@@ -36,6 +36,9 @@
 
 struct ddss_chan;
 
+/** The channel spin time in ns: DDSS_CHAN_SPIN_NS from the environment, or its default. */
+long ddss_chan_spin_ns(void);
+
 /**
  * Liveness check called by a waiter after every 100 ms it slept without news: 0 if the
  * other side may still answer, else -errno, which the wait returns.

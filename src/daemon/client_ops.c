@@ -150,6 +150,7 @@ static void daemon_counters(ddss_ctx_t *ctx, struct ddss_stats *st)
 	st->home_poll_yields = d.home_poll_yields;
 	st->sends_combined = d.sends_combined;
 	st->replies_batched = d.replies_batched;
+	st->lane_calls = d.lane_calls;
 }
 
 /* The cache and its counters are the daemon's (shared by its clients); zeros if it cannot

@@ -9,6 +9,8 @@
 #include "daemon/proto.h"
 #include "daemon/server.h"
 
+struct ddss_seg_desc;
+
 /*
  * Run request @q (already copied out of shared memory) on @ctx with @chan's data area as
  * the payload, answering in @a. Everything in @q is checked here as a direct call's
@@ -16,6 +18,12 @@
  */
 void ddss_serve_call(struct ddss_server *srv, ddss_ctx_t *ctx, struct ddss_chan *chan,
 		     const struct dmsg_req *q, struct dmsg_resp *a);
+
+/* GET with want_desc: where @d lies in this rank's pool, if the client may read it there. */
+void ddss_serve_describe(ddss_ctx_t *ctx, const struct ddss_seg_desc *d, struct dmsg_resp *a);
+
+/* The calls the server's fast lane answered (0 without one). */
+uint64_t ddss_server_lane_calls(struct ddss_server *srv);
 
 /* A barrier over every client of every daemon (server.c). */
 int ddss_server_barrier(struct ddss_server *srv);

@@ -24,17 +24,23 @@ static int payload(struct ddss_chan *chan, const struct dmsg_req *q, void **p)
 }
 
 /* A null segment homed here can be read by the client from the shared pool itself. */
-static void describe_local(ddss_ctx_t *ctx, uint64_t key, struct dmsg_resp *a)
+void ddss_serve_describe(ddss_ctx_t *ctx, const struct ddss_seg_desc *d, struct dmsg_resp *a)
 {
-	const struct ddss_seg_desc *d;
-
-	if (ddss_pool_fd(ctx->pool) < 0 || ddss_ctx_desc(ctx, key, &d))
-		return;
-	if (d->home == ctx->rank && d->coherence == DDSS_COHERENCE_NULL) {
+	if (ddss_pool_fd(ctx->pool) >= 0 && d->home == ctx->rank &&
+	    d->coherence == DDSS_COHERENCE_NULL) {
 		a->has_desc = 1;
 		a->data_off = d->data_off;
 		a->size = d->size;
 	}
+}
+
+static void describe_local(ddss_ctx_t *ctx, uint64_t key, struct dmsg_resp *a)
+{
+	const struct ddss_seg_desc *d;
+
+	if (ddss_ctx_desc(ctx, key, &d))
+		return;
+	ddss_serve_describe(ctx, d, a);
 	ddss_seg_cache_put(d);
 }
 
@@ -198,6 +204,8 @@ void ddss_serve_call(struct ddss_server *srv, ddss_ctx_t *ctx, struct ddss_chan 
 		r = q->len == sizeof(struct ddss_stats) ? payload(chan, q, &p) : -EINVAL;
 		if (!r)
 			r = ddss_stats_get(ctx, p);
+		if (!r)
+			((struct ddss_stats *)p)->lane_calls = ddss_server_lane_calls(srv);
 		break;
 	default:
 		r = -EPROTO;

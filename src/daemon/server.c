@@ -9,8 +9,10 @@
  */
 #include "daemon/serve.h"
 #include "alloc/pool.h"
+#include "core/config.h"
 #include "core/ctx.h"
 #include "core/log.h"
+#include "daemon/lane.h"
 #include "daemon/sock.h"
 #include "lock/lock.h"
 
@@ -36,6 +38,7 @@ struct srv_worker {
 	struct srv_client *cl;
 	struct ddss_chan *chan;
 	struct srv_worker *next;
+	struct ddss_lane_seat seat; /* lent to the fast lane between calls (lane.h) */
 };
 
 struct srv_client {
@@ -56,6 +59,7 @@ struct ddss_server {
 	int lsock, stop_fd;
 	int pool_ro_fd;              /* the pool memfd opened read-only: what clients get */
 	pthread_t listener;
+	struct ddss_lane *lane;      /* NULL: every call runs in its channel's worker */
 	pthread_mutex_t mu;          /* clients, workers, barrier */
 	pthread_cond_t cv;           /* a worker left; a barrier completed */
 	struct srv_client *clients;
@@ -98,6 +102,11 @@ static void *worker_main(void *arg)
 		const void *msg;
 		void *slot;
 
+		if (srv->lane) {
+			ddss_lane_lend(srv->lane, &w->seat);
+			if (w->seat.broken)
+				break;
+		}
 		if (ddss_chan_wait_req(w->chan, -1, worker_alive, w, &msg))
 			break;
 		memcpy(&q, msg, sizeof(q));
@@ -150,6 +159,7 @@ static int add_channel(struct srv_client *cl, int fd)
 		return r;
 	}
 	w->cl = cl;
+	w->seat.chan = w->chan;
 	__atomic_add_fetch(&cl->refs, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&srv->mu);
 	w->next = cl->workers;
@@ -383,6 +393,19 @@ static int listen_at(const char *path, int *s_p)
 	return 0;
 }
 
+/*
+ * The fast lane serves plain gets and puts (lane.h) unless DDSS_DAEMON_LANE=0, or the
+ * channel spin is 0 (nobody looks at a quiet channel, so there is nothing to hand over).
+ */
+static bool lane_wanted(void)
+{
+	long on;
+
+	if (ddss_env_long("DDSS_DAEMON_LANE", 0, 1, 1, &on))
+		on = 1;
+	return on && ddss_chan_spin_ns() > 0;
+}
+
 int ddss_server_start(ddss_ctx_t *ctx, const struct ddss_server_conf *conf,
 		      struct ddss_server **srv_p)
 {
@@ -403,9 +426,12 @@ int ddss_server_start(ddss_ctx_t *ctx, const struct ddss_server_conf *conf,
 	pthread_condattr_destroy(&ca);
 	srv->stop_fd = eventfd(0, EFD_CLOEXEC);
 	r = srv->stop_fd < 0 ? -errno : listen_at(conf->socket_path, &srv->lsock);
+	if (!r && lane_wanted())
+		r = ddss_lane_start(ctx, ddss_chan_spin_ns(), &srv->lane);
 	if (!r)
 		r = -pthread_create(&srv->listener, NULL, listener_main, srv);
 	if (r) {
+		ddss_lane_stop(srv->lane);
 		if (srv->lsock >= 0)
 			close(srv->lsock);
 		if (srv->stop_fd >= 0)
@@ -458,6 +484,7 @@ int ddss_server_stop(struct ddss_server *srv, int timeout_ms)
 	pthread_mutex_unlock(&srv->mu);
 	if (busy)
 		return busy; /* their calls still use the server: it stays */
+	ddss_lane_stop(srv->lane); /* it holds no channel: their workers are gone */
 	close(srv->stop_fd);
 	if (srv->pool_ro_fd >= 0)
 		close(srv->pool_ro_fd);
@@ -465,6 +492,11 @@ int ddss_server_stop(struct ddss_server *srv, int timeout_ms)
 	pthread_mutex_destroy(&srv->mu);
 	free(srv);
 	return 0;
+}
+
+uint64_t ddss_server_lane_calls(struct ddss_server *srv)
+{
+	return srv->lane ? ddss_lane_calls(srv->lane) : 0;
 }
 
 unsigned ddss_server_clients(struct ddss_server *srv)
