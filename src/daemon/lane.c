@@ -27,6 +27,7 @@ struct ddss_lane {
 	struct ddss_lane_seat *inbox;
 	bool stopping;
 	struct ddss_lane_seat *held; /* the lane thread's own list */
+	unsigned nheld;              /* its length (atomic: workers read it) */
 	uint64_t calls;              /* atomic */
 };
 
@@ -51,6 +52,11 @@ void ddss_lane_lend(struct ddss_lane *ln, struct ddss_lane_seat *s)
 	/* Acquire: what the lane did with the channel is visible once it is back. */
 	while (__atomic_load_n(&s->lent, __ATOMIC_ACQUIRE))
 		syscall(SYS_futex, &s->lent, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
+}
+
+unsigned ddss_lane_held(const struct ddss_lane *ln)
+{
+	return __atomic_load_n(&ln->nheld, __ATOMIC_RELAXED);
 }
 
 uint64_t ddss_lane_calls(const struct ddss_lane *ln)
@@ -173,21 +179,25 @@ static int finished(struct ddss_lane *ln, struct ddss_lane_seat *s, int64_t now)
 {
 	struct ddss_tp *tp = ln->ctx->tp;
 	int ms = tp->cfg.op_timeout_ms;
-	int r = ddss_tp_test(tp, &s->tp);
+	int r;
 
+	r = ddss_tp_test(tp, &s->tp);
 	if (r == -EAGAIN && ms > 0 && now - s->posted_ns > (int64_t)ms * 1000000)
 		r = ddss_tp_wait(tp, &s->tp, DDSS_TP_TIMEOUT_DEFAULT);
-	if (r == -ETIMEDOUT && !ddss_tp_req_done(&s->tp))
-		r = -EAGAIN; /* still the transport's: keep it, and the channel, until it ends */
+	if (r == -ETIMEDOUT)
+		/* Done: failing the peer ended it (the status says so). Not done: it is still
+		 * the transport's; keep it, and the channel, until it ends. */
+		r = ddss_tp_req_done(&s->tp) ? 0 : -EAGAIN;
 	return r;
 }
 
 /* Unlink *@pp and give it back; *@pp is then the next seat. */
-static void drop(struct ddss_lane_seat **pp)
+static void drop(struct ddss_lane *ln, struct ddss_lane_seat **pp)
 {
 	struct ddss_lane_seat *s = *pp;
 
 	*pp = s->next;
+	__atomic_sub_fetch(&ln->nheld, 1, __ATOMIC_RELAXED);
 	give_back(s);
 }
 
@@ -209,7 +219,7 @@ static bool sweep(struct ddss_lane *ln, bool stopping)
 				continue;
 			}
 			answer(ln, s, r ? r : s->tp.status);
-			s->quiet_since = now;
+			s->quiet_since = ddss_now_ns(); /* not @now: a wait may have passed */
 			moved = true;
 			if (!s->broken) {
 				pp = &s->next;
@@ -217,7 +227,7 @@ static bool sweep(struct ddss_lane *ln, bool stopping)
 			}
 		}
 		if (stopping || s->broken) {
-			drop(pp);
+			drop(ln, pp);
 			continue;
 		}
 		r = n < LANE_BATCH ? look(ln, s) : 0;
@@ -225,7 +235,7 @@ static bool sweep(struct ddss_lane *ln, bool stopping)
 			batch[n++] = s;
 			moved = true;
 		} else if (r < 0 || now - s->quiet_since > ln->idle_ns) {
-			drop(pp);
+			drop(ln, pp);
 			moved = true;
 			continue;
 		}
@@ -251,6 +261,7 @@ static void *lane_main(void *arg)
 			s->next = ln->held;
 			s->quiet_since = ddss_now_ns();
 			ln->held = s;
+			__atomic_add_fetch(&ln->nheld, 1, __ATOMIC_RELAXED);
 		}
 		stopping = ln->stopping;
 		pthread_mutex_unlock(&ln->mu);

@@ -8,8 +8,11 @@
  * The lane looks at all the channels it holds in turn, posts the calls it finds together
  * (one doorbell per home, DDSS_TP_MORE), and answers each as its transfer completes.
  *
- * A worker lends its channel to the lane after each call it answered, and sleeps until the
- * lane gives it back. The lane gives a channel back, without consuming anything, when:
+ * A worker lends its channel to the lane after it answered a get or a put while other
+ * channels were busy too (server.c says when), and sleeps until the lane gives it back. A
+ * lone stream of calls, and anything but a get or put, stays with the worker: the lane
+ * pays only when it can post several channels' calls together. The lane gives a channel
+ * back, without consuming anything, when:
  * - the oldest request is not a get or put the lane can serve without blocking (a lock, a
  *   versioned get, a model with steps, a descriptor not cached yet, an error to report);
  *   the worker then serves it as before, with exactly direct mode's results;
@@ -65,6 +68,9 @@ void ddss_lane_stop(struct ddss_lane *lane);
  * @seat->broken set means the channel is no longer usable.
  */
 void ddss_lane_lend(struct ddss_lane *lane, struct ddss_lane_seat *seat);
+
+/* How many channels the lane holds now. */
+unsigned ddss_lane_held(const struct ddss_lane *lane);
 
 /* The calls the lane served (answered), for tests and ddss-info. */
 uint64_t ddss_lane_calls(const struct ddss_lane *lane);

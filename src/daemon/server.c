@@ -60,6 +60,7 @@ struct ddss_server {
 	int pool_ro_fd;              /* the pool memfd opened read-only: what clients get */
 	pthread_t listener;
 	struct ddss_lane *lane;      /* NULL: every call runs in its channel's worker */
+	unsigned serving;            /* workers in a call now (atomic) */
 	pthread_mutex_t mu;          /* clients, workers, barrier */
 	pthread_cond_t cv;           /* a worker left; a barrier completed */
 	struct srv_client *clients;
@@ -94,6 +95,8 @@ static void *worker_main(void *arg)
 	struct srv_client *cl = w->cl;
 	struct ddss_server *srv = cl->srv;
 	struct srv_worker **pp;
+	bool lend = false;
+	unsigned others;
 
 	ddss_lock_act_for(cl->id);
 	for (;;) {
@@ -102,7 +105,7 @@ static void *worker_main(void *arg)
 		const void *msg;
 		void *slot;
 
-		if (srv->lane) {
+		if (lend) {
 			ddss_lane_lend(srv->lane, &w->seat);
 			if (w->seat.broken)
 				break;
@@ -111,11 +114,24 @@ static void *worker_main(void *arg)
 			break;
 		memcpy(&q, msg, sizeof(q));
 		ddss_chan_req_done(w->chan);
+		__atomic_add_fetch(&srv->serving, 1, __ATOMIC_RELAXED);
 		ddss_serve_call(srv, srv->ctx, w->chan, &q, &a);
+		others = __atomic_sub_fetch(&srv->serving, 1, __ATOMIC_RELAXED);
 		if (ddss_chan_resp_slot(w->chan, &slot))
 			break; /* closed, or the client broke the one-call-at-a-time rule */
 		memcpy(slot, &a, sizeof(a));
 		ddss_chan_resp_post(w->chan);
+		/*
+		 * The lane pays when channels are busy together: then it posts their calls
+		 * in one go and spares each worker its wake-up. So a channel goes to it after
+		 * a get or put (which may start a stream of them) made while other workers
+		 * served calls too, or while the lane holds other channels. A lone stream
+		 * stays here, where its calls go a little faster; so does anything but a get
+		 * or put (a lock and its release, most often), which the lane would only hand
+		 * back.
+		 */
+		lend = srv->lane && (q.op == DOP_GET || q.op == DOP_PUT) &&
+		       (others > 0 || ddss_lane_held(srv->lane) > 0);
 	}
 	pthread_mutex_lock(&srv->mu);
 	for (pp = &cl->workers; *pp != w; pp = &(*pp)->next)
