@@ -443,7 +443,7 @@ int ddss_server_start(ddss_ctx_t *ctx, const struct ddss_server_conf *conf,
 	srv->stop_fd = eventfd(0, EFD_CLOEXEC);
 	r = srv->stop_fd < 0 ? -errno : listen_at(conf->socket_path, &srv->lsock);
 	if (!r && lane_wanted())
-		r = ddss_lane_start(ctx, ddss_chan_spin_ns(), &srv->lane);
+		r = ddss_lane_start(ctx, DDSS_LANE_IDLE_NS, &srv->lane);
 	if (!r)
 		r = -pthread_create(&srv->listener, NULL, listener_main, srv);
 	if (r) {
