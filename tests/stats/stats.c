@@ -33,24 +33,35 @@ static ddss_key_t alloc_at(const char *name, size_t len, uint32_t home, enum dds
 	return key;
 }
 
-/* Rank 1, the lock's home and holder: wait until another request has changed the word. */
-static bool wait_queued(ddss_key_t key, int timeout_ms)
+/* @key's lock word in this rank's pool (the key is homed here). */
+static uint64_t lock_word(ddss_key_t key)
 {
 	const struct ddss_seg_desc *d;
-	const uint64_t *w;
-	uint64_t w0;
-	double end = test_now_ms() + timeout_ms;
-	bool moved = false;
+	uint64_t w;
 
 	if (ddss_ctx_desc(ctx, key, &d))
-		return false;
-	w = (const uint64_t *)((const uint8_t *)ddss_pool_base(ctx->pool) + d->data_off -
-			       DDSS_SEG_HDR_LEN + DDSS_SEG_HDR_LOCK);
-	w0 = __atomic_load_n(w, __ATOMIC_ACQUIRE);
-	while (!moved && test_now_ms() < end)
-		moved = __atomic_load_n(w, __ATOMIC_ACQUIRE) != w0;
+		return 0;
+	w = __atomic_load_n((const uint64_t *)((const uint8_t *)ddss_pool_base(ctx->pool) +
+					       d->data_off - DDSS_SEG_HDR_LEN + DDSS_SEG_HDR_LOCK),
+			    __ATOMIC_ACQUIRE);
 	ddss_seg_cache_put(d);
-	return moved;
+	return w;
+}
+
+/*
+ * Wait until @key's lock word differs from @held, its value while this rank held the lock
+ * alone: then the other rank's request is in it. @held is read right after the acquire,
+ * before the other rank knows the key (a try that finds the lock taken does not change the
+ * word), so a request that lands before this wait starts is seen too.
+ */
+static bool wait_queued(ddss_key_t key, uint64_t held, int timeout_ms)
+{
+	double end = test_now_ms() + timeout_ms;
+
+	while (test_now_ms() < end)
+		if (lock_word(key) != held)
+			return true;
+	return false;
 }
 
 static void test_known_workload(void)
@@ -60,7 +71,7 @@ static void test_known_workload(void)
 	struct ddss_stats before, st, want;
 	ddss_key_t data, ver, lk;
 	ddss_req_t *req;
-	uint64_t v = 42;
+	uint64_t v = 42, held = 0;
 
 	EXPECT_RC(ddss_stats_get(ctx, &before), 0);
 	for (unsigned i = 0; i < DDSS_STAT_NOPS; i++)
@@ -99,6 +110,8 @@ static void test_known_workload(void)
 		want.errors[ERANGE] = 2;
 		want.errors[EINVAL] = 1;
 		EXPECT_RC(ddss_acquire_lock_ss(ctx, lk, DDSS_LOCK_EXCLUSIVE), 0);
+		if (direct)
+			held = lock_word(lk);
 		want.ops[DDSS_STAT_LOCK] = 1;
 	}
 	EXPECT_RC(ddss_barrier(ctx), 0);
@@ -125,7 +138,7 @@ static void test_known_workload(void)
 	if (me == 1) {
 		/* Rank 2 is queueing now, or soon: let it in once its request is in the word. */
 		if (direct)
-			CU_ASSERT(wait_queued(lk, 30000));
+			CU_ASSERT(wait_queued(lk, held, 30000));
 		EXPECT_RC(ddss_release_lock_ss(ctx, lk), 0);
 		want.ops[DDSS_STAT_UNLOCK] = 1;
 	} else {
