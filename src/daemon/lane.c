@@ -65,8 +65,21 @@ uint64_t ddss_lane_calls(const struct ddss_lane *ln)
 }
 
 /*
+ * Whether @home has a working connection. Posting to one that has none would (re)connect,
+ * which can block for the handshake timeout: that is for the worker, which blocks only its
+ * own channel, not every channel in the lane (a dead home's calls queued behind each other
+ * for 25 s in daemon_fault_lane before this check).
+ */
+static bool home_up(ddss_ctx_t *ctx, uint32_t home)
+{
+	struct ddss_tp_peer_info info;
+
+	return !ddss_tp_peer_info(ctx->tp, home, &info) && info.state == DDSS_TP_PEER_UP;
+}
+
+/*
  * Whether @q is a call the lane serves: a get or put of a cached plain segment, in range,
- * by a daemon that may act. Anything else (including every error) is the worker's, which
+ * at a home that is up, by a daemon that may act. Anything else (including every error) is the worker's, which
  * answers it exactly as direct mode would.
  */
 static bool take_call(struct ddss_lane *ln, struct ddss_lane_seat *s, const struct dmsg_req *q)
@@ -86,7 +99,8 @@ static bool take_call(struct ddss_lane *ln, struct ddss_lane_seat *s, const stru
 	d = ddss_seg_cache_get(ctx->cache, q->key);
 	if (!d)
 		return false;
-	if (!ddss_coh_is_plain(d) || q->offset > d->size || q->len > d->size - q->offset) {
+	if (!ddss_coh_is_plain(d) || q->offset > d->size || q->len > d->size - q->offset ||
+	    !home_up(ctx, d->home)) {
 		ddss_seg_cache_put(d);
 		return false;
 	}

@@ -14,7 +14,8 @@
  * pays only when it can post several channels' calls together. The lane gives a channel
  * back, without consuming anything, when:
  * - the oldest request is not a get or put the lane can serve without blocking (a lock, a
- *   versioned get, a model with steps, a descriptor not cached yet, an error to report);
+ *   versioned get, a model with steps, a descriptor not cached yet, a home without a
+ *   working connection, an error to report);
  *   the worker then serves it as before, with exactly direct mode's results;
  * - the channel has been quiet for DDSS_LANE_IDLE_NS (the worker then sleeps on it);
  * - the channel is closed or broken, or the lane stops.

@@ -12,6 +12,11 @@
  *
  *   daemon_fault PATH/TO/ddssd [srsl|ncosed]
  *
+ * With "lane" instead: daemon 3 is the home of a segment that 8 threads of a client of
+ * daemon 1 stream gets and puts to, through daemon 1's fast lane (src/daemon/lane.h).
+ * Daemon 3 is killed: every thread's next call fails (never hangs) within BOUND_LANE_MS, and
+ * daemon 1 serves on: the same threads then stream to a segment at rank 2, in the lane.
+ *
  * Starts its own daemons, as ddssrun would, so it can kill one. The test process forks
  * every client and talks to each over a pair of pipes; the waits are on those pipes.
  */
@@ -24,6 +29,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,12 +49,17 @@
  * gone through a handshake nobody answers (5 s: ddssrun-like parents keep the victim's
  * listening socket), then the recovery (a census, 250 ms at most). */
 #define BOUND_NCOSED_MS 8000
+/* The lane's home killed: a thread whose call comes after the connection failed tries to
+ * reconnect, and the listening socket the test keeps open accepts: one handshake nobody
+ * answers (5 s), shared by every thread that waits for it (tcp_chan_ensure), plus slack. */
+#define BOUND_LANE_MS 8000
 #define WAIT_MS 30000
 /* Its directory (alloc/names.c) is rank 1: a name kept by the victim would die with it. */
 #define COUNTER_NAME "fault counter"
 
 static const char *ddssd;
 static const char *scheme = "srsl";
+static bool lane_case; /* "lane": the fast lane's home killed (the top of the file) */
 static char sock_path[NDAEMONS + 1][64];
 static pid_t daemon_pid[NDAEMONS + 1];
 static uint32_t me = 0; /* for EXPECT_RC */
@@ -126,7 +138,7 @@ static void remove_daemon_files(void)
 
 /* ---- clients: forked processes, one pipe each way ---- */
 
-enum role { HOLDER, WAITER, SURVIVOR, CHECKER };
+enum role { HOLDER, WAITER, SURVIVOR, CHECKER, STREAMER };
 
 struct client {
 	pid_t pid;
@@ -201,6 +213,98 @@ static int survive(ddss_ctx_t *ctx, ddss_key_t key, int in, int out)
 	return 0;
 }
 
+/* ---- the lane's home killed ---- */
+
+#define STREAM_THREADS 8
+#define STREAM_LANE_CALLS 1000 /* in the lane before the kill */
+#define STREAM_AFTER 200       /* put + get pairs per thread after it */
+
+struct stream_arg {
+	ddss_ctx_t *ctx;
+	ddss_key_t key;
+	unsigned iters; /* 0: until a call fails */
+	int rc;
+};
+
+static void *stream_thread(void *p)
+{
+	struct stream_arg *a = p;
+	uint8_t b[64], back[64];
+	unsigned i = 0;
+	int r = 0;
+
+	memset(b, 0x5a, sizeof(b));
+	while (!r && (!a->iters || i++ < a->iters)) {
+		r = ddss_put(a->ctx, a->key, 0, b, sizeof(b));
+		if (!r)
+			r = ddss_get(a->ctx, a->key, 0, back, sizeof(back));
+		if (!r && memcmp(b, back, sizeof(b)))
+			r = -EIO;
+	}
+	a->rc = r;
+	return NULL;
+}
+
+static uint64_t lane_calls(ddss_ctx_t *ctx)
+{
+	struct ddss_stats st;
+
+	return ddss_stats_get(ctx, &st) ? 0 : st.lane_calls;
+}
+
+/* The threads on @key, @iters pairs each (0: until they fail); the number that failed. */
+static int stream_run(ddss_ctx_t *ctx, ddss_key_t key, unsigned iters, int out, int *rc_p)
+{
+	struct stream_arg a[STREAM_THREADS];
+	pthread_t th[STREAM_THREADS];
+	double t0 = test_now_ms();
+	int failed = 0;
+
+	for (int t = 0; t < STREAM_THREADS; t++) {
+		a[t] = (struct stream_arg){ .ctx = ctx, .key = key, .iters = iters };
+		if (pthread_create(&th[t], NULL, stream_thread, &a[t]))
+			_exit(3);
+	}
+	if (!iters) {
+		/* Streaming through the lane: the parent may kill the home now. */
+		while (lane_calls(ctx) < STREAM_LANE_CALLS && test_now_ms() - t0 < WAIT_MS)
+			sched_yield();
+		tell(out, lane_calls(ctx) >= STREAM_LANE_CALLS ? 0 : -ETIMEDOUT, 0);
+	}
+	*rc_p = 0;
+	for (int t = 0; t < STREAM_THREADS; t++) {
+		pthread_join(th[t], NULL);
+		if (a[t].rc) {
+			failed++;
+			*rc_p = a[t].rc;
+		}
+	}
+	return failed;
+}
+
+static int stream(ddss_ctx_t *ctx, int out)
+{
+	ddss_key_t doomed, alive;
+	uint64_t before;
+	int failed, rc;
+	int r = ddss_allocate_ss(ctx, 64, &(struct ddss_seg_attr){
+		.placement = DDSS_PLACE_RANK, .rank = VICTIM }, &doomed);
+
+	if (!r)
+		r = ddss_allocate_ss(ctx, 64, &(struct ddss_seg_attr){
+			.placement = DDSS_PLACE_RANK, .rank = 2 }, &alive);
+	if (r) {
+		tell(out, r, 0);
+		return 1;
+	}
+	failed = stream_run(ctx, doomed, 0, out, &rc);
+	tell(out, rc, failed); /* every thread stopped, by an error */
+	before = lane_calls(ctx);
+	failed = stream_run(ctx, alive, STREAM_AFTER, out, &rc);
+	tell(out, failed ? rc : 0, (double)(lane_calls(ctx) - before));
+	return 0;
+}
+
 static int client_main(int daemon_rank, enum role role, int in, int out)
 {
 	struct ddss_attr attr;
@@ -213,6 +317,11 @@ static int client_main(int daemon_rank, enum role role, int in, int out)
 	attr.mode = DDSS_MODE_DAEMON;
 	attr.daemon_socket = sock_path[daemon_rank];
 	r = ddss_init(&attr, &ctx);
+	if (!r && role == STREAMER) {
+		r = stream(ctx, out);
+		ddss_finalize(ctx);
+		return r;
+	}
 	if (!r)
 		r = ddss_allocate_ss(ctx, 8, &(struct ddss_seg_attr){ .placement = DDSS_PLACE_RANK,
 			.rank = 1, .name = COUNTER_NAME }, &key);
@@ -242,6 +351,8 @@ static int client_main(int daemon_rank, enum role role, int in, int out)
 		r = ddss_get(ctx, key, 0, &v, 8);
 		tell(out, r, (double)v);
 		break;
+	case STREAMER:
+		break; /* served above */
 	}
 	ddss_finalize(ctx);
 	return 0;
@@ -323,18 +434,44 @@ static void test_daemon_killed(void)
 	reap(&checker);
 }
 
+static void test_lane_home_killed(void)
+{
+	struct client c = spawn(1, STREAMER);
+	struct report rep;
+	double killed;
+	int st;
+
+	EXPECT_RC(hear(&c).rc, 0); /* streaming, through the lane */
+	CU_ASSERT_EQUAL(kill(daemon_pid[VICTIM], SIGKILL), 0);
+	CU_ASSERT_EQUAL(waitpid(daemon_pid[VICTIM], &st, 0), daemon_pid[VICTIM]);
+	killed = test_now_ms();
+	rep = hear(&c);
+	printf("\n    %.0f of %d threads stopped by an error (%s), %.0f ms after the kill",
+	       rep.value, STREAM_THREADS, ddss_strerror(rep.rc), test_now_ms() - killed);
+	CU_ASSERT(rep.rc < 0 && rep.rc != -ETIMEDOUT);
+	CU_ASSERT_EQUAL((int)rep.value, STREAM_THREADS);
+	CU_ASSERT(test_now_ms() - killed < BOUND_LANE_MS);
+	rep = hear(&c);
+	EXPECT_RC(rep.rc, 0);
+	printf("\n    then %d threads x %d pairs to rank 2: %.0f calls in the lane",
+	       STREAM_THREADS, STREAM_AFTER, rep.value);
+	CU_ASSERT(rep.value > 0);
+	reap(&c);
+}
+
 int main(int argc, char **argv)
 {
 	unsigned failed;
 	CU_pSuite s;
 
-	if (argc < 2 || argc > 3 ||
-	    (argc == 3 && strcmp(argv[2], "srsl") && strcmp(argv[2], "ncosed"))) {
-		fprintf(stderr, "usage: %s PATH/TO/ddssd [srsl|ncosed]\n", argv[0]);
+	if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "srsl") &&
+				     strcmp(argv[2], "ncosed") && strcmp(argv[2], "lane"))) {
+		fprintf(stderr, "usage: %s PATH/TO/ddssd [srsl|ncosed|lane]\n", argv[0]);
 		return 2;
 	}
 	ddssd = argv[1];
-	if (argc == 3)
+	lane_case = argc == 3 && !strcmp(argv[2], "lane");
+	if (argc == 3 && !lane_case)
 		scheme = argv[2];
 	if (ddss_name_home(COUNTER_NAME, NDAEMONS) == VICTIM) {
 		fprintf(stderr, "the counter's name must not live on the victim\n");
@@ -353,9 +490,16 @@ int main(int argc, char **argv)
 	}
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
-	s = CU_add_suite(strcmp(scheme, "srsl") ? "daemon fault (3 daemons, tcp, ncosed)" :
-						  "daemon fault (3 daemons, tcp, srsl)", NULL, NULL);
-	CU_add_test(s, "kill -9 a daemon whose clients hold and wait", test_daemon_killed);
+	if (lane_case) {
+		s = CU_add_suite("daemon fault (3 daemons, tcp): the lane's home", NULL, NULL);
+		CU_add_test(s, "kill -9 the home of a stream in another daemon's lane",
+			    test_lane_home_killed);
+	} else {
+		s = CU_add_suite(strcmp(scheme, "srsl") ? "daemon fault (3 daemons, tcp, ncosed)" :
+							  "daemon fault (3 daemons, tcp, srsl)",
+				 NULL, NULL);
+		CU_add_test(s, "kill -9 a daemon whose clients hold and wait", test_daemon_killed);
+	}
 	failed = test_run_all();
 	CU_cleanup_registry();
 	for (int r = 1; r <= NDAEMONS; r++) {

@@ -77,6 +77,8 @@ struct tcp_chan {
 	uint64_t peer_pool_len;   /* learned in the handshake */
 
 	pthread_mutex_t connect_mu; /* serialises connect / teardown */
+	unsigned connect_gen;       /* connect attempts made (atomic; written under connect_mu) */
+	int connect_rc;             /* the last attempt's result (under connect_mu) */
 	/*
 	 * fd may be used by a sender holding send_mu or by the rx owner; it is replaced only
 	 * by a thread holding connect_mu, send_mu and rx ownership at once.

@@ -334,17 +334,33 @@ static int chan_connect(struct tcp_chan *ch)
 	return 0;
 }
 
+/*
+ * Connect unless connected. Threads that wait for connect_mu while an attempt runs take
+ * its failure as theirs: otherwise each would make its own attempt after it, one after the
+ * other, and against a dead peer whose listening socket outlives it each attempt waits out
+ * the handshake (DEAD_HANDSHAKE_NS): 8 threads of a daemon's fast lane waited 20-40 s for
+ * their error (daemon_fault_lane). A thread that comes after an attempt ended tries anew.
+ */
 int tcp_chan_ensure(struct tcp_chan *ch)
 {
+	unsigned gen;
 	int r = 0;
 
 	if (__atomic_load_n(&ch->fd, __ATOMIC_ACQUIRE) >= 0 && !chan_error(ch))
 		return 0;
+	gen = __atomic_load_n(&ch->connect_gen, __ATOMIC_ACQUIRE);
 	pthread_mutex_lock(&ch->connect_mu);
 	if (chan_error(ch))
 		chan_teardown(ch);
-	if (ch->fd < 0)
-		r = chan_connect(ch);
+	if (ch->fd < 0) {
+		if (ch->connect_gen != gen && ch->connect_rc) {
+			r = ch->connect_rc;
+		} else {
+			r = chan_connect(ch);
+			ch->connect_rc = r;
+			__atomic_store_n(&ch->connect_gen, ch->connect_gen + 1, __ATOMIC_RELEASE);
+		}
+	}
 	pthread_mutex_unlock(&ch->connect_mu);
 	return r;
 }
