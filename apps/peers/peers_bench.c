@@ -33,9 +33,10 @@
  * nothing is pinned (the calls run in the daemons, which nobody pins; as ddss-daemon-bench).
  * Samples are TSC ticks converted with a rate calibrated over the run (bench_util.h). Prints
  * medians, p99 and means in microseconds, ops/s, and each DDSS / Redis ratio with the
- * issue's target (tcp): get and put median below Redis' (ratio < 1), lock + unlock <= 0.6 x
- * SET NX + DEL, 8-client throughput >= 2 x Redis'. The targets are reported ("met" / "NOT
- * met"), they do not change the exit status. --csv prints CSV instead; --csv-out FILE
+ * targets: get and put median below Redis' (ratio < 1), lock + unlock <= 0.6 x SET NX + DEL,
+ * 8-client throughput >= 2 x Redis' over verbs, and over tcp >= 1 in direct mode, >= 0.9 in
+ * daemon mode (TARGET_TPUT_*). The targets are reported ("met" / "NOT met"), they do not
+ * change the exit status. --csv prints CSV instead; --csv-out FILE
  * writes the CSV to FILE as well (run-peers.sh reads it). --quick: --iters 200 --rounds 1
  * --duration-ms 100 (the smoke test; explicit options win).
  *
@@ -76,10 +77,19 @@
 #define BARRIER_TIMEOUT_MS (60 * 60 * 1000)
 #define KEY_PREFIX "ddss-peers:"
 
-/* The issue's targets (tcp provider). */
+/* The targets. */
 #define TARGET_DATA 1.0  /* get, put: DDSS median < Redis median */
 #define TARGET_LOCK 0.6  /* lock + unlock <= 0.6 x SET NX PX + DEL */
-#define TARGET_TPUT 2.0  /* 8 clients: >= 2 x Redis ops/s */
+/*
+ * 8 clients, ops/s against Redis'. Over a NIC (verbs) the home spends no CPU on the
+ * operations: >= 2. Over tcp the home's progress thread serves them as Redis' server does,
+ * and the most any loopback TCP store reaches with these clients is measured beside (raw
+ * TCP): issue 31 asks >= 1 in direct mode and >= 0.9 in daemon mode, whose calls take one
+ * more hop.
+ */
+#define TARGET_TPUT_NIC 2.0
+#define TARGET_TPUT_TCP_DIRECT 1.0
+#define TARGET_TPUT_TCP_DAEMON 0.9
 
 static const char *const unlock_script =
 	"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
@@ -670,6 +680,26 @@ static bool daemon_mode(void)
 	return !strcmp(env_or("DDSS_MODE", "direct"), "daemon");
 }
 
+static bool over_tcp(void)
+{
+	return !strcmp(env_or("DDSS_TRANSPORT", "tcp"), "tcp");
+}
+
+/* The 8-client throughput target where this runs (TARGET_TPUT_*). */
+static double tput_target(void)
+{
+	if (!over_tcp())
+		return TARGET_TPUT_NIC;
+	return daemon_mode() ? TARGET_TPUT_TCP_DAEMON : TARGET_TPUT_TCP_DIRECT;
+}
+
+static const char *tput_target_text(void)
+{
+	if (!over_tcp())
+		return ">= 2";
+	return daemon_mode() ? ">= 0.9" : ">= 1";
+}
+
 struct ratio {
 	const char *test;
 	size_t size;
@@ -705,8 +735,8 @@ static unsigned ratios(const struct pb *pb, struct ratio *out)
 	if (!pb->o.tput)
 		return n;
 	v = pb->tput_med[SYS_DDSS] / pb->tput_med[SYS_REDIS];
-	out[n++] = (struct ratio){ "throughput", TPUT_SIZE, "ops/s (median slice)", v, ">= 2",
-				   v >= TARGET_TPUT, NULL, NULL };
+	out[n++] = (struct ratio){ "throughput", TPUT_SIZE, "ops/s (median slice)", v,
+				   tput_target_text(), v >= tput_target(), NULL, NULL };
 	/* What the target asks against what loopback TCP allows these clients at all. */
 	out[n++] = (struct ratio){ "throughput", TPUT_SIZE, "raw TCP ceiling / Redis",
 				   pb->tput_med[SYS_RAW] / pb->tput_med[SYS_REDIS], NULL, false,
