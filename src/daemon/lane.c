@@ -79,8 +79,8 @@ static bool home_up(ddss_ctx_t *ctx, uint32_t home)
 
 /*
  * Whether @q is a call the lane serves: a get or put of a cached plain segment, in range,
- * at a home that is up, by a daemon that may act. Anything else (including every error) is the worker's, which
- * answers it exactly as direct mode would.
+ * at a home that is up, by a daemon that may act. Anything else (including every error)
+ * is the worker's, which answers it exactly as direct mode would.
  */
 static bool take_call(struct ddss_lane *ln, struct ddss_lane_seat *s, const struct dmsg_req *q)
 {
