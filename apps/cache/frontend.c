@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 /* A get that keeps seeing a torn copy: an update stays in progress this many reads. */
-#define MAX_TORN 100000
+#define MAX_TORN 100000u
 /* Violations printed per front-end (all are counted). */
 #define MAX_REPORTED 5
 

@@ -65,7 +65,7 @@ static int node_addr(const struct ddss_tp_node *node, bool with_port, struct soc
 	char port[8];
 	int r;
 
-	snprintf(port, sizeof(port), "%u", with_port ? node->port : 0);
+	snprintf(port, sizeof(port), "%u", with_port ? (unsigned)node->port : 0u);
 	r = getaddrinfo(node->host, port, &hints, &res);
 	if (r) {
 		DDSS_ERR("verbs: cannot resolve '%s': %s", node->host, gai_strerror(r));
