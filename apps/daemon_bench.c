@@ -69,18 +69,23 @@ static double now_ns(void)
 	return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
+/* One look's pause, as a daemon-mode client or the daemon's worker waits (daemon/chan.c). */
+static void spin_once(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+	sched_yield();
+}
+
 /* The ceiling's spinner: a thread that waits the way a daemon-mode client does. */
 static bool spinning;
 
 static void *spinner_main(void *arg)
 {
 	(void)arg;
-	while (__atomic_load_n(&spinning, __ATOMIC_ACQUIRE)) {
-#if defined(__x86_64__) || defined(__i386__)
-		__builtin_ia32_pause();
-#endif
-		sched_yield();
-	}
+	while (__atomic_load_n(&spinning, __ATOMIC_ACQUIRE))
+		spin_once();
 	return NULL;
 }
 
@@ -112,28 +117,14 @@ static int bench_beside_spinner(struct ddss_ctx *ctx, enum dbench_what what, dds
 
 static unsigned floor_turn; /* 1: the helper's turn; 0: the main thread's; 2: stop */
 
-static void wait_turn(unsigned want)
-{
-	while (__atomic_load_n(&floor_turn, __ATOMIC_ACQUIRE) != want) {
-#if defined(__x86_64__) || defined(__i386__)
-		__builtin_ia32_pause();
-#endif
-		sched_yield();
-	}
-}
-
 static void *floor_helper(void *arg)
 {
 	(void)arg;
 	for (;;) {
 		unsigned t;
 
-		while ((t = __atomic_load_n(&floor_turn, __ATOMIC_ACQUIRE)) == 0) {
-#if defined(__x86_64__) || defined(__i386__)
-			__builtin_ia32_pause();
-#endif
-			sched_yield();
-		}
+		while ((t = __atomic_load_n(&floor_turn, __ATOMIC_ACQUIRE)) == 0)
+			spin_once();
 		if (t == 2)
 			return NULL;
 		__atomic_store_n(&floor_turn, 0, __ATOMIC_RELEASE);
@@ -155,7 +146,8 @@ static int handoff_floor(double *ns_p)
 
 		for (unsigned i = 0; i < FLOOR_TRIPS; i++) {
 			__atomic_store_n(&floor_turn, 1, __ATOMIC_RELEASE);
-			wait_turn(0);
+			while (__atomic_load_n(&floor_turn, __ATOMIC_ACQUIRE) != 0)
+				spin_once();
 		}
 		tries[t] = (now_ns() - t0) / FLOOR_TRIPS;
 	}
