@@ -45,9 +45,11 @@ ctest --test-dir "$tsan" -L tsan --output-on-failure --timeout 900
 # normal build's way), the busy-victim fault tests (their time bounds are a normal
 # build's), the namespace fault cases of coordinator mode (the same code runs under ASan
 # in coord_replace_tcp; the namespaces only add minutes of lease timeouts), the three-member
-# etcd cluster case (coord_member runs the same client) and the weak-ordering reruns of
+# etcd cluster case (coord_member runs the same client), the weak-ordering reruns of
 # the suites (`*_weak`: the same code as their plain runs but for the fences, which the
-# plain build runs). They keep CI under its 45 minutes.
+# plain build runs) and the man page checks (`man_*`: scripts, no code of ours). They keep
+# CI under its 45 minutes, with the lock suites' fewer iterations in a sanitizer build
+# (tests/lock/CMakeLists.txt).
 asan=$build-asan
 rm -rf "$asan"
 cmake -S "$top" -B "$asan" -DDDSS_SANITIZER=address+undefined -DDDSS_WITH_VERBS=OFF \
@@ -55,7 +57,7 @@ cmake -S "$top" -B "$asan" -DDDSS_SANITIZER=address+undefined -DDDSS_WITH_VERBS=
 cmake --build "$asan" -j"$(nproc)" >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$asan" -L "unit|integration|stress" \
-  -E "lock_model_spin|peers_bench_smoke|outside_link_tcp|lock_busy_fault|coord_netns_|coord_member_cluster|_weak" \
+  -E "lock_model_spin|peers_bench_smoke|outside_link_tcp|lock_busy_fault|coord_netns_|coord_member_cluster|_weak|man_" \
   --output-on-failure --timeout 900
 # libFuzzer: every decoder of peer- or client-supplied bytes, 5 s each (tests/fuzz; longer
 # runs by hand: scripts/fuzz.sh SECONDS).
