@@ -110,6 +110,17 @@ def daemon_beyond(call):
     return daemon_column(call, "added_beyond_ceiling_us")
 
 
+def daemon_stat_beyond_floor(rows):
+    """What a call through the daemon adds with no I/O (the stat row) beyond the floor the
+    same run measured: two threads passing a flag there and back, waiting as the channel's
+    ends wait (floor_us; builds before it was in the CSV have no figure)."""
+    added = floor = None
+    for r in rows:
+        if r.get("call") == "stat (no I/O)":
+            added, floor = num(r.get("added_us")), num(r.get("floor_us"))
+    return added - floor if added is not None and floor is not None else None
+
+
 def lock_ratio(variant):
     def get(rows):
         for r in rows:
@@ -192,6 +203,10 @@ TARGETS = [
            daemon_beyond("put 1 B")),
     Target("daemon", "daemon mode, lock + unlock: added beyond the 2-core ceiling", "<=", 1.0,
            " us", daemon_beyond("lock + unlock")),
+    # The channel's own cost: a call with no I/O, less the machine's hand-over that every
+    # call through the daemon crosses (docs/daemon.md, "Measured").
+    Target("daemon", "daemon mode, stat (no I/O): added beyond the hand-over floor", "<=", 1.0,
+           " us", daemon_stat_beyond_floor),
     # Issue 31's target, and the one ddss-lock-bench states since 2330363: the lock against
     # its raw pattern, since the lock follows the last posted release on its connection.
     Target("lock", "uncontended N-CoSED exclusive lock / raw compare&swap", "<=", 1.05, "",
