@@ -114,10 +114,8 @@ def daemon_stat_beyond_floor(rows):
     """What a call through the daemon adds with no I/O (the stat row) beyond the floor the
     same run measured: two threads passing a flag there and back, waiting as the channel's
     ends wait (floor_us; builds before it was in the CSV have no figure)."""
-    added = floor = None
-    for r in rows:
-        if r.get("call") == "stat (no I/O)":
-            added, floor = num(r.get("added_us")), num(r.get("floor_us"))
+    added = daemon_column("stat (no I/O)", "added_us")(rows)
+    floor = daemon_column("stat (no I/O)", "floor_us")(rows)
     return added - floor if added is not None and floor is not None else None
 
 
