@@ -2,8 +2,11 @@
 #ifndef DDSS_TEST_UTIL_H
 #define DDSS_TEST_UTIL_H
 
+#include "ddss/ddss.h" /* ddss_strerror, for EXPECT_RC */
+
 #include <CUnit/CUnit.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 

@@ -452,8 +452,13 @@ static void out_event(struct verbs_tp *vt, struct verbs_out *o, const struct cm_
 	if (o->id != e->id) /* from an attempt already given up */
 		goto out;
 	if (e->type == RDMA_CM_EVENT_DISCONNECTED || e->type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-		if (o->phase == VERBS_UP)
+		if (o->phase == VERBS_UP) {
+			/* Said, as every other loss of a connection is: an operation fails for it. */
+			DDSS_INFO("verbs: connection to rank %u: %s; reconnecting on next use",
+				  o->peer, e->type == RDMA_CM_EVENT_DISCONNECTED ?
+				  "closed by the peer" : "device removed");
 			verbs_out_fail(o, e->type == RDMA_CM_EVENT_DISCONNECTED ? -ECONNRESET : -ENODEV);
+		}
 		goto out;
 	}
 	if (o->phase != VERBS_CONNECTING)

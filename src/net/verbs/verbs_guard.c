@@ -195,6 +195,8 @@ int verbs_post_guarded(struct verbs_out *o, struct ibv_send_wr *wr)
 			break;
 		}
 		if (now >= deadline) {
+			DDSS_WARN("verbs: the QP to rank %u did not go idle in %d ms; failing the peer",
+				  o->peer, vt->base.cfg.op_timeout_ms);
 			verbs_out_fail(o, -ETIMEDOUT);
 			ddss_tp_count_timeout(&vt->base);
 			r = -ETIMEDOUT;
