@@ -660,7 +660,7 @@ static void timed_wait(struct verbs_out *o, int64_t until_ns)
 int verbs_out_connect(struct verbs_out *o)
 {
 	struct verbs_tp *vt = o->tp;
-	int64_t deadline;
+	int64_t deadline, budget_ns;
 	bool attempted = false;
 	int r;
 
@@ -670,14 +670,15 @@ int verbs_out_connect(struct verbs_out *o)
 	r = __atomic_load_n(&vt->port_err, __ATOMIC_ACQUIRE);
 	if (r)
 		return r;
-	deadline = ddss_now_ns() + (int64_t)vt->base.cfg.connect_timeout_ms * 1000000;
+	budget_ns = (int64_t)vt->base.cfg.connect_timeout_ms * 1000000;
 	pthread_mutex_lock(&o->mu);
 	/* A peer that restarted tells us its new epoch; one that restarts again meanwhile
 	 * as well: ask at most twice more. */
 	o->stale = 2;
 	/* A peer that was up is asked once, briefly: the caller may be the heartbeat thread. */
 	if (o->ever_up && vt->base.cfg.connect_timeout_ms > VERBS_RECONNECT_MS)
-		deadline = ddss_now_ns() + (int64_t)VERBS_RECONNECT_MS * 1000000;
+		budget_ns = (int64_t)VERBS_RECONNECT_MS * 1000000;
+	deadline = ddss_now_ns() + budget_ns;
 	for (;;) {
 		bool failed = __atomic_load_n(&o->fail, __ATOMIC_ACQUIRE) != 0;
 
@@ -726,6 +727,13 @@ int verbs_out_connect(struct verbs_out *o)
 			timed_wait(o, ddss_now_ns() + VERBS_RETRY_MS * 1000000ll);
 		}
 		out_teardown(o, true);
+		/*
+		 * The peer gets its whole budget to answer: freeing the broken QP can take
+		 * seconds of it (its WRs drained, a last-WQE event rxe never sends, a receive
+		 * thread held up by a handler that waits for this very connection).
+		 */
+		if (!attempted)
+			deadline = ddss_now_ns() + budget_ns;
 		attempted = true;
 		r = out_start(o);
 		if (r && !o->retriable)
@@ -736,6 +744,8 @@ int verbs_out_connect(struct verbs_out *o)
 	 * more, or it refuses us. That is news of the peer; silence (unreachable, no answer in
 	 * time) is not, and is left to the peer timeout.
 	 */
+	if (r && o->ever_up)
+		DDSS_INFO("verbs: reconnecting to rank %u failed: %s", o->peer, strerror(-r));
 	if (r && o->ever_up && (r == -ECONNREFUSED || r == -EPERM || r == -EACCES || r == -EPROTO) &&
 	    __atomic_exchange_n(&o->up, 0, __ATOMIC_ACQ_REL))
 		verbs_peer_set_state(vt, o->peer, DDSS_TP_PEER_DOWN);
@@ -795,6 +805,8 @@ static void served_free(struct verbs_tp *vt, struct verbs_served *s, bool quiesc
 	struct verbs_served **pp;
 	uint32_t qp_num = s->id->qp ? s->id->qp->qp_num : 0;
 
+	if (__atomic_load_n(&vt->closing, __ATOMIC_ACQUIRE))
+		quiesce = false; /* a peer that left as we close: see verbs_close */
 	/* Out of the list and out of service together: verbs_serve_cut misses no live QP. */
 	pthread_mutex_lock(&vt->served_mu);
 	for (pp = &vt->served; *pp; pp = &(*pp)->next)

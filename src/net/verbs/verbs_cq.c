@@ -106,6 +106,10 @@ void verbs_send_wc_slow(struct verbs_tp *vt, const struct ibv_wc *wc)
 		if (wc->status != IBV_WC_WR_FLUSH_ERR)
 			DDSS_WARN("verbs: operation to rank %u failed: %s", peer,
 				  ibv_wc_status_str(wc->status));
+		else if (!__atomic_load_n(&o->fail, __ATOMIC_ACQUIRE))
+			/* Flushed, with no error of its own and not failed by us: the QP broke on
+			 * its receive side (verbs_recv.c says how) or by a device event. */
+			DDSS_WARN("verbs: operation to rank %u flushed: its connection broke", peer);
 		/* The QP is in error now: every later WR flushes; the connection is lost. */
 		verbs_out_wc_fail(o, wc->status, status);
 	}

@@ -265,6 +265,7 @@ struct verbs_tp {
 	bool cm_thread_running;
 	pthread_t cm_thread, recv_thread;
 	int stop_fd;                 /* eventfd: stops both threads */
+	bool closing;                /* atomic: verbs_close began (teardowns wait for nothing) */
 	struct verbs_served *served; /* changed by the cm thread (and close) under served_mu */
 	pthread_mutex_t served_mu;   /* the served list and the qp_num -> rank lookups below */
 	uint32_t *served_qpn;        /* [rank]: qp_num of the served QP, 0 = none */

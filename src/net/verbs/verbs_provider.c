@@ -71,6 +71,13 @@ static void verbs_close(struct ddss_tp *tp)
 {
 	struct verbs_tp *vt = verbs_tp_of(tp);
 
+	/*
+	 * Peers that leave now have their connections freed by the cm thread, which would wait
+	 * up to 2 x VERBS_TEARDOWN_MS each for their receives: for the receive thread, which
+	 * stops with it below, and for a last-WQE event rxe never sends. At close the buffers
+	 * go with the pool, so nothing is waited for (served_free).
+	 */
+	__atomic_store_n(&vt->closing, true, __ATOMIC_RELEASE);
 	if (vt->peers && vt->started)
 		drain_outgoing(vt, 2000);
 	verbs_conn_stop(vt);

@@ -297,8 +297,14 @@ static void handle_recv_wc(struct verbs_tp *vt, const struct ibv_wc *wc)
 			from = verbs_out_rank(vt, wc->qp_num);
 	} else
 		qp = current_qp(vt, wc->qp_num, &from);
-	if (wc->status != IBV_WC_SUCCESS)
-		goto repost; /* a served QP went away (flushed); the sender sees its own error */
+	if (wc->status != IBV_WC_SUCCESS) {
+		/* Flushed: a QP went away, and its sender sees its own error. Anything else
+		 * broke the QP here (an outgoing one with it, which no send error explains). */
+		if (wc->status != IBV_WC_WR_FLUSH_ERR)
+			DDSS_WARN("verbs: a receive on qp %u (rank %u) failed: %s", wc->qp_num, from,
+				  ibv_wc_status_str(wc->status));
+		goto repost;
+	}
 	if (!from) {
 		DDSS_WARN("verbs: message on an unknown connection (qp %u) dropped", wc->qp_num);
 		goto repost;
