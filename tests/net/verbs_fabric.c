@@ -9,7 +9,8 @@
  *    those from its SRQ, and rank 1's posted receives end where they started too. With an
  *    SRQ the lane must carry some of them; without one (rank 1 says it takes none) none;
  *    either way every one arrives;
- *  - DDSS_TRAFFIC_CLASS: out-of-range values refuse to open, a valid one works.
+ *  - DDSS_TRAFFIC_CLASS: out-of-range values refuse to open, a valid one works;
+ *  - a reconnect behind a slow teardown of the broken QP gets its whole 3 s.
  * ROUNDS=N in the environment changes the number of rounds.
  */
 #include "common/test_util.h"
@@ -236,6 +237,59 @@ static void test_traffic_class(void)
 	free(pool);
 }
 
+/*
+ * A reconnect behind a slow teardown of the broken QP (DDSS_VERBS_SLOW_TEARDOWN_MS, longer
+ * than the 3 s a reconnect to a peer that was up has) still gets its attempt: the 3 s count
+ * from when the old QP is freed. Before, they ran out during the teardown and the
+ * reconnect failed with -ETIMEDOUT, though the peer was there to answer.
+ */
+#define SLOW_TEARDOWN_MS 3500
+
+static void test_slow_teardown(void)
+{
+	struct ddss_tp_node nodes[2];
+	uint64_t *p1 = test_alloc_pool(POOL_LEN), *p2 = test_alloc_pool(POOL_LEN);
+	struct ddss_tp *t1, *t2;
+	unsigned sent = 0;
+	double t0, took;
+	char ms[16];
+	int r;
+
+	nodes_init(nodes);
+	received[1] = 0;
+	bad_payload = 0;
+	t1 = open_rank(nodes, 1, p1);
+	t2 = open_rank(nodes, 2, p2);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(t1);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(t2);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_peer_connect(t1, 2), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_msg_send(t1, 2, TAG_ORDERED, &sent, sizeof(sent)), 0);
+	sent++;
+	CU_ASSERT_TRUE_FATAL(wait_count(&received[1], sent));
+
+	snprintf(ms, sizeof(ms), "%d", SLOW_TEARDOWN_MS);
+	setenv("DDSS_VERBS_SLOW_TEARDOWN_MS", ms, 1);
+	CU_ASSERT_EQUAL(ddss_tp_peer_disconnect(t1, 2), 0);
+	t0 = test_now_ms();
+	r = ddss_tp_peer_connect(t1, 2);
+	took = test_now_ms() - t0;
+	unsetenv("DDSS_VERBS_SLOW_TEARDOWN_MS");
+	printf("\n  reconnect behind a %d ms teardown: %d (%s) after %.1f s\n", SLOW_TEARDOWN_MS,
+	       r, ddss_strerror(r), took / 1000);
+	CU_ASSERT_EQUAL(r, 0);
+	CU_ASSERT_TRUE(took >= SLOW_TEARDOWN_MS); /* the teardown was that slow */
+	/* And the new connection carries messages, in order after the first. */
+	CU_ASSERT_EQUAL(ddss_tp_msg_send(t1, 2, TAG_ORDERED, &sent, sizeof(sent)), 0);
+	sent++;
+	CU_ASSERT_TRUE(wait_count(&received[1], sent));
+	CU_ASSERT_EQUAL(received[1], sent);
+	CU_ASSERT_EQUAL(bad_payload, 0);
+	ddss_tp_close(t1);
+	ddss_tp_close(t2);
+	free(p1);
+	free(p2);
+}
+
 int main(void)
 {
 	CU_pSuite suite;
@@ -248,6 +302,7 @@ int main(void)
 	suite = CU_add_suite("verbs fabric errors", NULL, NULL);
 	CU_add_test(suite, "DDSS_TRAFFIC_CLASS", test_traffic_class);
 	CU_add_test(suite, "disconnect loop keeps every receive buffer", test_disconnect_loop);
+	CU_add_test(suite, "a reconnect behind a slow teardown", test_slow_teardown);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	return failed ? 1 : 0;

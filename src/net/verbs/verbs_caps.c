@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 bool verbs_simulate_lack(const char *cap)
 {
@@ -26,6 +27,20 @@ bool verbs_simulate_lack(const char *cap)
 		p = end ? end + 1 : NULL;
 	}
 	return false;
+}
+
+void verbs_simulate_slow_teardown(void)
+{
+	const char *v = getenv("DDSS_VERBS_SLOW_TEARDOWN_MS");
+	long ms = v ? strtol(v, NULL, 10) : 0;
+	struct timespec ts;
+
+	if (ms <= 0 || ms > 60000)
+		return;
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (ms % 1000) * 1000000;
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
 }
 
 /*

@@ -597,6 +597,8 @@ static void out_teardown(struct verbs_out *o, bool quiesce)
 		if (quiesce && o->took_msgs)
 			qp_quiesce(o->tp, o->qp);
 		o->took_msgs = false;
+		if (quiesce)
+			verbs_simulate_slow_teardown();
 	}
 	/* fail is set and the queue is empty: no poster can still be using the QP (verbs_post). */
 	pthread_mutex_lock(&o->sq_mu);

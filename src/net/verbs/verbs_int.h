@@ -389,6 +389,9 @@ int verbs_msg_hdr_decode(const void *buf, size_t total, uint16_t *tag_p, uint32_
 /* ---- verbs_caps.c ---- */
 /** Test switch: DDSS_VERBS_DISABLE lists @cap ("atomics", "srq"): act as if it were missing. */
 bool verbs_simulate_lack(const char *cap);
+/** Test switch: DDSS_VERBS_SLOW_TEARDOWN_MS=N (1..60000) pauses each outgoing QP's teardown
+ * N ms more, as a device that never reports, and a held receive thread, can make it. */
+void verbs_simulate_slow_teardown(void);
 /** NAME=auto|@a|@b: 1 for @a, 2 for @b, 0 for auto (anything else is warned about). */
 int verbs_env_choice(const char *name, const char *a, const char *b);
 /** How DDSS_TP_FENCE is kept on this device (sets vt->fence_by_wait); a log phrase. */
