@@ -258,7 +258,13 @@ static void test_slow_teardown(void)
 	nodes_init(nodes);
 	received[1] = 0;
 	bad_payload = 0;
+	/* Read at open: a value out of range refuses to open. */
+	setenv("DDSS_VERBS_SLOW_TEARDOWN_MS", "60001", 1);
+	CU_ASSERT_PTR_NULL(open_rank(nodes, 1, p1));
+	snprintf(ms, sizeof(ms), "%d", SLOW_TEARDOWN_MS);
+	setenv("DDSS_VERBS_SLOW_TEARDOWN_MS", ms, 1);
 	t1 = open_rank(nodes, 1, p1);
+	unsetenv("DDSS_VERBS_SLOW_TEARDOWN_MS");
 	t2 = open_rank(nodes, 2, p2);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(t1);
 	CU_ASSERT_PTR_NOT_NULL_FATAL(t2);
@@ -267,13 +273,10 @@ static void test_slow_teardown(void)
 	sent++;
 	CU_ASSERT_TRUE_FATAL(wait_count(&received[1], sent));
 
-	snprintf(ms, sizeof(ms), "%d", SLOW_TEARDOWN_MS);
-	setenv("DDSS_VERBS_SLOW_TEARDOWN_MS", ms, 1);
 	CU_ASSERT_EQUAL(ddss_tp_peer_disconnect(t1, 2), 0);
 	t0 = test_now_ms();
 	r = ddss_tp_peer_connect(t1, 2);
 	took = test_now_ms() - t0;
-	unsetenv("DDSS_VERBS_SLOW_TEARDOWN_MS");
 	printf("\n  reconnect behind a %d ms teardown: %d (%s) after %.1f s\n", SLOW_TEARDOWN_MS,
 	       r, ddss_strerror(r), took / 1000);
 	CU_ASSERT_EQUAL(r, 0);

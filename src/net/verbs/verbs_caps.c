@@ -6,6 +6,7 @@
  */
 #include "net/verbs/verbs_int.h"
 
+#include "core/config.h"
 #include "core/log.h"
 
 #include <errno.h>
@@ -29,17 +30,22 @@ bool verbs_simulate_lack(const char *cap)
 	return false;
 }
 
-void verbs_simulate_slow_teardown(void)
+int verbs_slow_teardown_decide(struct verbs_tp *vt)
 {
-	const char *v = getenv("DDSS_VERBS_SLOW_TEARDOWN_MS");
-	long ms = v ? strtol(v, NULL, 10) : 0;
-	struct timespec ts;
+	long ms;
 
-	if (ms <= 0 || ms > 60000)
-		return;
-	ts.tv_sec = ms / 1000;
-	ts.tv_nsec = (ms % 1000) * 1000000;
-	while (nanosleep(&ts, &ts) && errno == EINTR)
+	if (ddss_env_long("DDSS_VERBS_SLOW_TEARDOWN_MS", 0, 60000, 0, &ms))
+		return -EINVAL; /* it said why */
+	vt->slow_teardown_ms = (int)ms;
+	return 0;
+}
+
+void verbs_simulate_slow_teardown(const struct verbs_tp *vt)
+{
+	struct timespec ts = { .tv_sec = vt->slow_teardown_ms / 1000,
+			       .tv_nsec = (vt->slow_teardown_ms % 1000) * 1000000l };
+
+	while (vt->slow_teardown_ms && nanosleep(&ts, &ts) && errno == EINTR)
 		;
 }
 

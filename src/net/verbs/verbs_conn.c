@@ -197,6 +197,8 @@ int verbs_conn_open(struct verbs_tp *vt)
 		} while (!vt->epoch); /* 0 means "not known" on the wire */
 	}
 	r = traffic_class(vt);
+	if (!r)
+		r = verbs_slow_teardown_decide(vt);
 	if (r)
 		return r;
 	/*
@@ -598,7 +600,7 @@ static void out_teardown(struct verbs_out *o, bool quiesce)
 			qp_quiesce(o->tp, o->qp);
 		o->took_msgs = false;
 		if (quiesce)
-			verbs_simulate_slow_teardown();
+			verbs_simulate_slow_teardown(o->tp);
 	}
 	/* fail is set and the queue is empty: no poster can still be using the QP (verbs_post). */
 	pthread_mutex_lock(&o->sq_mu);

@@ -266,6 +266,7 @@ struct verbs_tp {
 	pthread_t cm_thread, recv_thread;
 	int stop_fd;                 /* eventfd: stops both threads */
 	bool closing;                /* atomic: verbs_close began (teardowns wait for nothing) */
+	int slow_teardown_ms;        /* test switch DDSS_VERBS_SLOW_TEARDOWN_MS (verbs_caps.c) */
 	struct verbs_served *served; /* changed by the cm thread (and close) under served_mu */
 	pthread_mutex_t served_mu;   /* the served list and the qp_num -> rank lookups below */
 	uint32_t *served_qpn;        /* [rank]: qp_num of the served QP, 0 = none */
@@ -389,9 +390,12 @@ int verbs_msg_hdr_decode(const void *buf, size_t total, uint16_t *tag_p, uint32_
 /* ---- verbs_caps.c ---- */
 /** Test switch: DDSS_VERBS_DISABLE lists @cap ("atomics", "srq"): act as if it were missing. */
 bool verbs_simulate_lack(const char *cap);
-/** Test switch: DDSS_VERBS_SLOW_TEARDOWN_MS=N (1..60000) pauses each outgoing QP's teardown
- * N ms more, as a device that never reports, and a held receive thread, can make it. */
-void verbs_simulate_slow_teardown(void);
+/** Test switch DDSS_VERBS_SLOW_TEARDOWN_MS=N (0..60000, read at open into
+ * vt->slow_teardown_ms): -EINVAL, said, for anything else. */
+int verbs_slow_teardown_decide(struct verbs_tp *vt);
+/** Pause a broken outgoing QP's teardown vt->slow_teardown_ms more, as a device that never
+ * reports its last receive, and a held receive thread, can make it. */
+void verbs_simulate_slow_teardown(const struct verbs_tp *vt);
 /** NAME=auto|@a|@b: 1 for @a, 2 for @b, 0 for auto (anything else is warned about). */
 int verbs_env_choice(const char *name, const char *a, const char *b);
 /** How DDSS_TP_FENCE is kept on this device (sets vt->fence_by_wait); a log phrase. */
