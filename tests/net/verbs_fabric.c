@@ -102,6 +102,17 @@ static bool wait_count(unsigned *count, unsigned want)
 	return true;
 }
 
+/* Both ranks open; rank 1 connects to rank 2, and its first message (*@sent) arrives. */
+static void first_message(struct ddss_tp *t1, struct ddss_tp *t2, unsigned *sent)
+{
+	CU_ASSERT_PTR_NOT_NULL_FATAL(t1);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(t2);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_peer_connect(t1, 2), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_msg_send(t1, 2, TAG_ORDERED, sent, sizeof(*sent)), 0);
+	(*sent)++;
+	CU_ASSERT_TRUE_FATAL(wait_count(&received[1], *sent));
+}
+
 /* Rank 2's posted receive count once it stops moving (teardowns finish on its cm thread). */
 static unsigned settled_posted(struct ddss_tp *tp, unsigned want, bool have_want)
 {
@@ -137,12 +148,7 @@ static void test_disconnect_loop(void)
 	lane_received = 0;
 	t1 = open_rank(nodes, 1, p1);
 	t2 = open_rank(nodes, 2, p2);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(t1);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(t2);
-	CU_ASSERT_EQUAL_FATAL(ddss_tp_peer_connect(t1, 2), 0);
-	CU_ASSERT_EQUAL_FATAL(ddss_tp_msg_send(t1, 2, TAG_ORDERED, &sent, sizeof(sent)), 0);
-	sent++;
-	CU_ASSERT_TRUE_FATAL(wait_count(&received[1], sent));
+	first_message(t1, t2, &sent);
 	/* And one on the lane (without an SRQ it connects rank 2 to rank 1: counted at start). */
 	CU_ASSERT_EQUAL_FATAL(ddss_tp_msg_send_unordered(t2, 1, TAG_LANE, &lane_sent,
 							 sizeof(lane_sent)), 0);
@@ -266,12 +272,7 @@ static void test_slow_teardown(void)
 	t1 = open_rank(nodes, 1, p1);
 	unsetenv("DDSS_VERBS_SLOW_TEARDOWN_MS");
 	t2 = open_rank(nodes, 2, p2);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(t1);
-	CU_ASSERT_PTR_NOT_NULL_FATAL(t2);
-	CU_ASSERT_EQUAL_FATAL(ddss_tp_peer_connect(t1, 2), 0);
-	CU_ASSERT_EQUAL_FATAL(ddss_tp_msg_send(t1, 2, TAG_ORDERED, &sent, sizeof(sent)), 0);
-	sent++;
-	CU_ASSERT_TRUE_FATAL(wait_count(&received[1], sent));
+	first_message(t1, t2, &sent);
 
 	CU_ASSERT_EQUAL(ddss_tp_peer_disconnect(t1, 2), 0);
 	t0 = test_now_ms();
