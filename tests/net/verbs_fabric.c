@@ -10,7 +10,9 @@
  *    SRQ the lane must carry some of them; without one (rank 1 says it takes none) none;
  *    either way every one arrives;
  *  - DDSS_TRAFFIC_CLASS: out-of-range values refuse to open, a valid one works;
- *  - a reconnect behind a slow teardown of the broken QP gets its whole 3 s.
+ *  - a reconnect behind a slow teardown of the broken QP gets its whole 3 s;
+ *  - a handler that replies over a broken connection: the reconnect runs on the receive
+ *    thread, and freeing the broken QP does not wait for that thread's own pass.
  * ROUNDS=N in the environment changes the number of rounds.
  */
 #include "common/test_util.h"
@@ -35,12 +37,26 @@ static unsigned lane_received; /* rank 1: tag 8 from rank 2 (either path) */
 
 #define TAG_ORDERED 7
 #define TAG_LANE 8
+#define TAG_PING 9 /* to rank 1: its handler sends the payload back to rank 2, ordered */
+
+static struct ddss_tp *ping_tp; /* rank 1, for its handler's reply */
+static int ping_reply_rc = 1;   /* the reply's ddss_tp_msg_send result... */
+static unsigned ping_replied;   /* ...set before this is */
 
 static void on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len)
 {
 	unsigned *count = arg;
 	uint32_t seq;
 
+	if (tag == TAG_PING) {
+		if (count != &received[0] || from != 2 || len != sizeof(seq) || !ping_tp)
+			__atomic_add_fetch(&bad_payload, 1, __ATOMIC_RELAXED);
+		else { /* on rank 1's receive thread, as a reply from a message handler */
+			ping_reply_rc = ddss_tp_msg_send(ping_tp, 2, TAG_ORDERED, buf, sizeof(seq));
+			__atomic_add_fetch(&ping_replied, 1, __ATOMIC_RELEASE);
+		}
+		return;
+	}
 	if (tag == TAG_LANE) {
 		if (count != &received[0] || from != 2 || len != sizeof(seq))
 			__atomic_add_fetch(&bad_payload, 1, __ATOMIC_RELAXED);
@@ -294,6 +310,54 @@ static void test_slow_teardown(void)
 	free(p2);
 }
 
+/*
+ * A message handler replies over a connection that broke: the reply reconnects on the
+ * receive thread, and the broken QP is freed first. Its messages (it took liveness ones,
+ * with an SRQ) are polled by the receive thread, which is busy running this handler: a
+ * teardown that waited for that pass waited for itself (1 s, a stall, a warning) and held
+ * every message to this rank meanwhile. Without an SRQ the outgoing QP takes none, and
+ * nothing is waited for either way.
+ */
+static void test_handler_reply(void)
+{
+	struct ddss_tp_node nodes[2];
+	uint64_t *p1 = test_alloc_pool(POOL_LEN), *p2 = test_alloc_pool(POOL_LEN);
+	struct ddss_tp *t1, *t2;
+	unsigned sent = 0;
+
+	nodes_init(nodes);
+	received[1] = 0;
+	bad_payload = 0;
+	t1 = open_rank(nodes, 1, p1);
+	t2 = open_rank(nodes, 2, p2);
+	first_message(t1, t2, &sent);
+	ping_tp = t1;
+	ping_reply_rc = 1;
+	ping_replied = 0;
+
+	CU_ASSERT_EQUAL(ddss_tp_peer_disconnect(t1, 2), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_tp_msg_send(t2, 1, TAG_PING, &sent, sizeof(sent)), 0);
+	sent++;
+	CU_ASSERT_TRUE(wait_count(&received[1], sent));
+	/* The reply may land before its send returns on rank 1's receive thread. */
+	CU_ASSERT_TRUE(wait_count(&ping_replied, 1));
+	printf("\n  reply from rank 1's handler: %d; teardown stalls at rank 1: %lu\n",
+	       ping_reply_rc, ddss_verbs_teardown_stalls(t1));
+	CU_ASSERT_EQUAL(ping_reply_rc, 0);
+	CU_ASSERT_EQUAL(ddss_verbs_teardown_stalls(t1), 0);
+	/* The receive thread serves on: one more ordered message, in order. */
+	CU_ASSERT_EQUAL(ddss_tp_msg_send(t1, 2, TAG_ORDERED, &sent, sizeof(sent)), 0);
+	sent++;
+	CU_ASSERT_TRUE(wait_count(&received[1], sent));
+	CU_ASSERT_EQUAL(received[1], sent);
+	CU_ASSERT_EQUAL(bad_payload, 0);
+	ping_tp = NULL;
+	ddss_tp_close(t1);
+	ddss_tp_close(t2);
+	free(p1);
+	free(p2);
+}
+
 int main(void)
 {
 	CU_pSuite suite;
@@ -307,6 +371,7 @@ int main(void)
 	CU_add_test(suite, "DDSS_TRAFFIC_CLASS", test_traffic_class);
 	CU_add_test(suite, "disconnect loop keeps every receive buffer", test_disconnect_loop);
 	CU_add_test(suite, "a reconnect behind a slow teardown", test_slow_teardown);
+	CU_add_test(suite, "a handler's reply over a broken connection", test_handler_reply);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	return failed ? 1 : 0;

@@ -18,6 +18,13 @@ bool ddss_verbs_usable(void);
  */
 unsigned ddss_verbs_srq_posted(struct ddss_tp *tp);
 
+/**
+ * Test only: teardowns of a QP that gave up waiting (VERBS_TEARDOWN_MS) for the receive
+ * thread to poll its completions, or without an SRQ for its receives to flush. 0 while
+ * the receive thread is free to run.
+ */
+unsigned long ddss_verbs_teardown_stalls(struct ddss_tp *tp);
+
 /** Test only: messages sent on the liveness path (verbs_liveness.c) so far. */
 unsigned long ddss_verbs_liveness_sent(struct ddss_tp *tp);
 

@@ -8,12 +8,9 @@
  *    without trying, until PORT_ACTIVE: then the next operation reconnects. No peer is
  *    reported down for it: whether peers live is the peer timeout's call.
  *  - DEVICE_FATAL: the same with -ENODEV, for good (the device must be reopened).
- *  - QP_LAST_WQE_REACHED: a served QP on the SRQ in the error state will take no more
- *    receive buffers; its teardown waits for it (verbs_conn.c, served_quiesce).
+ *  - QP_LAST_WQE_REACHED: a QP on the SRQ in the error state will take no more receive
+ *    buffers; noted here, and the QP's grave (verbs_grave.c) waits for it.
  *  - QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR: logged; an outgoing QP fails (reconnects later).
- *
- * The cm thread is also the one that waits for a last-WQE event (served QP teardown): it
- * reads the events itself meanwhile.
  */
 #include "net/verbs/verbs_int.h"
 #include "core/log.h"
@@ -32,28 +29,19 @@ static void note_last_wqe(struct verbs_tp *vt, uint32_t qp_num)
 	pthread_mutex_unlock(&vt->ev_mu);
 }
 
-bool verbs_async_wait_last_wqe(struct verbs_tp *vt, uint32_t qp_num, int ms)
+bool verbs_async_take_last_wqe(struct verbs_tp *vt, uint32_t qp_num)
 {
-	struct pollfd pfd = { .fd = vt->ctx->async_fd, .events = POLLIN };
-	int64_t until = ddss_now_ns() + (int64_t)ms * 1000000;
 	bool seen = false;
 
-	for (;;) {
-		int64_t left = (until - ddss_now_ns()) / 1000000;
-
-		pthread_mutex_lock(&vt->ev_mu);
-		for (unsigned i = 0; i < RING && i < vt->last_wqe_n && !seen; i++)
-			seen = vt->last_wqe[i] == qp_num;
-		if (seen) /* forget it: the number may come back on a later QP */
-			for (unsigned i = 0; i < RING; i++)
-				if (vt->last_wqe[i] == qp_num)
-					vt->last_wqe[i] = 0;
-		pthread_mutex_unlock(&vt->ev_mu);
-		if (seen || left <= 0)
-			return seen;
-		if (poll(&pfd, 1, (int)left) > 0)
-			verbs_async_handle(vt);
-	}
+	pthread_mutex_lock(&vt->ev_mu);
+	for (unsigned i = 0; i < RING && i < vt->last_wqe_n && !seen; i++)
+		seen = vt->last_wqe[i] == qp_num;
+	if (seen) /* forget it: the number may come back on a later QP */
+		for (unsigned i = 0; i < RING; i++)
+			if (vt->last_wqe[i] == qp_num)
+				vt->last_wqe[i] = 0;
+	pthread_mutex_unlock(&vt->ev_mu);
+	return seen;
 }
 
 /* An outgoing QP that broke by itself: fail it (it reconnects on next use). */

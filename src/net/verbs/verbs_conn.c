@@ -238,6 +238,8 @@ int verbs_conn_open(struct verbs_tp *vt)
 		return -ENODEV;
 	}
 	r = check_device(vt);
+	if (!r)
+		r = verbs_grave_open(vt);
 	if (r)
 		return r;
 	vt->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -580,12 +582,11 @@ void verbs_out_fail_all(struct verbs_tp *vt, int err)
 		out_fail(&vt->peers[r].out, err, false);
 }
 
-static void qp_quiesce(struct verbs_tp *vt, struct ibv_qp *qp);
-
 /*
  * o->mu held: free the previous attempt's QP and id, once nothing of it is outstanding.
- * @quiesce: its receives (liveness messages, from the SRQ) are polled first, so that no
- * buffer is lost with it (false at close: the receive thread has stopped).
+ * @quiesce: a QP that took receives (liveness messages, from the SRQ) goes to the graves,
+ * freed once the receive thread has handled them (verbs_grave.c), which may be this very
+ * thread; false at close, when the receive thread has stopped.
  */
 static void out_teardown(struct verbs_out *o, bool quiesce)
 {
@@ -596,9 +597,6 @@ static void out_teardown(struct verbs_out *o, bool quiesce)
 	if (o->qp) {
 		out_fail(o, -ECONNRESET, false);
 		verbs_drain(o, 5000);
-		if (quiesce && o->took_msgs)
-			qp_quiesce(o->tp, o->qp);
-		o->took_msgs = false;
 		if (quiesce)
 			verbs_simulate_slow_teardown(o->tp);
 	}
@@ -606,11 +604,17 @@ static void out_teardown(struct verbs_out *o, bool quiesce)
 	pthread_mutex_lock(&o->sq_mu);
 	qp = o->qp;
 	__atomic_store_n(&o->qp, NULL, __ATOMIC_RELEASE);
-	__atomic_store_n(&o->qp_num, 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&o->sq_mu);
-	if (qp)
-		rdma_destroy_qp(o->id);
-	rdma_destroy_id(o->id);
+	if (qp && quiesce && o->took_msgs) {
+		verbs_grave_add(o->tp, o->id, o->peer); /* its late events: out_event ignores them */
+	} else {
+		if (qp)
+			rdma_destroy_qp(o->id);
+		rdma_destroy_id(o->id);
+	}
+	/* After the grave has it: a message it took is never without a rank. */
+	__atomic_store_n(&o->qp_num, 0, __ATOMIC_RELEASE);
+	o->took_msgs = false;
 	o->id = NULL;
 }
 
@@ -732,9 +736,8 @@ int verbs_out_connect(struct verbs_out *o)
 		}
 		out_teardown(o, true);
 		/*
-		 * The peer gets its whole budget to answer: freeing the broken QP can take
-		 * seconds of it (its WRs drained, a last-WQE event rxe never sends, a receive
-		 * thread held up by a handler that waits for this very connection).
+		 * The peer gets its whole budget to answer: taking the broken QP down can take
+		 * seconds of it (its WRs drained; DDSS_VERBS_SLOW_TEARDOWN_MS in tests).
 		 */
 		if (!attempted)
 			deadline = ddss_now_ns() + budget_ns;
@@ -760,54 +763,14 @@ int verbs_out_connect(struct verbs_out *o)
 /* ---- incoming connections (cm thread) ---- */
 
 /*
- * Take a QP that takes receives (a served one; an outgoing one that took liveness messages)
- * out of service so that no receive buffer is lost: to the
- * error state, then (with an SRQ) wait for its last WQE event and for the receive thread
- * to poll the CQ empty, or (without) for every buffer of its RQ to flush. Each wait is
- * bounded; a device that never reports is not waited for again.
+ * cm thread (or close): @s leaves the list and service. @quiesce: its QP goes to the graves,
+ * freed once its receives are handled (verbs_grave.c); false at close, when nothing polls.
  */
-static void qp_quiesce(struct verbs_tp *vt, struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
-	int64_t until;
-
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
-		DDSS_WARN("verbs: cannot move qp %u to the error state: %s", qp->qp_num,
-			  strerror(errno));
-	if (vt->srq) {
-		if (!vt->no_last_wqe &&
-		    !verbs_async_wait_last_wqe(vt, qp->qp_num, VERBS_TEARDOWN_MS)) {
-			vt->no_last_wqe = true;
-			DDSS_WARN("verbs: %s reported no last-WQE event for qp %u in %d ms; QPs on the "
-				  "SRQ are destroyed once the receive CQ is drained",
-				  ibv_get_device_name(vt->ctx->device), qp->qp_num, VERBS_TEARDOWN_MS);
-		}
-		if (!verbs_recv_sync(vt, VERBS_TEARDOWN_MS))
-			DDSS_WARN("verbs: the receive thread did not drain its CQ in %d ms (qp %u)",
-				  VERBS_TEARDOWN_MS, qp->qp_num);
-		return;
-	}
-	until = ddss_now_ns() + (int64_t)(vt->no_rq_flush ? 20 : VERBS_TEARDOWN_MS) * 1000000;
-	while (verbs_recv_held_by(vt, qp->qp_num)) {
-		if (ddss_now_ns() >= until) {
-			if (!vt->no_rq_flush)
-				DDSS_WARN("verbs: %s did not flush the receives of qp %u in %d ms; "
-					  "reclaiming them at destruction",
-					  ibv_get_device_name(vt->ctx->device), qp->qp_num,
-					  VERBS_TEARDOWN_MS);
-			vt->no_rq_flush = true;
-			break;
-		}
-		verbs_recv_sync(vt, 10);
-	}
-}
-
-/* @quiesce: wait for the receives first (the helper threads run); false at close. */
 static void served_free(struct verbs_tp *vt, struct verbs_served *s, bool quiesce)
 {
 	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
 	struct verbs_served **pp;
-	uint32_t qp_num = s->id->qp ? s->id->qp->qp_num : 0;
+	bool graved = false;
 
 	if (__atomic_load_n(&vt->closing, __ATOMIC_ACQUIRE))
 		quiesce = false; /* a peer that left as we close: see verbs_close */
@@ -820,25 +783,23 @@ static void served_free(struct verbs_tp *vt, struct verbs_served *s, bool quiesc
 		}
 	if (s->qp && quiesce && !s->retired)
 		ibv_modify_qp(s->qp, &err, IBV_QP_STATE);
-	if (s->peer && vt->served_qpn[s->peer] == s->qp_num)
-		verbs_liveness_set(vt, s->peer, false);
-	pthread_mutex_unlock(&vt->served_mu);
-	/* Still known by its number meanwhile: messages it took before are delivered. */
-	if (s->id->qp && quiesce)
-		qp_quiesce(vt, s->id->qp);
-	pthread_mutex_lock(&vt->served_mu);
+	if (s->id->qp && quiesce) {
+		/* Its late events find no context; the grave knows its number from now on. */
+		s->id->context = NULL;
+		verbs_grave_add(vt, s->id, s->peer);
+		graved = true;
+	}
 	if (s->peer && vt->served_qpn[s->peer] == s->qp_num) {
 		vt->served_qpn[s->peer] = 0;
 		vt->served_qp[s->peer] = NULL;
 		verbs_liveness_set(vt, s->peer, false);
 	}
 	pthread_mutex_unlock(&vt->served_mu);
-	if (s->id->qp) {
-		rdma_destroy_qp(s->id);
-		if (quiesce) /* at close the buffers go with the pool */
-			verbs_recv_reclaim(vt, qp_num);
+	if (!graved) {
+		if (s->id->qp) /* at close the buffers go with the pool */
+			rdma_destroy_qp(s->id);
+		rdma_destroy_id(s->id);
 	}
-	rdma_destroy_id(s->id);
 	free(s);
 }
 
@@ -1119,18 +1080,18 @@ static void handle_cm_events(struct verbs_tp *vt)
 static void *cm_main(void *arg)
 {
 	struct verbs_tp *vt = arg;
-	struct pollfd pfd[3] = {
+	struct pollfd pfd[4] = {
 		{ .fd = vt->stop_fd, .events = POLLIN },
 		{ .fd = vt->cm_ch->fd, .events = POLLIN },
 		{ .fd = vt->ctx->async_fd, .events = POLLIN },
+		{ .fd = vt->grave_fd, .events = POLLIN }, /* a QP to free (verbs_grave.c) */
 	};
-
-	int wait_ms = -1;
+	int wait_ms = -1, grave_ms;
 
 	ddss_log_set_rank(vt->base.cfg.rank);
 	ddss_tp_thread_files(&vt->base);
 	for (;;) {
-		if (poll(pfd, 3, wait_ms) < 0) {
+		if (poll(pfd, 4, wait_ms) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
@@ -1142,6 +1103,9 @@ static void *cm_main(void *arg)
 		if (pfd[1].revents)
 			handle_cm_events(vt);
 		wait_ms = served_reap(vt);
+		grave_ms = verbs_grave_reap(vt); /* after: served_reap may add graves */
+		if (grave_ms >= 0 && (wait_ms < 0 || grave_ms < wait_ms))
+			wait_ms = grave_ms;
 	}
 	return NULL;
 }
@@ -1185,6 +1149,7 @@ int verbs_thread_fds(struct ddss_tp *tp, int *fds, size_t max)
 	KEEP(vt->cm_ch->fd);
 	KEEP(vt->rcq_ch->fd);
 	KEEP(vt->recv_kick_fd);
+	KEEP(vt->grave_fd);
 	if (vt->scq_ch)
 		KEEP(vt->scq_ch->fd);
 	KEEP(vt->ctx->cmd_fd);
@@ -1263,6 +1228,7 @@ void verbs_conn_close(struct verbs_tp *vt)
 		out_teardown(o, false);
 		pthread_mutex_unlock(&o->mu);
 	}
+	verbs_grave_close(vt); /* before the id's channel, and the SRQ and CQ they use */
 	if (vt->cm_ch)
 		rdma_destroy_event_channel(vt->cm_ch);
 	if (vt->stop_fd >= 0)

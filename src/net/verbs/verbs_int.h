@@ -40,8 +40,9 @@
  * Files: verbs_provider.c (ops table, open/start/close, argument checks, posting),
  * verbs_conn.c (rdma_cm: listener, connect, accept, disconnect; the two threads),
  * verbs_cq.c (send completions, waits), verbs_recv.c (received messages and
- * notifications), verbs_async.c (fabric events: port, device, last WQE), verbs_mem.c (staging slots,
- * registrations), verbs_wire.c (handshake and message header encoding), verbs_fast.h (the
+ * notifications), verbs_grave.c (QPs out of service, freed once their receives are
+ * handled), verbs_async.c (fabric events: port, device, last WQE), verbs_mem.c (staging
+ * slots, registrations), verbs_wire.c (handshake and message header encoding), verbs_fast.h (the
  * per-operation fast path, inline).
  */
 #ifndef DDSS_NET_VERBS_VERBS_INT_H
@@ -118,6 +119,7 @@ enum verbs_phase {
 };
 
 struct verbs_tp;
+struct verbs_grave;
 
 /* This rank's outgoing connection to one peer. */
 struct verbs_out {
@@ -233,7 +235,6 @@ struct verbs_tp {
 	uint32_t *recv_owner;        /* [buffer] (atomic): where it is posted, 0 = free */
 	unsigned recv_posted;        /* atomic: buffers posted and not yet completed */
 	pthread_mutex_t recv_mu;     /* recv_free; the drain epoch below */
-	pthread_cond_t recv_cv;
 	uint32_t *recv_free;         /* without an SRQ: buffers posted nowhere (a stack) */
 	unsigned recv_nfree;
 	uint64_t recv_epoch;         /* receive CQ polled empty this many times on request */
@@ -247,6 +248,8 @@ struct verbs_tp {
 	unsigned last_wqe_n;
 	bool no_last_wqe;            /* the device did not report one in time: do not wait again */
 	bool no_rq_flush;            /* the device did not flush an RQ in time: do not wait again */
+	unsigned long teardown_stalls; /* atomic: teardowns that gave up waiting for the receive
+	                                  thread's pass or an RQ's flush (tests) */
 	int tos;                     /* DDSS_TRAFFIC_CLASS, or -1 */
 
 	/* Registered regions; the list only grows before start and shrinks at close. */
@@ -266,6 +269,9 @@ struct verbs_tp {
 	pthread_t cm_thread, recv_thread;
 	int stop_fd;                 /* eventfd: stops both threads */
 	bool closing;                /* atomic: verbs_close began (teardowns wait for nothing) */
+	pthread_mutex_t grave_mu;    /* graves */
+	struct verbs_grave *graves;  /* QPs out of service, not yet freed (verbs_grave.c) */
+	int grave_fd;                /* eventfd: a grave was added (wakes the cm thread) */
 	int slow_teardown_ms;        /* test switch DDSS_VERBS_SLOW_TEARDOWN_MS (verbs_caps.c) */
 	struct verbs_served *served; /* changed by the cm thread (and close) under served_mu */
 	pthread_mutex_t served_mu;   /* the served list and the qp_num -> rank lookups below */
@@ -473,8 +479,8 @@ void verbs_out_fail_all(struct verbs_tp *vt, int err);
 int verbs_async_open(struct verbs_tp *vt);    /* before the cm thread starts */
 /** cm thread: handle every device event pending (port, device, QP, last WQE). */
 void verbs_async_handle(struct verbs_tp *vt);
-/** cm thread: wait up to @ms for QP_LAST_WQE_REACHED on @qp_num; false if it never came. */
-bool verbs_async_wait_last_wqe(struct verbs_tp *vt, uint32_t qp_num, int ms);
+/** True (once) if QP_LAST_WQE_REACHED came for @qp_num; it is forgotten then. */
+bool verbs_async_take_last_wqe(struct verbs_tp *vt, uint32_t qp_num);
 
 /* ---- verbs_recv.c ---- */
 int verbs_recv_open(struct verbs_tp *vt);   /* receive CQ, SRQ or buffer pool, buffers posted */
@@ -487,8 +493,27 @@ int verbs_recv_fill_qp(struct verbs_tp *vt, struct ibv_qp *qp);
 unsigned verbs_recv_held_by(struct verbs_tp *vt, uint32_t qp_num);
 /** After @qp_num is destroyed: its buffers that never completed are free again. */
 void verbs_recv_reclaim(struct verbs_tp *vt, uint32_t qp_num);
-/** cm thread: have the receive thread poll its CQ empty, and wait for it (up to @ms). */
-bool verbs_recv_sync(struct verbs_tp *vt, int ms);
+/**
+ * Ask the receive thread for a pass over its CQ (it polls it empty); returns the count of
+ * passes to give verbs_recv_passed, true once a pass asked for after this call is done.
+ */
+uint64_t verbs_recv_ask_pass(struct verbs_tp *vt);
+bool verbs_recv_passed(struct verbs_tp *vt, uint64_t asked_at);
+
+/* ---- verbs_grave.c: QPs out of service, freed by the cm thread once idle ---- */
+int verbs_grave_open(struct verbs_tp *vt);
+/**
+ * Any thread: @id's QP (which takes receives) leaves service, in the error state; the cm
+ * thread frees QP and id once its receives are all handled. Its messages meanwhile count
+ * as @peer's. The caller drops every other reference to @id first.
+ */
+void verbs_grave_add(struct verbs_tp *vt, struct rdma_cm_id *id, uint32_t peer);
+/** The rank of a QP waiting to be freed, by number; 0 if none. */
+uint32_t verbs_grave_rank(struct verbs_tp *vt, uint32_t qp_num);
+/** cm thread: free what is ready; ms until it should look again, or -1 (none left). */
+int verbs_grave_reap(struct verbs_tp *vt);
+/** After the helper threads stopped: free every one without waiting. */
+void verbs_grave_close(struct verbs_tp *vt);
 
 /* ---- verbs_mem.c ---- */
 int verbs_mem_open(struct verbs_tp *vt);

@@ -72,10 +72,9 @@ static void verbs_close(struct ddss_tp *tp)
 	struct verbs_tp *vt = verbs_tp_of(tp);
 
 	/*
-	 * Peers that leave now have their connections freed by the cm thread, which would wait
-	 * up to 2 x VERBS_TEARDOWN_MS each for their receives: for the receive thread, which
-	 * stops with it below, and for a last-WQE event rxe never sends. At close the buffers
-	 * go with the pool, so nothing is waited for (served_free).
+	 * Peers that leave now have their QPs freed at once, not put in graves to wait for
+	 * the receive thread (which stops below): at close the buffers go with the pool
+	 * (served_free).
 	 */
 	__atomic_store_n(&vt->closing, true, __ATOMIC_RELEASE);
 	if (vt->peers && vt->started)
@@ -188,6 +187,7 @@ static int verbs_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 		return r;
 	}
 	vt->stop_fd = -1;
+	vt->grave_fd = -1;
 	if (vt->base.cfg.op_timeout_ms <= 0)
 		vt->base.cfg.op_timeout_ms = 30000;
 	vt->peers = calloc(cfg->size + 1, sizeof(*vt->peers));

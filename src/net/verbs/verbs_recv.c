@@ -9,8 +9,8 @@
  * SRQ, or a QP by number) or 0 when it is posted nowhere, and only the thread that moves it
  * from one to the other (compare&swap) posts or takes it. So a buffer whose completion is
  * flushed is reposted once, a stale completion of a destroyed QP cannot post a buffer
- * twice, and recv_posted (ddss_verbs_srq_posted) is exact. Teardown of a served QP
- * (verbs_conn.c) waits until its receives are flushed before destroying it: a provider
+ * twice, and recv_posted (ddss_verbs_srq_posted) is exact. A QP that takes receives is
+ * destroyed only once they are all handled (verbs_grave.c): a provider
  * such as libmlx5 discards the completions of a QP it destroys, and the buffers behind them
  * would be lost for good.
  */
@@ -33,6 +33,11 @@
 unsigned ddss_verbs_srq_posted(struct ddss_tp *tp)
 {
 	return __atomic_load_n(&verbs_tp_of(tp)->recv_posted, __ATOMIC_ACQUIRE);
+}
+
+unsigned long ddss_verbs_teardown_stalls(struct ddss_tp *tp)
+{
+	return __atomic_load_n(&verbs_tp_of(tp)->teardown_stalls, __ATOMIC_RELAXED);
 }
 
 /* Without an SRQ: a buffer posted nowhere goes back on the free stack. */
@@ -137,27 +142,25 @@ void verbs_recv_reclaim(struct verbs_tp *vt, uint32_t qp_num)
 		DDSS_WARN("verbs: %u receive buffers of qp %u never flushed; reclaimed", n, qp_num);
 }
 
-bool verbs_recv_sync(struct verbs_tp *vt, int ms)
+uint64_t verbs_recv_ask_pass(struct verbs_tp *vt)
 {
-	struct timespec ts;
 	uint64_t one = 1, start;
-	bool done;
 
 	pthread_mutex_lock(&vt->recv_mu);
 	start = vt->recv_epoch;
 	pthread_mutex_unlock(&vt->recv_mu);
-	if (write(vt->recv_kick_fd, &one, sizeof(one)) != sizeof(one))
-		return false;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)ms * 1000000;
-	ts.tv_sec += ts.tv_nsec / 1000000000;
-	ts.tv_nsec %= 1000000000;
-	pthread_mutex_lock(&vt->recv_mu);
 	/* A pass counts once it took a kick, and it polls only after taking it. */
-	while (vt->recv_epoch == start)
-		if (pthread_cond_timedwait(&vt->recv_cv, &vt->recv_mu, &ts))
-			break;
-	done = vt->recv_epoch != start;
+	if (write(vt->recv_kick_fd, &one, sizeof(one)) != sizeof(one))
+		DDSS_WARN("verbs: cannot ask the receive thread for a pass: %s", strerror(errno));
+	return start;
+}
+
+bool verbs_recv_passed(struct verbs_tp *vt, uint64_t asked_at)
+{
+	bool done;
+
+	pthread_mutex_lock(&vt->recv_mu);
+	done = vt->recv_epoch != asked_at;
 	pthread_mutex_unlock(&vt->recv_mu);
 	return done;
 }
@@ -170,7 +173,6 @@ int verbs_recv_open(struct verbs_tp *vt)
 
 	vt->recv_kick_fd = -1;
 	pthread_mutex_init(&vt->recv_mu, NULL);
-	pthread_cond_init(&vt->recv_cv, NULL);
 	if (ibv_query_device(vt->ctx, &da))
 		return -errno;
 	use_srq = da.max_srq > 0 && da.max_srq_wr > 0 && !verbs_simulate_lack("srq");
@@ -255,7 +257,6 @@ void verbs_recv_close(struct verbs_tp *vt)
 	free(vt->recv_owner);
 	free(vt->recv_free);
 	pthread_mutex_destroy(&vt->recv_mu);
-	pthread_cond_destroy(&vt->recv_cv);
 }
 
 /* Without an SRQ: the served QP @qp_num, if it is still its rank's current one. */
@@ -295,8 +296,11 @@ static void handle_recv_wc(struct verbs_tp *vt, const struct ibv_wc *wc)
 		from = verbs_served_rank(vt, wc->qp_num);
 		if (!from) /* a liveness message, on our outgoing QP (verbs_liveness.c) */
 			from = verbs_out_rank(vt, wc->qp_num);
-	} else
+	} else {
 		qp = current_qp(vt, wc->qp_num, &from);
+	}
+	if (!from) /* taken before its QP left service: still its rank's (verbs_grave.c) */
+		from = verbs_grave_rank(vt, wc->qp_num);
 	if (wc->status != IBV_WC_SUCCESS) {
 		/* Flushed: a QP went away, and its sender sees its own error. Anything else
 		 * broke the QP here (an outgoing one with it, which no send error explains). */
@@ -338,7 +342,7 @@ void verbs_recv_poll(struct verbs_tp *vt)
 	bool kicked;
 	int n;
 
-	/* A teardown's request (verbs_recv_sync), taken before the CQ is polled empty. */
+	/* A teardown's request (verbs_recv_ask_pass), taken before the CQ is polled empty. */
 	kicked = read(vt->recv_kick_fd, &kicks, sizeof(kicks)) == sizeof(kicks);
 	if (ibv_get_cq_event(vt->rcq_ch, &cq, &cq_ctx) == 0)
 		ibv_ack_cq_events(cq, 1);
@@ -350,7 +354,6 @@ void verbs_recv_poll(struct verbs_tp *vt)
 	if (kicked) {
 		pthread_mutex_lock(&vt->recv_mu);
 		vt->recv_epoch++;
-		pthread_cond_broadcast(&vt->recv_cv);
 		pthread_mutex_unlock(&vt->recv_mu);
 	}
 }
