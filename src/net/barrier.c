@@ -14,6 +14,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -138,6 +139,30 @@ static bool needed_rank_down(struct ddss_net *net)
 	return false;
 }
 
+/*
+ * mu held, @epoch timed out: say who it waited for. A rank that is merely slow (its work
+ * between two barriers outlasts the timeout) and a message that never came look alike at
+ * the waiting rank; the coordinator's list of ranks that have not arrived tells them apart.
+ */
+static void warn_timeout_locked(struct ddss_net *net, uint32_t epoch, int timeout_ms)
+{
+	char missing[128] = "";
+	size_t used = 0;
+	uint32_t r;
+
+	if (net->env.rank != 1) {
+		DDSS_WARN("barrier %u: not released by rank 1 within %d ms", epoch, timeout_ms);
+		return;
+	}
+	/* Room for one more number and ", ..." at every step. */
+	for (r = 1; r <= net->env.size && used < sizeof(missing) - 20; r++)
+		if ((int32_t)(net->barrier_arrived[r] - epoch) < 0 && counted(net, r, epoch))
+			used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%u",
+						 used ? ", " : "", r);
+	DDSS_WARN("barrier %u: rank(s) %s%s had not arrived within %d ms", epoch, missing,
+		  r <= net->env.size ? ", ..." : "", timeout_ms);
+}
+
 int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 {
 	int64_t deadline;
@@ -175,6 +200,8 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 			pthread_mutex_lock(&net->mu);
 		}
 	}
+	if (r == -ETIMEDOUT)
+		warn_timeout_locked(net, epoch, timeout_ms);
 	pthread_mutex_unlock(&net->mu);
 	if (!r)
 		ddss_tp_set_formed(net->tp); /* every rank has been up */
