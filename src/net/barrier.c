@@ -140,18 +140,26 @@ static bool needed_rank_down(struct ddss_net *net)
 }
 
 /*
- * mu held, @epoch timed out: say who it waited for. A rank that is merely slow (its work
- * between two barriers outlasts the timeout) and a message that never came look alike at
- * the waiting rank; the coordinator's list of ranks that have not arrived tells them apart.
+ * mu held, @epoch failed with @err: say whom it waited for. A rank that is merely slow (its
+ * work between two barriers outlasts the timeout) and a message that never came look alike
+ * at the waiting rank; the coordinator's list of ranks that have not arrived tells them
+ * apart, also when the barrier ended because a rank went down.
  */
-static void warn_timeout_locked(struct ddss_net *net, uint32_t epoch, int timeout_ms)
+static void warn_failed_locked(struct ddss_net *net, uint32_t epoch, int err, int timeout_ms)
 {
-	char missing[128] = "";
+	char missing[128] = "", why[48];
 	size_t used = 0;
 	uint32_t r;
 
+	if (err == -ETIMEDOUT)
+		snprintf(why, sizeof(why), "within %d ms", timeout_ms);
+	else
+		snprintf(why, sizeof(why), "when a rank went down");
 	if (net->env.rank != 1) {
-		DDSS_WARN("barrier %u: not released by rank 1 within %d ms", epoch, timeout_ms);
+		if (err == -ETIMEDOUT)
+			DDSS_WARN("barrier %u: not released by rank 1 %s", epoch, why);
+		else
+			DDSS_WARN("barrier %u: rank 1 went down before releasing it", epoch);
 		return;
 	}
 	/* Room for one more number and ", ..." at every step. */
@@ -159,8 +167,8 @@ static void warn_timeout_locked(struct ddss_net *net, uint32_t epoch, int timeou
 		if ((int32_t)(net->barrier_arrived[r] - epoch) < 0 && counted(net, r, epoch))
 			used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%u",
 						 used ? ", " : "", r);
-	DDSS_WARN("barrier %u: rank(s) %s%s had not arrived within %d ms", epoch, missing,
-		  r <= net->env.size ? ", ..." : "", timeout_ms);
+	DDSS_WARN("barrier %u: rank(s) %s%s had not arrived %s", epoch, missing,
+		  r <= net->env.size ? ", ..." : "", why);
 }
 
 int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
@@ -200,8 +208,8 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 			pthread_mutex_lock(&net->mu);
 		}
 	}
-	if (r == -ETIMEDOUT)
-		warn_timeout_locked(net, epoch, timeout_ms);
+	if (r == -ETIMEDOUT || r == -EHOSTDOWN)
+		warn_failed_locked(net, epoch, r, timeout_ms);
 	pthread_mutex_unlock(&net->mu);
 	if (!r)
 		ddss_tp_set_formed(net->tp); /* every rank has been up */

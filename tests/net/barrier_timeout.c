@@ -6,8 +6,10 @@
  *     it;
  *  2. then rank 1 enters the same barrier, which rank 2 has reached and rank 3 has not:
  *     -ETIMEDOUT, and its log names rank 3, and neither rank 1 nor rank 2;
- *  3. rank 1 lets the others go, and waits for both to say goodbye before it closes.
- * The barriers of the group are out of step after that, so this program runs no other.
+ *  3. rank 1 lets the others go and enters one more barrier, which ends when rank 3 closes
+ *     and exits: -EHOSTDOWN, and its log names ranks 2 and 3 as not arrived; rank 2 says
+ *     goodbye before rank 1 closes.
+ * The barriers of the group are out of step after step 1, so this program runs no other.
  */
 #include "common/test_util.h"
 #include "net/net.h"
@@ -32,10 +34,10 @@ static uint32_t me;
 static uint64_t *pool;
 
 /*
- * A barrier of SHORT_MS with this process's stderr (where the log goes) caught in @out
+ * A barrier of @ms with this process's stderr (where the log goes) caught in @out
  * (NUL-terminated; echoed to the real stderr afterwards). Returns the barrier's result.
  */
-static int barrier_logged(char *out, size_t cap)
+static int barrier_logged(int ms, char *out, size_t cap)
 {
 	FILE *f = tmpfile();
 	int saved, r;
@@ -46,7 +48,7 @@ static int barrier_logged(char *out, size_t cap)
 	CU_ASSERT_FATAL(saved >= 0);
 	fflush(stderr);
 	CU_ASSERT_FATAL(dup2(fileno(f), 2) == 2);
-	r = ddss_net_barrier(net, SHORT_MS);
+	r = ddss_net_barrier(net, ms);
 	fflush(stderr);
 	dup2(saved, 2);
 	close(saved);
@@ -70,24 +72,30 @@ static void test_timeout_names_the_missing(void)
 
 	if (me == 2) {
 		/* Alone: rank 1 never completes it. */
-		CU_ASSERT_EQUAL(barrier_logged(log, sizeof(log)), -ETIMEDOUT);
+		CU_ASSERT_EQUAL(barrier_logged(SHORT_MS, log, sizeof(log)), -ETIMEDOUT);
 		snprintf(expect, sizeof(expect), "not released by rank 1 within %d ms", SHORT_MS);
 		CU_ASSERT_PTR_NOT_NULL(strstr(log, expect));
 		CU_ASSERT_EQUAL(test_ctrl_send(1, CTRL_GO), 0);
 	} else if (me == 1) {
 		/* Rank 2 has arrived at this barrier (above), rank 3 never will. */
 		CU_ASSERT_FATAL(test_ctrl_wait(CTRL_GO, 1, WAIT_MS));
-		CU_ASSERT_EQUAL(barrier_logged(log, sizeof(log)), -ETIMEDOUT);
+		CU_ASSERT_EQUAL(barrier_logged(SHORT_MS, log, sizeof(log)), -ETIMEDOUT);
 		snprintf(expect, sizeof(expect), "rank(s) 3 had not arrived within %d ms", SHORT_MS);
 		CU_ASSERT_PTR_NOT_NULL(strstr(log, expect));
+	}
+	if (me == 1) {
 		CU_ASSERT_EQUAL(test_ctrl_send(2, CTRL_DONE), 0);
 		CU_ASSERT_EQUAL(test_ctrl_send(3, CTRL_DONE), 0);
-	}
-	if (me != 1) {
-		CU_ASSERT(test_ctrl_wait(CTRL_DONE, 1, WAIT_MS));
-		CU_ASSERT_EQUAL(test_ctrl_send(1, CTRL_BYE), 0);
+		/* Nobody else enters this one; it ends when rank 3 goes (static mode). */
+		CU_ASSERT_EQUAL(barrier_logged(WAIT_MS, log, sizeof(log)), -EHOSTDOWN);
+		CU_ASSERT_PTR_NOT_NULL(strstr(log, "rank(s) 2, 3 had not arrived when a rank "
+						   "went down"));
+		CU_ASSERT(test_ctrl_wait(CTRL_BYE, 1, WAIT_MS));
 	} else {
-		CU_ASSERT(test_ctrl_wait(CTRL_BYE, NRANKS - 1, WAIT_MS));
+		/* Rank 3 then returns, closes and exits: rank 1's last barrier sees it go. */
+		CU_ASSERT(test_ctrl_wait(CTRL_DONE, 1, WAIT_MS));
+		if (me == 2)
+			CU_ASSERT_EQUAL(test_ctrl_send(1, CTRL_BYE), 0);
 	}
 }
 
