@@ -147,17 +147,14 @@ static bool needed_rank_down(struct ddss_net *net)
  */
 static void warn_failed_locked(struct ddss_net *net, uint32_t epoch, int err, int timeout_ms)
 {
-	char missing[128] = "", why[48];
+	char missing[128] = "";
 	size_t used = 0;
 	uint32_t r;
 
-	if (err == -ETIMEDOUT)
-		snprintf(why, sizeof(why), "within %d ms", timeout_ms);
-	else
-		snprintf(why, sizeof(why), "when a rank went down");
 	if (net->env.rank != 1) {
 		if (err == -ETIMEDOUT)
-			DDSS_WARN("barrier %u: not released by rank 1 %s", epoch, why);
+			DDSS_WARN("barrier %u: not released by rank 1 within %d ms", epoch,
+				  timeout_ms);
 		else
 			DDSS_WARN("barrier %u: rank 1 went down before releasing it", epoch);
 		return;
@@ -167,8 +164,14 @@ static void warn_failed_locked(struct ddss_net *net, uint32_t epoch, int err, in
 		if ((int32_t)(net->barrier_arrived[r] - epoch) < 0 && counted(net, r, epoch))
 			used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%u",
 						 used ? ", " : "", r);
-	DDSS_WARN("barrier %u: rank(s) %s%s had not arrived %s", epoch, missing,
-		  r <= net->env.size ? ", ..." : "", why);
+	if (r <= net->env.size)
+		strcat(missing, ", ...");
+	if (err == -ETIMEDOUT)
+		DDSS_WARN("barrier %u: rank(s) %s had not arrived within %d ms", epoch, missing,
+			  timeout_ms);
+	else
+		DDSS_WARN("barrier %u: rank(s) %s had not arrived when a rank went down", epoch,
+			  missing);
 }
 
 int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
