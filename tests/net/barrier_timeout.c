@@ -70,6 +70,7 @@ static void test_timeout_names_the_missing(void)
 {
 	char log[4096], expect[128];
 
+	/* Steps 1 and 2: a barrier times out at a waiting rank, then at rank 1. */
 	if (me == 2) {
 		/* Alone: rank 1 never completes it. */
 		CU_ASSERT_EQUAL(barrier_logged(SHORT_MS, log, sizeof(log)), -ETIMEDOUT);
@@ -83,6 +84,7 @@ static void test_timeout_names_the_missing(void)
 		snprintf(expect, sizeof(expect), "rank(s) 3 had not arrived within %d ms", SHORT_MS);
 		CU_ASSERT_PTR_NOT_NULL(strstr(log, expect));
 	}
+	/* Step 3: a barrier that a rank leaves by going down. */
 	if (me == 1) {
 		CU_ASSERT_EQUAL(test_ctrl_send(2, CTRL_DONE), 0);
 		CU_ASSERT_EQUAL(test_ctrl_send(3, CTRL_DONE), 0);
