@@ -69,6 +69,7 @@ struct ddss_server {
 	bool stopping;               /* atomic */
 	/* The barrier: the last client to arrive runs the daemons' barrier for everyone. */
 	unsigned arrived;
+	bool barrier_running;        /* that last client is in the daemons' barrier now */
 	uint64_t barrier_gen;
 	int barrier_rc;
 };
@@ -525,37 +526,57 @@ unsigned ddss_server_clients(struct ddss_server *srv)
 	return n;
 }
 
+/*
+ * A client may give up on the others (barrier_timeout_ms) only while the barrier is still
+ * filling. Once it has filled, its last client runs the daemons' barrier (bounded by the
+ * connect timeout) for all of them, and has reset the count for the next barrier: the
+ * others wait for that result, and a client that comes meanwhile waits for the next one.
+ */
 int ddss_server_barrier(struct ddss_server *srv)
 {
+	struct timespec until;
+	bool timed_out = false;
 	unsigned want;
 	uint64_t gen;
-	int r = 0;
+	int r;
 
 	pthread_mutex_lock(&srv->mu);
+	while (srv->barrier_running && !__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE))
+		pthread_cond_wait(&srv->cv, &srv->mu);
 	gen = srv->barrier_gen;
 	want = srv->conf.expected_clients ? srv->conf.expected_clients : srv->nclients;
-	if (++srv->arrived >= want) {
+	if (__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE)) {
+		r = -ECANCELED;
+	} else if (++srv->arrived >= want) {
 		/* Last here: the daemons' barrier, then everyone goes. */
 		srv->arrived = 0;
+		srv->barrier_running = true;
 		pthread_mutex_unlock(&srv->mu);
 		r = ddss_barrier(srv->ctx);
 		pthread_mutex_lock(&srv->mu);
 		srv->barrier_rc = r;
 		srv->barrier_gen++;
+		srv->barrier_running = false;
 		pthread_cond_broadcast(&srv->cv);
 	} else {
-		struct timespec until = deadline_in(srv->conf.barrier_timeout_ms);
-
-		while (srv->barrier_gen == gen && !r &&
-		       !__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE))
-			if (pthread_cond_timedwait(&srv->cv, &srv->mu, &until) == ETIMEDOUT)
-				r = -ETIMEDOUT;
-		if (r || srv->barrier_gen == gen) {
+		until = deadline_in(srv->conf.barrier_timeout_ms);
+		while (srv->barrier_gen == gen &&
+		       !__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE)) {
+			if (srv->barrier_running)
+				pthread_cond_wait(&srv->cv, &srv->mu);
+			else if (timed_out)
+				break;
+			else if (pthread_cond_timedwait(&srv->cv, &srv->mu, &until) == ETIMEDOUT)
+				timed_out = true;
+		}
+		if (srv->barrier_gen != gen) {
+			r = srv->barrier_rc;
+		} else if (srv->barrier_running) {
+			r = -ECANCELED; /* stopping: counted in the barrier under way */
+		} else {
 			/* Leave the count as if we had not come. */
 			srv->arrived--;
-			r = r ? r : -ECANCELED;
-		} else {
-			r = srv->barrier_rc;
+			r = timed_out ? -ETIMEDOUT : -ECANCELED;
 		}
 	}
 	pthread_mutex_unlock(&srv->mu);

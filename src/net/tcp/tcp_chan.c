@@ -860,13 +860,21 @@ static int rx_fill(struct tcp_chan *ch, int64_t deadline, bool block)
 		int flags = MSG_DONTWAIT;
 
 		if (block && !spin) {
-			int64_t left_ms = (deadline - ddss_now_ns()) / 1000000;
+			int64_t left_ns = deadline - ddss_now_ns();
 
-			if (deadline != INT64_MAX && left_ms < TCP_RX_SLICE_MS) {
+			if (deadline != INT64_MAX && left_ns < TCP_RX_SLICE_MS * 1000000ll) {
 				struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
 
-				if (left_ms < 0 || poll(&pfd, 1, (int)left_ms) == 0)
+				if (left_ns <= 0)
 					return -ETIMEDOUT;
+				/*
+				 * Rounded up, and a poll that ends empty looks at the clock
+				 * again: the wait must not end before the deadline, or the
+				 * operation timeout would report -ETIMEDOUT without expiring
+				 * the request (tcp_chan_wait), which then stayed queued.
+				 */
+				if (poll(&pfd, 1, (int)((left_ns + 999999) / 1000000)) == 0)
+					continue;
 			} else {
 				flags = 0; /* blocking; SO_RCVTIMEO bounds it to one slice */
 			}
