@@ -25,6 +25,7 @@
 #include "net/spin.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sched.h>
@@ -239,8 +240,50 @@ static void chan_teardown(struct tcp_chan *ch)
 /* How long a peer known to have been up gets to answer a new connection's handshake. */
 #define DEAD_HANDSHAKE_NS 5000000000LL
 
-static int connect_once(const struct ddss_tp_node *node, int *fd_p)
+/* How often a connect that waits looks at the peer's refusal. */
+#define CONNECT_SLICE_MS 100
+
+/*
+ * connect(2) on non-blocking @fd, given up at @deadline or once @ch's peer is refused:
+ * against a host that drops SYNs (powered off, cut off) a blocking connect waits out the
+ * kernel's retries, about 2 minutes, with connect_mu held, and the refusal (the heartbeat
+ * thread's) waits for connect_mu. 0 (@fd blocking again) or -errno.
+ */
+static int connect_bounded(struct tcp_chan *ch, int fd, const struct addrinfo *ai,
+			   int64_t deadline)
 {
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	socklen_t len = sizeof(int);
+	int err = 0, n;
+
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS)
+		return -errno;
+	for (;;) {
+		int64_t left_ms = (deadline - ddss_now_ns() + 999999) / 1000000;
+
+		if (ddss_tp_peer_refused(&ch->tp->base, ch->peer))
+			return -EHOSTDOWN;
+		if (left_ms <= 0)
+			return -ETIMEDOUT;
+		n = poll(&pfd, 1, left_ms < CONNECT_SLICE_MS ? (int)left_ms : CONNECT_SLICE_MS);
+		if (n > 0)
+			break;
+		if (n < 0 && errno != EINTR)
+			return -errno;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len))
+		return -errno;
+	if (err)
+		return -err;
+	n = fcntl(fd, F_GETFL);
+	if (n < 0 || fcntl(fd, F_SETFL, n & ~O_NONBLOCK))
+		return -errno;
+	return 0;
+}
+
+static int connect_once(struct tcp_chan *ch, int64_t deadline, int *fd_p)
+{
+	const struct ddss_tp_node *node = &ch->tp->base.nodes[ch->peer - 1];
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
 	struct addrinfo *res, *ai;
 	char port[8];
@@ -250,19 +293,22 @@ static int connect_once(const struct ddss_tp_node *node, int *fd_p)
 	if (getaddrinfo(node->host, port, &hints, &res) != 0)
 		return -EHOSTUNREACH;
 	for (ai = res; ai; ai = ai->ai_next) {
-		int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+				ai->ai_protocol);
 
 		if (fd < 0) {
 			err = -errno;
 			continue;
 		}
-		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+		err = connect_bounded(ch, fd, ai, deadline);
+		if (!err) {
 			freeaddrinfo(res);
 			*fd_p = fd;
 			return 0;
 		}
-		err = -errno;
 		close(fd);
+		if (err == -ETIMEDOUT || err == -EHOSTDOWN)
+			break; /* no time left for another address */
 	}
 	freeaddrinfo(res);
 	return err;
@@ -287,7 +333,8 @@ static int chan_connect(struct tcp_chan *ch)
 	if (ddss_tp_peer_refused(&ch->tp->base, ch->peer))
 		return -EHOSTDOWN;
 	for (;;) {
-		r = connect_once(&ch->tp->base.nodes[ch->peer - 1], &fd);
+		/* One attempt at a known peer, bounded as its handshake is below. */
+		r = connect_once(ch, known ? ddss_now_ns() + DEAD_HANDSHAKE_NS : deadline, &fd);
 		if (r == 0)
 			break;
 		if (known)

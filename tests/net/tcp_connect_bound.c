@@ -1,0 +1,216 @@
+/*
+ * The tcp provider's connect to a rank whose host drops its SYNs (powered off, cut off):
+ * bounded by the connect timeout, and ended by the rank's refusal.
+ *
+ * One transport runs in this process as rank 1 of 2. "Rank 2" is a listening socket on
+ * loopback with a backlog of 0 whose one place is taken and that never accepts: Linux
+ * drops further SYNs to it, as a host that is gone would. Checked:
+ *  1. a read of rank 2 fails with -ETIMEDOUT after the connect timeout (3 s), not after
+ *     the kernel's SYN retries (about 2 minutes: a blocking connect(2), with the
+ *     channel's connect_mu held, before the fix);
+ *  2. a read of rank 2 that waits in its connect ends with -EHOSTDOWN soon after rank 2
+ *     is refused (as the heartbeat thread refuses a rank it declares dead), and the
+ *     refusal itself does not wait for the connect.
+ * SKIP when this kernel answers SYNs to a full listener.
+ */
+#include "common/test_util.h"
+#include "net/transport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define POOL_LEN 65536
+#define CONNECT_TIMEOUT_MS 3000
+#define RESULT_WAIT_MS 15000 /* far below the SYN retries, far above the connect timeout */
+
+static struct ddss_tp *tp;
+static uint16_t full_port;
+
+static int loopback_socket(uint16_t *port_p, int backlog)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, backlog) ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len)) {
+		close(fd);
+		return -1;
+	}
+	*port_p = ntohs(sa.sin_port);
+	return fd;
+}
+
+/*
+ * Connect to the listener until a connect goes unanswered for 300 ms: each answered one
+ * stays open and takes a place in its queue. False if every one of @max is answered.
+ */
+static bool fill_listener(int *fillers, unsigned max)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(full_port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+	for (unsigned i = 0; i < max; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+		if (fd < 0)
+			return false;
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) && errno == EINPROGRESS &&
+		    poll(&p, 1, 300) == 0) {
+			close(fd);
+			return true;
+		}
+		fillers[i] = fd;
+	}
+	return false;
+}
+
+/* Whether a socket of ours is in SYN_SENT towards the full listener (/proc/net/tcp). */
+static bool syn_sent_seen(void)
+{
+	char line[256], rem[16];
+	unsigned st;
+	bool seen = false;
+	FILE *f = fopen("/proc/net/tcp", "r");
+
+	if (!f)
+		return false;
+	snprintf(rem, sizeof(rem), "0100007F:%04X", full_port);
+	while (!seen && fgets(line, sizeof(line), f)) {
+		char local[32], remote[32];
+
+		if (sscanf(line, " %*u: %31s %31s %x", local, remote, &st) == 3)
+			seen = st == 2 && !strcmp(remote, rem);
+	}
+	fclose(f);
+	return seen;
+}
+
+/* A read of rank 2 in a thread of its own, so that a hang is seen, not waited out. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static bool read_done;
+static int read_rc;
+static int64_t read_ns;
+
+static void *reader(void *arg)
+{
+	uint64_t v;
+	int64_t t0 = ddss_now_ns();
+	int r = ddss_tp_read(tp, 2, 0, &v, sizeof(v));
+
+	(void)arg;
+	pthread_mutex_lock(&mu);
+	read_rc = r;
+	read_ns = ddss_now_ns() - t0;
+	read_done = true;
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&mu);
+	return NULL;
+}
+
+static void start_read(pthread_t *th)
+{
+	read_done = false;
+	if (pthread_create(th, NULL, reader, NULL)) {
+		printf("FAIL: pthread_create\n");
+		exit(1);
+	}
+}
+
+/* The read's result within RESULT_WAIT_MS, else the test ends here (the thread hangs). */
+static int read_result(pthread_t th)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += RESULT_WAIT_MS / 1000;
+	pthread_mutex_lock(&mu);
+	while (!read_done && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&mu);
+	if (!read_done) {
+		printf("FAIL: the read of rank 2 had not returned after %d ms\n", RESULT_WAIT_MS);
+		fflush(stdout);
+		_exit(1);
+	}
+	pthread_join(th, NULL);
+	return read_rc;
+}
+
+int main(void)
+{
+	struct ddss_tp_node nodes[2] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 } };
+	struct ddss_tp_config cfg = {
+		.rank = 1, .size = 2, .group = 0x77, .nodes = nodes,
+		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = 30000,
+		.connect_timeout_ms = CONNECT_TIMEOUT_MS,
+	};
+	int fillers[8], full, lfd;
+	void *pool = test_alloc_pool(POOL_LEN);
+	struct ddss_tp_mr *mr;
+	int64_t t0, refuse_ns;
+	pthread_t th;
+	int r;
+
+	full = loopback_socket(&full_port, 0);
+	lfd = loopback_socket(&nodes[0].port, 128);
+	if (full < 0 || lfd < 0) {
+		printf("FAIL: loopback sockets\n");
+		return 1;
+	}
+	nodes[1].port = full_port;
+	if (!fill_listener(fillers, 8)) {
+		printf("SKIP: this kernel answers SYNs to a full listener\n");
+		return 77;
+	}
+	cfg.listen_fd = lfd;
+	if (ddss_tp_open("tcp", &cfg, &tp) || ddss_tp_mem_register(tp, pool, POOL_LEN, true, &mr) ||
+	    ddss_tp_start(tp)) {
+		printf("FAIL: cannot start the transport\n");
+		return 1;
+	}
+
+	/* 1: the connect timeout ends it. */
+	start_read(&th);
+	r = read_result(th);
+	printf("1. the read of a rank that drops SYNs: %d (%s) after %lld ms\n", r,
+	       ddss_strerror(r), (long long)(read_ns / 1000000));
+	TEST_CHECK(1, r == -ETIMEDOUT, "read: %d, not -ETIMEDOUT", r);
+	TEST_CHECK(1, read_ns >= (CONNECT_TIMEOUT_MS - 100) * 1000000ll, "ended early");
+
+	/* 2: the refusal ends it. */
+	start_read(&th);
+	t0 = ddss_now_ns();
+	while (!syn_sent_seen() && ddss_now_ns() - t0 < 2000000000ll)
+		usleep(1000); /* a bounded poll of the kernel's socket table */
+	TEST_CHECK(1, syn_sent_seen(), "no connect to rank 2 under way");
+	t0 = ddss_now_ns();
+	ddss_tp_peer_refuse(tp, 2);
+	refuse_ns = ddss_now_ns() - t0;
+	r = read_result(th);
+	printf("2. refused while connecting: the refusal took %lld ms, the read ended with %d "
+	       "(%s) %lld ms after it\n", (long long)(refuse_ns / 1000000), r, ddss_strerror(r),
+	       (long long)((ddss_now_ns() - t0) / 1000000));
+	TEST_CHECK(1, r == -EHOSTDOWN, "read: %d, not -EHOSTDOWN", r);
+	TEST_CHECK(1, refuse_ns < 1000000000ll, "the refusal waited for the connect");
+	TEST_CHECK(1, ddss_now_ns() - t0 < 1000000000ll, "the read outlived the refusal");
+
+	ddss_tp_close(tp);
+	close(full);
+	free(pool);
+	printf("%s\n", test_failures ? "FAILED" : "passed");
+	return test_failures ? 1 : 0;
+}
