@@ -292,26 +292,32 @@ static void give_chan(struct ddss_client *cl, struct client_chan *cc)
 	pthread_mutex_unlock(&cl->mu);
 }
 
+/* One call on @cc. *@posted: whether the request went out (then a failure breaks @cc). */
 static int exchange(struct ddss_client *cl, struct client_chan *cc, struct dmsg_req *req,
-		    const void *put_data, size_t put_len, void *get_buf, struct dmsg_resp *resp)
+		    const void *put_data, size_t put_len, void *get_buf, struct dmsg_resp *resp,
+		    bool *posted)
 {
 	size_t data_len = put_len > req->len ? put_len : (size_t)req->len;
 	void *data = NULL, *slot;
 	const void *msg;
 	int r;
 
+	*posted = false;
 	if ((put_len || get_buf) && data_len) {
 		r = ddss_chan_data(cc->chan, data_len, &data);
 		if (r)
-			return r;
+			return r; /* the data area as it was: the channel serves on */
 	}
 	if (put_len)
 		memcpy(data, put_data, put_len);
 	req->data_off = 0;
 	r = ddss_chan_req_slot(cc->chan, &slot); /* one call at a time: never full */
-	if (r)
+	if (r) {
+		*posted = true; /* the daemon closed it: no use keeping it */
 		return r == -EPIPE ? -ENOTCONN : r;
+	}
 	memcpy(slot, req, sizeof(*req));
+	*posted = true;
 	ddss_chan_req_post(cc->chan);
 	r = ddss_chan_wait_resp(cc->chan, -1, daemon_alive, cl, &msg);
 	if (r)
@@ -327,6 +333,7 @@ int ddss_client_call(struct ddss_client *cl, struct dmsg_req *req, const void *p
 		     size_t put_len, void *get_buf, struct dmsg_resp *resp)
 {
 	struct client_chan *cc;
+	bool posted;
 	int r;
 
 	if (__atomic_load_n(&cl->gone, __ATOMIC_ACQUIRE))
@@ -334,8 +341,8 @@ int ddss_client_call(struct ddss_client *cl, struct dmsg_req *req, const void *p
 	r = take_chan(cl, &cc);
 	if (r)
 		return r;
-	r = exchange(cl, cc, req, put_data, put_len, get_buf, resp);
-	if (r)
+	r = exchange(cl, cc, req, put_data, put_len, get_buf, resp, &posted);
+	if (r && posted)
 		cc->broken = true; /* its answer may still come: never reuse it */
 	give_chan(cl, cc);
 	return r ? r : resp->rc;

@@ -4,6 +4,7 @@
  * the daemon checks, exactly as in direct mode, and its answer is returned as it is.
  */
 #include "daemon/client_api.h"
+#include "daemon/chan.h"
 #include "daemon/local.h"
 
 #include <errno.h>
@@ -94,6 +95,24 @@ int ddss_cl_stat(struct ddss_client *cl, ddss_key_t key, struct ddss_seg_info *i
 	return r;
 }
 
+/*
+ * A call's payload crosses its channel's data area, at most DDSS_CHAN_DATA_MAX: a longer
+ * call gets the range error direct mode would give (asked of the daemon), else -EMSGSIZE.
+ * 0 when @len fits.
+ */
+static int too_long(struct ddss_client *cl, ddss_key_t key, size_t offset, size_t len)
+{
+	struct ddss_seg_info info;
+	int r;
+
+	if (len <= DDSS_CHAN_DATA_MAX)
+		return 0;
+	r = ddss_cl_stat(cl, key, &info);
+	if (r)
+		return r;
+	return offset > info.size || len > info.size - offset ? -ERANGE : -EMSGSIZE;
+}
+
 int ddss_cl_get(struct ddss_client *cl, ddss_key_t key, size_t offset, void *buf, size_t len,
 		unsigned back, uint64_t *version_p)
 {
@@ -106,6 +125,9 @@ int ddss_cl_get(struct ddss_client *cl, ddss_key_t key, size_t offset, void *buf
 
 	if (!buf || !len)
 		return -EINVAL;
+	r = too_long(cl, key, offset, len);
+	if (r)
+		return r;
 	if (lv && back == 0) {
 		/* A null segment of this node: straight from the pool (version 0, as always). */
 		if (ddss_local_get(lv, key, offset, buf, len)) {
@@ -129,10 +151,12 @@ int ddss_cl_put(struct ddss_client *cl, ddss_key_t key, size_t offset, const voi
 {
 	struct dmsg_req q = { .op = DOP_PUT, .key = key, .offset = offset, .len = len };
 	struct dmsg_resp a;
+	int r;
 
 	if (!buf || !len)
 		return -EINVAL;
-	return ddss_client_call(cl, &q, buf, len, NULL, &a);
+	r = too_long(cl, key, offset, len);
+	return r ? r : ddss_client_call(cl, &q, buf, len, NULL, &a);
 }
 
 int ddss_cl_lock(struct ddss_client *cl, ddss_key_t key, enum ddss_lock_mode mode,

@@ -107,7 +107,7 @@ static int daemon_start(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *bu
 		return -EINVAL;
 	r = is_put ? ddss_cl_put(ctx->client, key, offset, buf, len) :
 		     ddss_cl_get(ctx->client, key, offset, buf, len, 0, NULL);
-	if (r == -EINVAL || r == -ESTALE || r == -ERANGE)
+	if (r == -EINVAL || r == -ESTALE || r == -ERANGE || r == -EMSGSIZE)
 		return r; /* found before anything started, as in direct mode */
 	return ddss_req_completed(r, req_p);
 }

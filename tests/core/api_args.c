@@ -165,6 +165,31 @@ static void test_release_stat(void)
 	nothing_changed();
 }
 
+/*
+ * Longer than a daemon's channel carries (1 GiB) and past the end of the segment: the
+ * range error, as in direct mode, as often as a caller likes, and the calls after it
+ * work. (Daemon mode answered -EINVAL, and each such call cost the client a channel for
+ * good: after 1024, every call that needed a new one failed with -ENOSPC.)
+ */
+#define TOO_LONG (((size_t)1 << 30) + 1)
+#define TOO_LONG_CALLS 1100
+
+static void too_long_calls(uint8_t *buf)
+{
+	unsigned wrong = 0;
+	int r;
+
+	for (unsigned i = 0; i < TOO_LONG_CALLS; i++) {
+		r = i % 2 ? ddss_put(ctx, witness, 0, buf, TOO_LONG) :
+			    ddss_get(ctx, witness, 0, buf, TOO_LONG);
+		if (r != -ERANGE && wrong++ == 0)
+			printf("call %u of %zu bytes: %d (%s), not -ERANGE\n", i, TOO_LONG, r,
+			       ddss_strerror(r));
+	}
+	CU_ASSERT_EQUAL(wrong, 0);
+	EXPECT_RC(ddss_get(ctx, witness, 0, buf, 8), 0);
+}
+
 static void test_data(void)
 {
 	uint8_t buf[16] = { 0 };
@@ -184,6 +209,7 @@ static void test_data(void)
 	EXPECT_RC(ddss_put(ctx, witness, WITNESS_LEN, buf, 1), -ERANGE);
 	EXPECT_RC(ddss_get(ctx, witness, SIZE_MAX - 2, buf, 8), -ERANGE); /* offset+len wraps */
 	EXPECT_RC(ddss_put(ctx, witness, SIZE_MAX - 2, buf, 8), -ERANGE);
+	too_long_calls(buf);
 	for (size_t i = 0; i < n; i++) {
 		int r = ddss_put(ctx, bad[i], 0, buf, 8);
 
