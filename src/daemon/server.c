@@ -248,8 +248,15 @@ static void client_message(struct srv_client *cl)
 	}
 	m.op = DSOCK_CHAN_OK;
 	m.rc = add_channel(cl, fd);
-	if (ddss_sock_send(cl->sock, &m, sizeof(m), -1))
+	r = ddss_sock_send(cl->sock, &m, sizeof(m), -1);
+	if (r) {
+		/* A client waits for each answer before it asks again: a full socket is one
+		 * that asks without reading. */
+		if (r == -EAGAIN)
+			DDSS_WARN("client %u (pid %d) does not read its answers; dropping it",
+				  cl->id, cl->pid);
 		client_gone(cl);
+	}
 }
 
 /*
@@ -298,7 +305,9 @@ static void accept_client(struct ddss_server *srv)
 				   .epoch_off = ddss_ctx_epoch_off() };
 	struct dsock_hello h;
 	struct srv_client *cl;
-	int s = accept4(srv->lsock, NULL, NULL, SOCK_CLOEXEC);
+	/* Non-blocking: one client that does not read its answers must not hold up this
+	 * thread, which serves every client (client_message). */
+	int s = accept4(srv->lsock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	int r;
 
 	if (s < 0)

@@ -422,6 +422,77 @@ static void test_pool_fd_hostile(void)
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/*
+ * Hostile: a client that asks for channels (fds the daemon refuses, /dev/null) and never
+ * reads the answers. The daemon's one listener thread answered with a blocking send: once
+ * the answers filled the socket it waited there for good, and no client could attach,
+ * open a channel or be cleaned up after. Now such a client is dropped and the rest go on.
+ */
+#define UNREAD_ASKS_MAX 20000
+#define UNREAD_STALL_MS 3000 /* how long our sends may stay blocked before we stop */
+
+static void test_unread_answers(void)
+{
+	struct dsock_hello hello = { .op = DSOCK_HELLO, .magic = DPROTO_MAGIC,
+				     .version = DPROTO_VERSION, .pid = getpid() };
+	struct dsock_chan ask = { .op = DSOCK_CHAN };
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct dsock_welcome w;
+	int s, fd = -1, null_fd, st, r = 0;
+	unsigned asked = 0;
+	double stalled_since = 0;
+	ddss_ctx_t *c;
+	ddss_key_t key;
+	uint64_t v = 11;
+	pid_t d;
+
+	d = start_daemon(&st);
+	CU_ASSERT_FATAL(d > 0);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock_path);
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	CU_ASSERT_FATAL(s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
+	EXPECT_RC(ddss_sock_send(s, &hello, sizeof(hello), -1), 0);
+	EXPECT_RC(ddss_sock_recv(s, &w, sizeof(w), &fd, 5000), 0);
+	if (fd >= 0)
+		close(fd);
+	null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	CU_ASSERT_FATAL(null_fd >= 0);
+	fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
+	/* Ask until the daemon drops us (-EPIPE), or our sends stay blocked. */
+	while (asked < UNREAD_ASKS_MAX) {
+		r = ddss_sock_send(s, &ask, sizeof(ask), null_fd);
+		if (r == 0) {
+			asked++;
+			stalled_since = 0;
+			continue;
+		}
+		if (r != -EAGAIN)
+			break;
+		if (!stalled_since)
+			stalled_since = test_now_ms();
+		else if (test_now_ms() - stalled_since > UNREAD_STALL_MS)
+			break;
+		poll(&(struct pollfd){ .fd = s, .events = POLLOUT }, 1, 100);
+	}
+	printf("unread answers: %u asks sent, then %d (%s)\n", asked, r, ddss_strerror(r));
+	CU_ASSERT(r == -EPIPE || r == -ECONNRESET);
+	/* Another client attaches and is served. */
+	c = attach();
+	if (c) {
+		EXPECT_RC(ddss_allocate_ss(c, 64, NULL, &key), 0);
+		EXPECT_RC(ddss_put(c, key, 0, &v, 8), 0);
+		v = 0;
+		EXPECT_RC(ddss_get(c, key, 0, &v, 8), 0);
+		CU_ASSERT_EQUAL(v, 11);
+		EXPECT_RC(ddss_finalize(c), 0);
+	}
+	close(null_fd);
+	close(s); /* before the stop: a listener still stuck sending to us gets free */
+	CU_ASSERT_EQUAL(kill(d, SIGTERM), 0);
+	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 /* Hostile (issue 29): the instance lock file is a planted link: the daemon refuses to
  * start and the link's target is untouched. */
 static void test_lock_file_link(void)
@@ -552,6 +623,8 @@ int main(int argc, char **argv)
 		    test_squatted_socket);
 	CU_add_test(s, "the pool fd a client gets: no truncate, write or writable map",
 		    test_pool_fd_hostile);
+	CU_add_test(s, "a client that never reads its answers is dropped; others attach",
+		    test_unread_answers);
 	CU_add_test(s, "the instance lock file as a planted link: refused, target untouched",
 		    test_lock_file_link);
 	CU_add_test(s, "the default socket: a private directory, refused if open to others",
