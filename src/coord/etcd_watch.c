@@ -45,6 +45,7 @@ static json_object *new_i64(int64_t v)
 static void deliver(struct ddss_etcd_watch *w, json_object *result)
 {
 	json_object *events, *created, *canceled;
+	int64_t from;
 
 	if (json_object_object_get_ex(result, "created", &created) &&
 	    json_object_get_boolean(created) && !w->up) {
@@ -61,17 +62,26 @@ static void deliver(struct ddss_etcd_watch *w, json_object *result)
 	if (!json_object_object_get_ex(result, "events", &events) ||
 	    !json_object_is_type(events, json_type_array))
 		return;
+	/*
+	 * One revision can change many keys (a transaction; a lease's expiry deletes all its
+	 * keys at once), and etcd sends them in one response: each event is judged against
+	 * where the stream stood before this response, never one twice after a reopen, and
+	 * none of a revision's later keys dropped for its first.
+	 */
+	from = w->next_rev;
 	for (size_t i = 0; i < json_object_array_length(events); i++) {
 		json_object *ev = json_object_array_get_idx(events, i), *type, *kvo;
 		struct ddss_etcd_kv kv;
-		bool del = json_object_object_get_ex(ev, "type", &type) &&
-			   !strcmp(json_object_get_string(type), "DELETE");
+		const char *t = json_object_object_get_ex(ev, "type", &type) ?
+					json_object_get_string(type) : NULL;
+		bool del = t && !strcmp(t, "DELETE"); /* "type": null has no string */
 
 		if (!json_object_object_get_ex(ev, "kv", &kvo) || etcd_kv_parse(kvo, &kv))
 			continue;
-		if (kv.mod_rev >= w->next_rev) { /* never one twice, after a reopen */
+		if (kv.mod_rev >= from) {
 			w->fn(w->arg, del ? DDSS_ETCD_DELETE : DDSS_ETCD_PUT, &kv);
-			w->next_rev = kv.mod_rev + 1;
+			if (kv.mod_rev >= w->next_rev)
+				w->next_rev = kv.mod_rev + 1;
 		}
 		etcd_kv_free(&kv);
 	}

@@ -260,6 +260,41 @@ static void test_watch(void)
 	CU_ASSERT_EQUAL(s.n, 4);
 }
 
+/*
+ * A revoked lease deletes all its keys in one revision: the watch delivers every one.
+ * (It delivered the first only: each later event of the revision looked like one seen
+ * before a reopen.)
+ */
+static void test_watch_one_revision(void)
+{
+	struct seen s = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	struct ddss_etcd_watch *w;
+	char p[128], k[3][140];
+	int64_t lease, rev = 0;
+
+	key(p, sizeof(p), "lw/");
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_lease_grant(etcd, 30, &lease), 0);
+	for (unsigned i = 0; i < 3; i++) {
+		snprintf(k[i], sizeof(k[i]), "%s%c", p, 'a' + i);
+		CU_ASSERT_EQUAL_FATAL(ddss_etcd_create(etcd, k[i], "v", 1, lease, &rev), 0);
+	}
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_watch_start(etcd, p, rev + 1, on_event, NULL, &s, &w), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_lease_revoke(etcd, lease), 0);
+	CU_ASSERT(wait_seen(&s, 3));
+	ddss_etcd_watch_stop(w);
+	printf("%u of 3 deletes delivered ", s.n);
+	CU_ASSERT_EQUAL_FATAL(s.n, 3);
+	for (unsigned i = 0; i < 3; i++) {
+		bool found = false;
+
+		CU_ASSERT(s.ev[i] == DDSS_ETCD_DELETE);
+		CU_ASSERT_EQUAL(s.rev[i], s.rev[0]); /* one revision */
+		for (unsigned j = 0; j < 3; j++)
+			found |= !strcmp(s.key[j], k[i]);
+		CU_ASSERT(found);
+	}
+}
+
 int main(void)
 {
 	const char *ep = getenv("DDSS_TEST_ETCD");
@@ -286,6 +321,8 @@ int main(void)
 	CU_add_test(suite, "create only if absent, delete only at a revision", test_compare_and_swap);
 	CU_add_test(suite, "leases: keys go with them", test_leases);
 	CU_add_test(suite, "watch: every change under a prefix, in order", test_watch);
+	CU_add_test(suite, "watch: every key of one revision (a revoked lease)",
+		    test_watch_one_revision);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	ddss_etcd_close(etcd);
