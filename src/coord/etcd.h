@@ -90,16 +90,25 @@ enum ddss_etcd_event { DDSS_ETCD_PUT, DDSS_ETCD_DELETE };
 typedef void (*ddss_etcd_watch_fn)(void *arg, enum ddss_etcd_event ev, const struct ddss_etcd_kv *kv);
 /** Called by the watch thread when the stream breaks (@err) or is back (0). */
 typedef void (*ddss_etcd_watch_state_fn)(void *arg, int err);
+/**
+ * Called by the watch thread when etcd compacted the revisions it was to deliver (the
+ * stream was down meanwhile): those changes are lost, so the consumer reads again what it
+ * follows. Returns the store's revision it read at, from which the watch goes on, or
+ * -errno (asked again after a pause).
+ */
+typedef int64_t (*ddss_etcd_watch_resync_fn)(void *arg);
 
 struct ddss_etcd_watch;
 
 /**
  * Watch every key under @prefix from revision @start_rev on, on a thread of its own. A
  * broken stream is opened again from the revision after the last one delivered, so no
- * change is missed or repeated (-EPROTO to @state if etcd compacted it meanwhile).
+ * change is missed or repeated. If etcd compacted that revision meanwhile, @state gets
+ * -ERANGE and @resync is asked to read again; without @resync the watch ends there.
  */
 int ddss_etcd_watch_start(struct ddss_etcd *etcd, const char *prefix, int64_t start_rev,
-			  ddss_etcd_watch_fn fn, ddss_etcd_watch_state_fn state, void *arg,
+			  ddss_etcd_watch_fn fn, ddss_etcd_watch_state_fn state,
+			  ddss_etcd_watch_resync_fn resync, void *arg,
 			  struct ddss_etcd_watch **w_p);
 /** Stop the watch thread and wait for it; no callback runs after it returns. */
 void ddss_etcd_watch_stop(struct ddss_etcd_watch *w);

@@ -23,6 +23,7 @@ struct ddss_etcd_watch {
 	int64_t next_rev; /* watch thread: the first revision not yet delivered */
 	ddss_etcd_watch_fn fn;
 	ddss_etcd_watch_state_fn state;
+	ddss_etcd_watch_resync_fn resync;
 	void *arg;
 	pthread_t thread;
 	pthread_mutex_t mu;
@@ -114,6 +115,10 @@ static size_t on_stream(char *ptr, size_t size, size_t n, void *arg)
 				take_line(w, w->line);
 			}
 			w->line_len = 0;
+			/* A canceled watch (compacted) or an error: the gateway keeps the
+			 * stream open, with nothing more to come on it. */
+			if (w->stream_err)
+				return 0;
 			continue;
 		}
 		if (w->line_len + 2 > w->line_cap) {
@@ -204,9 +209,18 @@ static void *watch_main(void *arg)
 		if ((w->up || r == -ERANGE) && w->state) /* it was up: say it broke */
 			w->state(w->arg, r);
 		if (r == -ERANGE) {
-			DDSS_ERR("etcd watch on %s: revision %lld was compacted", w->prefix,
-				 (long long)w->next_rev);
-			break;
+			int64_t rev = w->resync ? w->resync(w->arg) : -EOPNOTSUPP;
+
+			DDSS_WARN("etcd watch on %s: revision %lld was compacted; %s",
+				  w->prefix, (long long)w->next_rev,
+				  rev >= 0 ? "read again" : rev == -EOPNOTSUPP ? "the watch ends" :
+				  "reading again failed, trying again");
+			if (rev == -EOPNOTSUPP)
+				break;
+			if (rev >= 0) {
+				w->next_rev = rev + 1;
+				continue;
+			}
 		}
 		at++; /* another member next time */
 		clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -222,7 +236,8 @@ static void *watch_main(void *arg)
 }
 
 int ddss_etcd_watch_start(struct ddss_etcd *etcd, const char *prefix, int64_t start_rev,
-			  ddss_etcd_watch_fn fn, ddss_etcd_watch_state_fn state, void *arg,
+			  ddss_etcd_watch_fn fn, ddss_etcd_watch_state_fn state,
+			  ddss_etcd_watch_resync_fn resync, void *arg,
 			  struct ddss_etcd_watch **w_p)
 {
 	struct ddss_etcd_watch *w;
@@ -240,6 +255,7 @@ int ddss_etcd_watch_start(struct ddss_etcd *etcd, const char *prefix, int64_t st
 	w->next_rev = start_rev;
 	w->fn = fn;
 	w->state = state;
+	w->resync = resync;
 	w->arg = arg;
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_condattr_init(&ca);

@@ -112,10 +112,88 @@ static void on_watch_state(void *arg, int err)
 		DDSS_INFO("membership: following the view of %s", m->prefix);
 }
 
-int member_view_start(struct ddss_member *m)
+/*
+ * Read the members anew into the view, every slot (a slot with no key has no member);
+ * the store's revision it was read at in *rev_p. Whether our own slot is still ours.
+ */
+static int view_read(struct ddss_member *m, int64_t *rev_p, bool *mine_p)
 {
 	char prefix[DDSS_MEMBER_KEY_MAX];
 	struct ddss_etcd_kvs kvs;
+	int r;
+
+	snprintf(prefix, sizeof(prefix), "%smembers/", m->prefix);
+	r = ddss_etcd_get(m->etcd, prefix, true, &kvs);
+	if (r)
+		return r;
+	pthread_mutex_lock(&m->mu);
+	for (uint32_t slot = 1; slot <= m->max; slot++) {
+		const struct ddss_etcd_kv *kv = NULL;
+
+		for (size_t i = 0; i < kvs.count && !kv; i++)
+			if (member_slot_of(m, kvs.kv[i].key, "members/") == slot)
+				kv = &kvs.kv[i];
+		view_set(m, slot, kv);
+		if (slot == m->slot)
+			*mine_p = kv && kv->create_rev == m->incarnation;
+	}
+	m->view.number = kvs.revision;
+	pthread_mutex_unlock(&m->mu);
+	*rev_p = kvs.revision;
+	ddss_etcd_kvs_free(&kvs);
+	return 0;
+}
+
+/* Whether a member reported us silent (our suspect key, with our incarnation). */
+static bool reported(struct ddss_member *m)
+{
+	char key[DDSS_MEMBER_KEY_MAX];
+	struct ddss_etcd_kvs kvs;
+	bool yes = false;
+
+	member_key(m, "suspect", m->slot, key, sizeof(key));
+	if (ddss_etcd_get(m->etcd, key, false, &kvs))
+		return false; /* the watch goes on from the members' revision; it shows later */
+	yes = kvs.count == 1 && strtoll(kvs.kv[0].value, NULL, 10) == m->incarnation;
+	ddss_etcd_kvs_free(&kvs);
+	return yes;
+}
+
+/*
+ * Watch thread: etcd compacted the revisions the watch had not delivered yet (it was cut
+ * off meanwhile). Read the view again, and act as on_change would have on what it missed:
+ * our member key gone, or a report of us.
+ */
+static int64_t on_resync(void *arg)
+{
+	struct ddss_member *m = arg;
+	bool mine = true, leaving;
+	int64_t rev;
+	int r = view_read(m, &rev, &mine);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&m->mu);
+	leaving = m->stop;
+	pthread_mutex_unlock(&m->mu);
+	if (m->slot && !leaving) {
+		if (!mine)
+			member_fence(m, -EHOSTDOWN, "its member key is gone (seen on reading the "
+				     "view again after a compaction)");
+		else if (reported(m))
+			member_fence(m, -EHOSTDOWN, "a member reported it silent (seen on reading "
+				     "the view again after a compaction)");
+	}
+	if (m->on_view)
+		m->on_view(m->arg, &m->view);
+	__atomic_store_n(&m->seen_rev, rev, __ATOMIC_RELEASE);
+	return rev;
+}
+
+int member_view_start(struct ddss_member *m)
+{
+	bool mine;
+	int64_t rev;
 	int r;
 
 	m->view.max = m->max;
@@ -125,23 +203,14 @@ int member_view_start(struct ddss_member *m)
 		r = -ENOMEM;
 		goto err;
 	}
-	snprintf(prefix, sizeof(prefix), "%smembers/", m->prefix);
-	r = ddss_etcd_get(m->etcd, prefix, true, &kvs);
+	r = view_read(m, &rev, &mine);
 	if (r)
 		goto err;
-	for (size_t i = 0; i < kvs.count; i++) {
-		uint32_t slot = member_slot_of(m, kvs.kv[i].key, "members/");
-
-		if (slot)
-			view_set(m, slot, &kvs.kv[i]);
-	}
-	m->view.number = kvs.revision;
-	__atomic_store_n(&m->seen_rev, kvs.revision, __ATOMIC_RELEASE);
-	ddss_etcd_kvs_free(&kvs);
+	__atomic_store_n(&m->seen_rev, rev, __ATOMIC_RELEASE);
 	if (m->on_view)
 		m->on_view(m->arg, &m->view);
-	r = ddss_etcd_watch_start(m->etcd, m->prefix, m->view.number + 1, on_change,
-				  on_watch_state, m, &m->watch);
+	r = ddss_etcd_watch_start(m->etcd, m->prefix, rev + 1, on_change, on_watch_state,
+				  on_resync, m, &m->watch);
 	if (r)
 		goto err;
 	return 0;

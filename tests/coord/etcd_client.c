@@ -5,6 +5,7 @@
  */
 #include "common/test_util.h"
 #include "coord/etcd.h"
+#include "coord/etcd_int.h"
 
 #include <CUnit/CUnit.h>
 #include <errno.h>
@@ -235,11 +236,11 @@ static void test_watch(void)
 	key(k1, sizeof(k1), "w/1");
 	key(k2, sizeof(k2), "w/2");
 	key(other, sizeof(other), "x/1");
-	CU_ASSERT_EQUAL(ddss_etcd_watch_start(etcd, "/no-slash", 1, on_event, NULL, &s, &w),
+	CU_ASSERT_EQUAL(ddss_etcd_watch_start(etcd, "/no-slash", 1, on_event, NULL, NULL, &s, &w),
 			-EINVAL);
 	/* A change made before the watch starts, from its start revision, is delivered. */
 	CU_ASSERT_EQUAL_FATAL(ddss_etcd_put(etcd, k1, "a", 1, 0, &r0), 0);
-	CU_ASSERT_EQUAL_FATAL(ddss_etcd_watch_start(etcd, p, r0, on_event, NULL, &s, &w), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_watch_start(etcd, p, r0, on_event, NULL, NULL, &s, &w), 0);
 	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, other, "no", 2, 0, NULL), 0); /* not watched */
 	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k2, "b", 1, 0, &r1), 0);
 	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k1, "c", 1, 0, &r2), 0);
@@ -278,7 +279,7 @@ static void test_watch_one_revision(void)
 		snprintf(k[i], sizeof(k[i]), "%s%c", p, 'a' + i);
 		CU_ASSERT_EQUAL_FATAL(ddss_etcd_create(etcd, k[i], "v", 1, lease, &rev), 0);
 	}
-	CU_ASSERT_EQUAL_FATAL(ddss_etcd_watch_start(etcd, p, rev + 1, on_event, NULL, &s, &w), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_watch_start(etcd, p, rev + 1, on_event, NULL, NULL, &s, &w), 0);
 	CU_ASSERT_EQUAL(ddss_etcd_lease_revoke(etcd, lease), 0);
 	CU_ASSERT(wait_seen(&s, 3));
 	ddss_etcd_watch_stop(w);
@@ -293,6 +294,98 @@ static void test_watch_one_revision(void)
 			found |= !strcmp(s.key[j], k[i]);
 		CU_ASSERT(found);
 	}
+}
+
+/* The resync callback: how often it was asked, and the revision it read at. */
+struct resynced {
+	struct seen seen;
+	unsigned calls;
+	int64_t rev;
+	int state_err;
+	char prefix[128];
+};
+
+static int64_t on_resync(void *arg)
+{
+	struct resynced *rs = arg;
+	struct ddss_etcd_kvs kvs;
+	int r = ddss_etcd_get(etcd, rs->prefix, true, &kvs);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&rs->seen.mu);
+	rs->calls++;
+	rs->rev = kvs.revision;
+	pthread_cond_broadcast(&rs->seen.cv);
+	pthread_mutex_unlock(&rs->seen.mu);
+	ddss_etcd_kvs_free(&kvs);
+	return rs->rev;
+}
+
+static bool wait_resynced(struct resynced *rs)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	pthread_mutex_lock(&rs->seen.mu);
+	while (!rs->calls && pthread_cond_timedwait(&rs->seen.cv, &rs->seen.mu, &ts) == 0)
+		;
+	pthread_mutex_unlock(&rs->seen.mu);
+	return rs->calls > 0;
+}
+
+static void on_state(void *arg, int err)
+{
+	struct resynced *rs = arg;
+
+	if (err)
+		rs->state_err = err;
+}
+
+static void on_resynced_event(void *arg, enum ddss_etcd_event ev, const struct ddss_etcd_kv *kv)
+{
+	on_event(&((struct resynced *)arg)->seen, ev, kv);
+}
+
+/*
+ * A watch from a revision etcd has compacted (as after a stream that was down while it
+ * compacted): told -ERANGE, its consumer is asked to read again, and the watch goes on
+ * from there. (It ended for good: a member followed a frozen view.)
+ */
+static void test_watch_compacted(void)
+{
+	struct resynced rs = { .seen = { .mu = PTHREAD_MUTEX_INITIALIZER,
+					 .cv = PTHREAD_COND_INITIALIZER } };
+	struct ddss_etcd_watch *w;
+	char k1[160], k2[160];
+	int64_t r0, r1, r2;
+	json_object *req = json_object_new_object(), *resp = NULL;
+	char rev[24];
+
+	key(rs.prefix, sizeof(rs.prefix), "cw/");
+	snprintf(k1, sizeof(k1), "%s1", rs.prefix);
+	snprintf(k2, sizeof(k2), "%s2", rs.prefix);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_put(etcd, k1, "a", 1, 0, &r0), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_put(etcd, k1, "b", 1, 0, &r1), 0);
+	snprintf(rev, sizeof(rev), "%lld", (long long)r1);
+	json_object_object_add(req, "revision", json_object_new_string(rev));
+	CU_ASSERT_EQUAL_FATAL(etcd_post(etcd, "/v3/kv/compaction", req, &resp), 0);
+	json_object_put(resp);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_watch_start(etcd, rs.prefix, r0, on_resynced_event,
+						    on_state, on_resync, &rs, &w), 0);
+	CU_ASSERT(wait_resynced(&rs));
+	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k2, "c", 1, 0, &r2), 0);
+	CU_ASSERT(wait_seen(&rs.seen, 1));
+	ddss_etcd_watch_stop(w);
+	printf("resync asked %u time(s), read at %lld; %u event(s) after ", rs.calls,
+	       (long long)rs.rev, rs.seen.n);
+	CU_ASSERT_EQUAL(rs.state_err, -ERANGE);
+	CU_ASSERT_EQUAL(rs.calls, 1);
+	CU_ASSERT(rs.rev >= r1 && rs.rev < r2);
+	CU_ASSERT_EQUAL_FATAL(rs.seen.n, 1);
+	CU_ASSERT(rs.seen.ev[0] == DDSS_ETCD_PUT && !strcmp(rs.seen.key[0], k2));
+	CU_ASSERT_EQUAL(rs.seen.rev[0], r2);
 }
 
 int main(void)
@@ -323,6 +416,8 @@ int main(void)
 	CU_add_test(suite, "watch: every change under a prefix, in order", test_watch);
 	CU_add_test(suite, "watch: every key of one revision (a revoked lease)",
 		    test_watch_one_revision);
+	CU_add_test(suite, "watch from a compacted revision: read again, then on",
+		    test_watch_compacted);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	ddss_etcd_close(etcd);
