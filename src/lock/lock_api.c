@@ -541,7 +541,10 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 	rq.home = h->home;
 	rq.hdr = h->hdr;
 	epoch = h->epoch;
-	reset = rq.mode == DDSS_LOCK_SHARED && h->reset;
+	/* The reset is an exclusive acquire: it waits for every shared hold, ours too, so
+	 * only the last of this context's holds runs it (a thread holding twice waited on
+	 * itself for good). */
+	reset = rq.mode == DDSS_LOCK_SHARED && h->reset && h->shared == 1;
 	if (reset)
 		h->reset = false;
 	lock_holds_drop(lk, h, rq.mode);

@@ -400,6 +400,10 @@ static int s_try(struct ddss_lock *lk, struct lock_req *rq)
 	int r;
 
 	for (;;) {
+		if (x == UINT32_MAX) { /* cannot happen: see LOCK_S_RESET; never wrap to 0 */
+			DDSS_ERR("lock word at rank %u: shared count at its limit", rq->home);
+			return -EPROTO;
+		}
 		r = cas(lk, rq, LOCK_W, LOCK_WORD(0, x), LOCK_WORD(0, x + 1), &old);
 		if (r)
 			return r;
@@ -411,6 +415,9 @@ static int s_try(struct ddss_lock *lk, struct lock_req *rq)
 		}
 		x = LOCK_COUNT(old);
 	}
+	/* The count we arrived at, as s_acquire keeps it: at LOCK_S_RESET the release resets. */
+	rq->pred = 0;
+	rq->count = x;
 	counted(lk, rq);
 	rq->stage = STAGE_DONE;
 	return 0;
