@@ -67,22 +67,33 @@ void ddss_net_readmit_pending(struct ddss_net *net)
 		pthread_mutex_unlock(&net->mu);
 		if (!a.pending)
 			continue;
+		/*
+		 * A death declared after this round's refusals (the same view can remove a
+		 * rank and let its new process in) is the old process's: cut it now, or the
+		 * next round's refusals would shut out the new one.
+		 */
+		if (__atomic_exchange_n(&net->dead_pending[r], 0, __ATOMIC_ACQ_REL))
+			ddss_tp_peer_refuse(net->tp, r);
 		/* What the layers above kept of the old process (descriptors of segments it
 		 * homed) goes before anything can reach the new one. */
 		fn = __atomic_load_n(&net->readmit_fn, __ATOMIC_ACQUIRE);
 		if (fn)
 			fn(__atomic_load_n(&net->readmit_arg, __ATOMIC_RELAXED), r);
-		err = ddss_tp_peer_readmit(net->tp, r, &a.node, a.incarnation, a.generation);
-		if (err) {
-			DDSS_ERR("rank %u: cannot take in its new incarnation %llu: %s; it stays "
-				 "refused here", r, (unsigned long long)a.incarnation, strerror(-err));
-			continue;
-		}
-		ddss_net_heartbeat_peer_up(net, r); /* its silence counts from now */
+		/* The old process's state goes before the door opens: the new one's handshake
+		 * may report it up at once, and that must stay. */
 		pthread_mutex_lock(&net->mu);
 		net->peer_state[r] = DDSS_TP_PEER_UNKNOWN;
 		net->barrier_arrived[r] = 0; /* the old process's arrivals are not the new one's */
+		pthread_mutex_unlock(&net->mu);
+		ddss_net_heartbeat_peer_up(net, r); /* its silence counts from now */
+		err = ddss_tp_peer_readmit(net->tp, r, &a.node, a.incarnation, a.generation);
+		pthread_mutex_lock(&net->mu);
+		if (err)
+			net->peer_state[r] = DDSS_TP_PEER_DOWN;
 		pthread_cond_broadcast(&net->cv);
 		pthread_mutex_unlock(&net->mu);
+		if (err)
+			DDSS_ERR("rank %u: cannot take in its new incarnation %llu: %s; it stays "
+				 "refused here", r, (unsigned long long)a.incarnation, strerror(-err));
 	}
 }
