@@ -154,11 +154,19 @@ static size_t on_data(char *ptr, size_t size, size_t n, void *arg)
 
 int etcd_error(json_object *err)
 {
-	json_object *code;
+	json_object *code, *inner;
 
-	/* gRPC status codes, as the gateway passes them on. */
-	if (!json_object_object_get_ex(err, "code", &code))
+	/* Unary calls answer {"code": n, ...}; the streaming ones (lease keepalive, watch)
+	 * {"error": {"grpc_code": n, ...}}. */
+	if (json_object_object_get_ex(err, "error", &inner) &&
+	    json_object_is_type(inner, json_type_object))
+		err = inner;
+	if (!json_object_object_get_ex(err, "code", &code) &&
+	    !json_object_object_get_ex(err, "grpc_code", &code))
 		return -EPROTO;
+	if (!json_object_is_type(code, json_type_int))
+		return -EPROTO;
+	/* gRPC status codes, as the gateway passes them on. */
 	switch (json_object_get_int(code)) {
 	case 3: return -EINVAL;     /* INVALID_ARGUMENT */
 	case 4: return -ETIMEDOUT;  /* DEADLINE_EXCEEDED */

@@ -22,7 +22,8 @@ int etcd_post(struct ddss_etcd *etcd, const char *path, json_object *req, json_o
 /** libcurl, once per process. */
 int etcd_curl_init(void);
 
-/** A gateway error object ({"code": n, ...}) as -errno. */
+/** A gateway error answer ({"code": n, ...}, or {"error": {"grpc_code": n, ...}} from a
+ * stream) as -errno; -EPROTO without a numeric code. */
 int etcd_error(json_object *err);
 
 /** base64 of @len bytes as a new json string. */
