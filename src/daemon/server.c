@@ -32,7 +32,8 @@
 #include <unistd.h>
 
 #define CHANS_PER_CLIENT 1024 /* a client cannot make the daemon start more threads */
-#define HELLO_TIMEOUT_MS 2000 /* a silent connection does not hold up the others for long */
+#define HELLO_TIMEOUT_MS 2000 /* how long a new connection has to say hello */
+#define HELLO_PENDING_MAX 32  /* connections awaiting their hello; the oldest goes first */
 
 struct srv_worker {
 	struct srv_client *cl;
@@ -67,6 +68,10 @@ struct ddss_server {
 	unsigned nclients, nworkers;
 	uint32_t next_id;
 	bool stopping;               /* atomic */
+	/* Connections accepted whose hello has not come yet (the listener thread's): it waits
+	 * for them beside the clients, never in their way. */
+	struct { int fd; int64_t until_ns; } hello[HELLO_PENDING_MAX];
+	unsigned nhello;
 	/* The barrier: the last client to arrive runs the daemons' barrier for everyone. */
 	unsigned arrived;
 	bool barrier_running;        /* that last client is in the daemons' barrier now */
@@ -296,7 +301,67 @@ static int pool_read_only_fd(ddss_ctx_t *ctx)
 	return fd;
 }
 
-static void accept_client(struct ddss_server *srv)
+/* A new connection: its hello is awaited in the listener's poll (hello_ready). */
+static void accept_pending(struct ddss_server *srv)
+{
+	/* Non-blocking: one client that does not read its answers must not hold up this
+	 * thread, which serves every client (client_message). */
+	int s = accept4(srv->lsock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+	if (s < 0)
+		return;
+	if (srv->nhello == HELLO_PENDING_MAX) {
+		DDSS_WARN("daemon: %u connections have not said hello; closing the oldest",
+			  HELLO_PENDING_MAX);
+		close(srv->hello[0].fd);
+		srv->nhello--;
+		memmove(&srv->hello[0], &srv->hello[1], srv->nhello * sizeof(srv->hello[0]));
+	}
+	srv->hello[srv->nhello].fd = s;
+	srv->hello[srv->nhello].until_ns = ddss_now_ns() + HELLO_TIMEOUT_MS * 1000000ll;
+	srv->nhello++;
+}
+
+/* How long the listener may sleep: until the first hello's deadline (-1: none). */
+static int hello_wait_ms(const struct ddss_server *srv)
+{
+	int64_t first = INT64_MAX, now = ddss_now_ns();
+
+	for (unsigned i = 0; i < srv->nhello; i++)
+		if (srv->hello[i].until_ns < first)
+			first = srv->hello[i].until_ns;
+	if (first == INT64_MAX)
+		return -1;
+	return first <= now ? 0 : (int)((first - now + 999999) / 1000000);
+}
+
+static void accept_client(struct ddss_server *srv, int s);
+
+/* After the poll: the connections whose hello came (@ready[i]), and those out of time. */
+static void hello_ready(struct ddss_server *srv, const struct pollfd *ready, unsigned n)
+{
+	int64_t now = ddss_now_ns();
+
+	/* Last first: taking one out moves only those after it. */
+	for (unsigned i = n; i-- > 0;) {
+		int fd = srv->hello[i].fd;
+		bool late = now >= srv->hello[i].until_ns;
+
+		if (!ready[i].revents && !late)
+			continue;
+		srv->nhello--;
+		memmove(&srv->hello[i], &srv->hello[i + 1],
+			(srv->nhello - i) * sizeof(srv->hello[0]));
+		if (ready[i].revents) {
+			accept_client(srv, fd);
+		} else {
+			DDSS_WARN("refusing a client: no hello within %d ms", HELLO_TIMEOUT_MS);
+			close(fd);
+		}
+	}
+}
+
+static void accept_client(struct ddss_server *srv, int s)
 {
 	int pool_fd = srv->pool_ro_fd;
 	struct dsock_welcome w = { .op = DSOCK_WELCOME, .rank = ddss_rank(srv->ctx),
@@ -305,15 +370,10 @@ static void accept_client(struct ddss_server *srv)
 				   .epoch_off = ddss_ctx_epoch_off() };
 	struct dsock_hello h;
 	struct srv_client *cl;
-	/* Non-blocking: one client that does not read its answers must not hold up this
-	 * thread, which serves every client (client_message). */
-	int s = accept4(srv->lsock, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	int r;
 
-	if (s < 0)
-		return;
-	/* Its hello first, so that a refusal reaches it as an answer, not a reset. */
-	r = ddss_sock_recv(s, &h, sizeof(h), NULL, HELLO_TIMEOUT_MS);
+	/* Its hello first (it has come), so that a refusal reaches it as an answer. */
+	r = ddss_sock_recv(s, &h, sizeof(h), NULL, 0);
 	if (!r)
 		r = client_allowed(s);
 	if (!r && (h.op != DSOCK_HELLO || h.magic != DPROTO_MAGIC || h.version != DPROTO_VERSION))
@@ -354,11 +414,11 @@ static void *listener_main(void *arg)
 	unsigned cap = 0;
 
 	while (!__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE)) {
-		unsigned n = 2;
+		unsigned n = 2, hellos;
 
 		pthread_mutex_lock(&srv->mu);
-		if (srv->nclients + 2 > cap) {
-			cap = 2 * (srv->nclients + 2);
+		if (srv->nclients + 2 + HELLO_PENDING_MAX > cap) {
+			cap = 2 * (srv->nclients + 2 + HELLO_PENDING_MAX);
 			free(p);
 			free(who);
 			p = calloc(cap, sizeof(*p));
@@ -376,7 +436,10 @@ static void *listener_main(void *arg)
 			who[n] = cl;
 		}
 		pthread_mutex_unlock(&srv->mu);
-		if (poll(p, n, -1) < 0)
+		hellos = srv->nhello; /* after the clients in p[] */
+		for (unsigned i = 0; i < hellos; i++)
+			p[n + i] = (struct pollfd){ .fd = srv->hello[i].fd, .events = POLLIN };
+		if (poll(p, n + hellos, hello_wait_ms(srv)) < 0)
 			continue;
 		if (p[0].revents)
 			break;
@@ -386,9 +449,13 @@ static void *listener_main(void *arg)
 				client_gone(who[i]);
 			else if (p[i].revents & POLLIN)
 				client_message(who[i]);
+		hello_ready(srv, p + n, hellos);
 		if (p[1].revents & POLLIN)
-			accept_client(srv);
+			accept_pending(srv);
 	}
+	for (unsigned i = 0; i < srv->nhello; i++)
+		close(srv->hello[i].fd);
+	srv->nhello = 0;
 	free(p);
 	free(who);
 	return NULL;

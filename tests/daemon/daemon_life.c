@@ -493,6 +493,52 @@ static void test_unread_answers(void)
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/*
+ * Hostile: connections that never say hello. The listener waited for each one's hello in
+ * turn (2 s), so 20 of them kept every client from attaching for 40 s. Now it waits for
+ * them beside its clients: a client attaches at once, and the silent ones are closed
+ * after their 2 s.
+ */
+#define SILENT_CONNS 20
+#define ATTACH_BOUND_MS 1500
+
+static void test_silent_connections(void)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int silent[SILENT_CONNS], st;
+	double t0, took;
+	ddss_ctx_t *c;
+	char byte;
+	pid_t d;
+
+	d = start_daemon(&st);
+	CU_ASSERT_FATAL(d > 0);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock_path);
+	for (unsigned i = 0; i < SILENT_CONNS; i++) {
+		silent[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		CU_ASSERT_FATAL(silent[i] >= 0 &&
+				connect(silent[i], (struct sockaddr *)&a, sizeof(a)) == 0);
+	}
+	t0 = test_now_ms();
+	c = attach();
+	took = test_now_ms() - t0;
+	printf("attached behind %u silent connections in %.0f ms ", SILENT_CONNS, took);
+	CU_ASSERT(c != NULL);
+	CU_ASSERT(took < ATTACH_BOUND_MS);
+	if (c)
+		EXPECT_RC(ddss_finalize(c), 0);
+	/* The silent ones are closed once their time is up (a read sees the end). */
+	for (unsigned i = 0; i < SILENT_CONNS; i++) {
+		struct pollfd p = { .fd = silent[i], .events = POLLIN };
+
+		CU_ASSERT(poll(&p, 1, 10000) == 1 && recv(silent[i], &byte, 1, 0) <= 0);
+		close(silent[i]);
+	}
+	CU_ASSERT_EQUAL(kill(d, SIGTERM), 0);
+	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 /* Hostile (issue 29): the instance lock file is a planted link: the daemon refuses to
  * start and the link's target is untouched. */
 static void test_lock_file_link(void)
@@ -625,6 +671,8 @@ int main(int argc, char **argv)
 		    test_pool_fd_hostile);
 	CU_add_test(s, "a client that never reads its answers is dropped; others attach",
 		    test_unread_answers);
+	CU_add_test(s, "connections that never say hello do not hold up a client",
+		    test_silent_connections);
 	CU_add_test(s, "the instance lock file as a planted link: refused, target untouched",
 		    test_lock_file_link);
 	CU_add_test(s, "the default socket: a private directory, refused if open to others",
