@@ -365,11 +365,39 @@ static void test_squatted_socket(void)
  * Truncating it would crash the daemon with SIGBUS; writing it would bypass every lock.
  * The fd is read-only and the memfd sealed, even against a reopen through /proc.
  */
-static void test_pool_fd_hostile(void)
+/* A connection to the daemon's socket (-1 if it fails). */
+static int raw_connect(void)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock_path);
+	if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a))) {
+		close(s);
+		s = -1;
+	}
+	return s;
+}
+
+/* Attach by hand, as the library would: its socket, the welcome in *@w, the pool fd in
+ * *@fd_p (-1 without one); -1 (checked) if the daemon did not take us. */
+static int raw_attach(struct dsock_welcome *w, int *fd_p)
 {
 	struct dsock_hello hello = { .op = DSOCK_HELLO, .magic = DPROTO_MAGIC,
 				     .version = DPROTO_VERSION, .pid = getpid() };
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int s = raw_connect();
+
+	*fd_p = -1;
+	CU_ASSERT(s >= 0);
+	if (s < 0)
+		return -1;
+	EXPECT_RC(ddss_sock_send(s, &hello, sizeof(hello), -1), 0);
+	EXPECT_RC(ddss_sock_recv(s, w, sizeof(*w), fd_p, 5000), 0);
+	return s;
+}
+
+static void test_pool_fd_hostile(void)
+{
 	struct dsock_welcome w;
 	int s, fd = -1, rw, st;
 	char path[64], byte = 1;
@@ -381,12 +409,8 @@ static void test_pool_fd_hostile(void)
 
 	d = start_daemon(&st);
 	CU_ASSERT_FATAL(d > 0);
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock_path);
-	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	CU_ASSERT_FATAL(s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
-	EXPECT_RC(ddss_sock_send(s, &hello, sizeof(hello), -1), 0);
-	EXPECT_RC(ddss_sock_recv(s, &w, sizeof(w), &fd, 5000), 0);
-	CU_ASSERT_FATAL(fd >= 0 && w.pool_len > 0);
+	s = raw_attach(&w, &fd);
+	CU_ASSERT_FATAL(s >= 0 && fd >= 0 && w.pool_len > 0);
 	CU_ASSERT_NOT_EQUAL(ftruncate(fd, 0), 0);
 	CU_ASSERT_EQUAL(pwrite(fd, &byte, 1, 0), -1);
 	p = mmap(NULL, w.pool_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -433,10 +457,7 @@ static void test_pool_fd_hostile(void)
 
 static void test_unread_answers(void)
 {
-	struct dsock_hello hello = { .op = DSOCK_HELLO, .magic = DPROTO_MAGIC,
-				     .version = DPROTO_VERSION, .pid = getpid() };
 	struct dsock_chan ask = { .op = DSOCK_CHAN };
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	struct dsock_welcome w;
 	int s, fd = -1, null_fd, st, r = 0;
 	unsigned asked = 0;
@@ -448,11 +469,8 @@ static void test_unread_answers(void)
 
 	d = start_daemon(&st);
 	CU_ASSERT_FATAL(d > 0);
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock_path);
-	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	CU_ASSERT_FATAL(s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0);
-	EXPECT_RC(ddss_sock_send(s, &hello, sizeof(hello), -1), 0);
-	EXPECT_RC(ddss_sock_recv(s, &w, sizeof(w), &fd, 5000), 0);
+	s = raw_attach(&w, &fd);
+	CU_ASSERT_FATAL(s >= 0);
 	if (fd >= 0)
 		close(fd);
 	null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -504,7 +522,6 @@ static void test_unread_answers(void)
 
 static void test_silent_connections(void)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	int silent[SILENT_CONNS], st;
 	double t0, took;
 	ddss_ctx_t *c;
@@ -513,11 +530,9 @@ static void test_silent_connections(void)
 
 	d = start_daemon(&st);
 	CU_ASSERT_FATAL(d > 0);
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock_path);
 	for (unsigned i = 0; i < SILENT_CONNS; i++) {
-		silent[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		CU_ASSERT_FATAL(silent[i] >= 0 &&
-				connect(silent[i], (struct sockaddr *)&a, sizeof(a)) == 0);
+		silent[i] = raw_connect();
+		CU_ASSERT_FATAL(silent[i] >= 0);
 	}
 	t0 = test_now_ms();
 	c = attach();
