@@ -251,6 +251,19 @@ static int post_one(struct ddss_etcd *etcd, const char *url, const char *body,
 	return 0;
 }
 
+int etcd_post_endpoint(struct ddss_etcd *etcd, const char *endpoint, const char *path,
+		       json_object *req, json_object **resp_p)
+{
+	char url[512];
+	int r;
+
+	snprintf(url, sizeof(url), "%s%s", endpoint, path);
+	r = post_one(etcd, url, json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN),
+		     resp_p);
+	json_object_put(req);
+	return r;
+}
+
 int etcd_post(struct ddss_etcd *etcd, const char *path, json_object *req, json_object **resp_p)
 {
 	const char *body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);

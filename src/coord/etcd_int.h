@@ -19,6 +19,10 @@ struct ddss_etcd {
  */
 int etcd_post(struct ddss_etcd *etcd, const char *path, json_object *req, json_object **resp_p);
 
+/** The same to @endpoint ("http://host:port") alone. */
+int etcd_post_endpoint(struct ddss_etcd *etcd, const char *endpoint, const char *path,
+		       json_object *req, json_object **resp_p);
+
 /** libcurl, once per process. */
 int etcd_curl_init(void);
 

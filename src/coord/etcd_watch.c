@@ -16,6 +16,7 @@
 
 #define WATCH_LINE_MAX (16u << 20)
 #define WATCH_RETRY_MS 250
+#define WATCH_PROBE_MS 3000 /* how often the stream's member must answer a read */
 
 struct ddss_etcd_watch {
 	struct ddss_etcd *etcd;
@@ -31,6 +32,8 @@ struct ddss_etcd_watch {
 	bool stop;        /* atomic; also under mu for the retry wait */
 	bool up;          /* watch thread: the stream said "created" */
 	int stream_err;   /* watch thread: why the stream ended (a canceled watch) */
+	const char *endpoint;  /* watch thread: the member the stream comes from */
+	int64_t next_probe_ms; /* watch thread: when to ask that member again (monotonic) */
 	char *line;       /* watch thread: the partial line so far */
 	size_t line_len, line_cap;
 };
@@ -135,12 +138,48 @@ static size_t on_stream(char *ptr, size_t size, size_t n, void *arg)
 	return len;
 }
 
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/*
+ * Whether the stream's member answers a read that needs its quorum. An idle stream says
+ * nothing either way: a frozen member keeps it open for good (the kernel answers TCP's
+ * keepalives), and one cut off from the others has nothing to send on it.
+ */
+static bool member_answers(struct ddss_etcd_watch *w)
+{
+	json_object *req = json_object_new_object(), *resp = NULL;
+	int r;
+
+	json_object_object_add(req, "key", etcd_b64(w->prefix, strlen(w->prefix)));
+	json_object_object_add(req, "count_only", json_object_new_boolean(1));
+	r = etcd_post_endpoint(w->etcd, w->endpoint, "/v3/kv/range", req, &resp);
+	json_object_put(resp);
+	return r == 0;
+}
+
+/* libcurl calls this about once a second on an idle stream: 1 ends the stream. */
 static int on_progress(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
 	struct ddss_etcd_watch *w = arg;
 
 	(void)dt, (void)dn, (void)ut, (void)un;
-	return __atomic_load_n(&w->stop, __ATOMIC_ACQUIRE) ? 1 : 0;
+	if (__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE))
+		return 1;
+	if (mono_ms() < w->next_probe_ms)
+		return 0;
+	if (!member_answers(w)) {
+		DDSS_WARN("etcd watch on %s: %s does not answer; following from another member",
+			  w->prefix, w->endpoint);
+		return 1;
+	}
+	w->next_probe_ms = mono_ms() + WATCH_PROBE_MS;
+	return 0;
 }
 
 /* One stream, from w->next_rev, until it breaks or we stop. */
@@ -166,6 +205,8 @@ static int stream_once(struct ddss_etcd_watch *w, const char *endpoint)
 	w->up = false;
 	w->stream_err = 0;
 	w->line_len = 0;
+	w->endpoint = endpoint;
+	w->next_probe_ms = mono_ms() + WATCH_PROBE_MS;
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_POSTFIELDS,
 			 json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));

@@ -6,7 +6,8 @@
  *  - a reported member stops acting and leaves the view;
  *  - a frozen process (SIGSTOP) leaves the view when its lease expires, and once thawed
  *    it does nothing: its deadline passed before its slot was given away;
- *  - with --cluster: one etcd member of three killed disturbs nothing.
+ *  - with --cluster: one etcd member of three killed disturbs nothing; one frozen, the
+ *    views still follow.
  * The frozen member is this program again (--frozen-child PREFIX FD), a process of its own.
  */
 #include "common/test_util.h"
@@ -347,6 +348,38 @@ static void test_etcd_member_down(void)
 	CU_ASSERT(etcd_ctl("start", 1));
 }
 
+/*
+ * One etcd member of three frozen (SIGSTOP): the first endpoint, where every watch starts.
+ * A member's view still follows, and a process can still join. (The watch's stream from
+ * the frozen member stayed open and silent for good: the view stopped moving.)
+ */
+static void test_etcd_member_frozen(void)
+{
+	struct ddss_member_cfg cfg;
+	struct ddss_member *m1 = NULL, *m2 = NULL;
+	struct watcher w;
+	char prefix[96];
+	double t0;
+
+	if (!cluster_mode)
+		return;
+	unique_prefix(prefix, sizeof(prefix), "frozen");
+	watcher_init(&w);
+	cfg_for(&cfg, prefix, "10.0.0.81:7081", &w);
+	CU_ASSERT_EQUAL_FATAL(ddss_member_join(&cfg, &m1), 0);
+	CU_ASSERT(view_reaches(&w, 1, 0));
+	CU_ASSERT_FATAL(etcd_ctl("freeze", 1));
+	t0 = test_now_ms();
+	cfg_for(&cfg, prefix, "10.0.0.82:7082", NULL);
+	CU_ASSERT_EQUAL(ddss_member_join(&cfg, &m2), 0);
+	CU_ASSERT(view_reaches(&w, 2, 0));
+	printf("with etcd member 1 frozen: joined and seen in %.0f ms ", test_now_ms() - t0);
+	if (m2)
+		ddss_member_leave(m2);
+	ddss_member_leave(m1);
+	CU_ASSERT(etcd_ctl("thaw", 1));
+}
+
 static void test_cleanup(void)
 {
 	for (unsigned i = 0; i < RACERS; i++)
@@ -389,6 +422,8 @@ int main(int argc, char **argv)
 	CU_add_test(suite, "a frozen process leaves the view; thawed, it does not act",
 		    test_frozen_process);
 	CU_add_test(suite, "one etcd member of three down disturbs nothing", test_etcd_member_down);
+	CU_add_test(suite, "one etcd member of three frozen: the view follows, joins work",
+		    test_etcd_member_frozen);
 	CU_add_test(suite, "the others acted throughout, and leave", test_cleanup);
 	failed = test_run_all();
 	CU_cleanup_registry();
