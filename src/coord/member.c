@@ -226,7 +226,9 @@ static int claim_one(struct ddss_member *m, uint32_t s)
 	snprintf(gtext, sizeof(gtext), "%" PRIu32, gen);
 	r = ddss_etcd_create_and_put(m->etcd, key, value, strlen(value), m->lease, gkey, gtext,
 				     strlen(gtext), &rev);
-	if (r == -ETIMEDOUT || r == -ECONNREFUSED)
+	/* Our transaction may have been carried out where no answer came back in time: the
+	 * next endpoint then finds the key there already (-EEXIST), or none answers. */
+	if (r == -ETIMEDOUT || r == -ECONNREFUSED || r == -EEXIST)
 		r = ours_after_all(m, key, &rev) ? 0 : r;
 	if (r == 0) {
 		m->slot = s;

@@ -3,7 +3,8 @@
  * of any rank: in static mode each name lives at the rank its hash picks, and goes with it.
  *
  * One key per name, P names/<name>:
- *   "pending <slot> <incarnation>"  a creator is allocating the segment. On the creator's
+ *   "pending <slot> <incarnation> <call>"  a creator is allocating the segment (<call>: a
+ *                                   random number of the create). On the creator's
  *                                   lease: if it dies, the name is free again by itself.
  *   "bound <key> <home slot> <home incarnation>"  no lease: the name outlives its creator.
  *                                   It lasts as long as the segment, which lasts as long
@@ -17,6 +18,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +60,31 @@ static bool home_alive(struct ddss_member *m, uint32_t slot, int64_t inc)
 	return alive;
 }
 
+/*
+ * Create @key as pending under us. The value names this call (a random number besides our
+ * slot and incarnation): a create carried out where no answer came back in time shows up
+ * at the next endpoint as -EEXIST, or at none, and then the key's value says whether it
+ * was ours, and not another thread's of this process. 0, -EEXIST or an error.
+ */
+static int name_create(struct ddss_member *m, const char *key, char *val, size_t len)
+{
+	struct ddss_etcd_kvs kvs;
+	int64_t rev;
+	int r;
+
+	snprintf(val, len, "pending %" PRIu32 " %" PRId64 " %08" PRIx32 "%08" PRIx32, m->slot,
+		 m->incarnation, randombytes_random(), randombytes_random());
+	r = ddss_etcd_create(m->etcd, key, val, strlen(val), m->lease, &rev);
+	if (r != -EEXIST && r != -ETIMEDOUT && r != -ECONNREFUSED)
+		return r;
+	if (name_get(m, key, &kvs))
+		return r;
+	if (kvs.kv[0].value_len == strlen(val) && !memcmp(kvs.kv[0].value, val, strlen(val)))
+		r = 0;
+	ddss_etcd_kvs_free(&kvs);
+	return r;
+}
+
 int ddss_member_name_acquire(struct ddss_member *m, const char *name, bool create,
 			     uint64_t *key_p)
 {
@@ -74,8 +101,7 @@ int ddss_member_name_acquire(struct ddss_member *m, const char *name, bool creat
 	if (r == -ENOENT) {
 		if (!create)
 			return -ENOENT;
-		snprintf(val, sizeof(val), "pending %" PRIu32 " %" PRId64, m->slot, m->incarnation);
-		r = ddss_etcd_create(m->etcd, key, val, strlen(val), m->lease, &rev);
+		r = name_create(m, key, val, sizeof(val));
 		return r == -EEXIST ? -EAGAIN : r ? r : DDSS_MEMBER_NAME_CREATE;
 	}
 	if (r)
@@ -157,8 +183,9 @@ int ddss_member_name_abandon(struct ddss_member *m, const char *name)
 {
 	char want[64];
 
-	snprintf(want, sizeof(want), "pending %" PRIu32 " %" PRId64, m->slot, m->incarnation);
-	return name_delete_if(m, name, want, false);
+	/* Ours whatever call made it (the number after our incarnation). */
+	snprintf(want, sizeof(want), "pending %" PRIu32 " %" PRId64 " ", m->slot, m->incarnation);
+	return name_delete_if(m, name, want, true);
 }
 
 int ddss_member_name_unbind(struct ddss_member *m, const char *name, uint64_t segkey)

@@ -11,7 +11,10 @@
  * The frozen member is this program again (--frozen-child PREFIX FD), a process of its own.
  */
 #include "common/test_util.h"
+#include "coord/etcd.h"
+#include "coord/etcd_int.h"
 #include "coord/member.h"
+#include "delay_proxy.h"
 #include "etcd_ctl.h"
 
 #include <CUnit/CUnit.h>
@@ -380,6 +383,74 @@ static void test_etcd_member_frozen(void)
 	CU_ASSERT(etcd_ctl("thaw", 1));
 }
 
+/*
+ * A slow etcd member: the first endpoint answers transactions 3 s late (a proxy), after
+ * the client's 2 s, so the client asks the next endpoint, where the transaction the slow
+ * one carried out already shows. The process must know its own work:
+ *  - joining: it holds the one slot its transaction took (it took a second one, both on its
+ *    lease: a member in the view that never serves);
+ *  - creating a name: it is the creator (the name was "pending" under it for good, every
+ *    retry -EAGAIN).
+ */
+#define SLOW_MS 3000
+
+static void test_slow_member(void)
+{
+	struct ddss_member_cfg cfg;
+	struct ddss_member *m = NULL, *m2 = NULL;
+	struct delay_proxy *p;
+	struct ddss_etcd_kvs kvs;
+	struct ddss_etcd *etcd;
+	char prefix[96], first[64], via[32], eps[256], key[160];
+	uint64_t segkey = 0;
+	json_object *b64;
+	int r;
+
+	if (cluster_mode)
+		return;
+	snprintf(first, sizeof(first), "%s", endpoints);
+	first[strcspn(first, ",")] = 0;
+	unique_prefix(prefix, sizeof(prefix), "slow");
+	/* The transaction that claims slot 1 (its key, as the request carries it). */
+	snprintf(key, sizeof(key), "%smembers/00001", prefix);
+	b64 = etcd_b64(key, strlen(key));
+	CU_ASSERT_EQUAL_FATAL(delay_proxy_start(first, json_object_get_string(b64), SLOW_MS, &p,
+						via), 0);
+	json_object_put(b64);
+	snprintf(eps, sizeof(eps), "%s,%s", via, endpoints);
+	cfg_for(&cfg, prefix, "10.0.0.91:7091", NULL);
+	cfg.endpoints = eps;
+	cfg.ttl_ms = 4 * SLOW_MS; /* the join outlasts a wait for the slow member */
+	CU_ASSERT_EQUAL_FATAL(ddss_member_join(&cfg, &m), 0);
+	CU_ASSERT(delay_proxy_delayed(p) >= 1);
+	CU_ASSERT_EQUAL(ddss_member_slot(m), 1);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open(endpoints, 0, &etcd), 0);
+	snprintf(key, sizeof(key), "%smembers/", prefix);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_get(etcd, key, true, &kvs), 0);
+	printf("joined through a slow member: slot %u, %zu member key(s) ", ddss_member_slot(m),
+	       kvs.count);
+	CU_ASSERT_EQUAL(kvs.count, 1);
+	ddss_etcd_kvs_free(&kvs);
+
+	/* A name, through a member that answered everything until now. */
+	delay_proxy_hold(p, "");
+	cfg_for(&cfg, prefix, "10.0.0.92:7092", NULL);
+	cfg.endpoints = eps;
+	cfg.ttl_ms = 4 * SLOW_MS;
+	CU_ASSERT_EQUAL_FATAL(ddss_member_join(&cfg, &m2), 0);
+	delay_proxy_hold(p, "POST /v3/kv/txn");
+	r = ddss_member_name_acquire(m2, "slow-name", true, &segkey);
+	printf("; a name created through it: %d ", r);
+	CU_ASSERT_EQUAL(r, DDSS_MEMBER_NAME_CREATE);
+	if (r == DDSS_MEMBER_NAME_CREATE)
+		CU_ASSERT_EQUAL(ddss_member_name_bind(m2, "slow-name", 0x1234, 1), 0);
+	delay_proxy_hold(p, "");
+	ddss_etcd_close(etcd);
+	ddss_member_leave(m2);
+	ddss_member_leave(m);
+	delay_proxy_stop(p);
+}
+
 static void test_cleanup(void)
 {
 	for (unsigned i = 0; i < RACERS; i++)
@@ -421,6 +492,8 @@ int main(int argc, char **argv)
 	CU_add_test(suite, "a reported member stops acting and leaves the view", test_report);
 	CU_add_test(suite, "a frozen process leaves the view; thawed, it does not act",
 		    test_frozen_process);
+	CU_add_test(suite, "a slow etcd member: one slot, and a name's creator knows it",
+		    test_slow_member);
 	CU_add_test(suite, "one etcd member of three down disturbs nothing", test_etcd_member_down);
 	CU_add_test(suite, "one etcd member of three frozen: the view follows, joins work",
 		    test_etcd_member_frozen);
