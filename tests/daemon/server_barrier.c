@@ -152,6 +152,7 @@ static void rank2(void)
 int main(void)
 {
 	char sock[64];
+	uint32_t me;
 	int r;
 
 	r = ddss_init(NULL, &ctx);
@@ -171,7 +172,8 @@ int main(void)
 		return 1;
 	}
 	test_ctx_barrier_or_exit(ctx);
-	if (ddss_rank(ctx) == 1) {
+	me = ddss_rank(ctx);
+	if (me == 1) {
 		snprintf(sock, sizeof(sock), "/tmp/ddss-server-barrier-%d.sock", (int)getpid());
 		setenv("TEST_SOCKET", sock, 1);
 		rank1();
@@ -181,6 +183,6 @@ int main(void)
 	}
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);
-	printf("rank %u: %s\n", ddss_rank(ctx), test_failures ? "FAILED" : "passed");
+	printf("rank %u: %s\n", me, test_failures ? "FAILED" : "passed");
 	return test_failures ? 1 : 0;
 }
