@@ -16,7 +16,7 @@
 
 #define WATCH_LINE_MAX (16u << 20)
 #define WATCH_RETRY_MS 250
-#define WATCH_PROBE_MS 3000 /* how often the stream's member must answer a read */
+#define WATCH_PROBE_MS 3000 /* how long a silent stream's member may go unasked */
 
 struct ddss_etcd_watch {
 	struct ddss_etcd *etcd;
@@ -33,7 +33,7 @@ struct ddss_etcd_watch {
 	bool up;          /* watch thread: the stream said "created" */
 	int stream_err;   /* watch thread: why the stream ended (a canceled watch) */
 	const char *endpoint;  /* watch thread: the member the stream comes from */
-	int64_t next_probe_ms; /* watch thread: when to ask that member again (monotonic) */
+	int64_t next_probe_ms; /* watch thread: 3 s after its last byte (monotonic) */
 	char *line;       /* watch thread: the partial line so far */
 	size_t line_len, line_cap;
 };
@@ -91,6 +91,14 @@ static void deliver(struct ddss_etcd_watch *w, json_object *result)
 	}
 }
 
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
 static void take_line(struct ddss_etcd_watch *w, const char *line)
 {
 	json_object *o = json_tokener_parse(line), *result;
@@ -111,6 +119,8 @@ static size_t on_stream(char *ptr, size_t size, size_t n, void *arg)
 	struct ddss_etcd_watch *w = arg;
 	size_t len = size * n;
 
+	/* Bytes from the member are news from its quorum: no probe while they come. */
+	w->next_probe_ms = mono_ms() + WATCH_PROBE_MS;
 	for (size_t i = 0; i < len; i++) {
 		if (ptr[i] == '\n') {
 			if (w->line_len) {
@@ -136,14 +146,6 @@ static size_t on_stream(char *ptr, size_t size, size_t n, void *arg)
 		w->line[w->line_len++] = ptr[i];
 	}
 	return len;
-}
-
-static int64_t mono_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
 /*

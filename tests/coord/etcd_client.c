@@ -6,6 +6,7 @@
 #include "common/test_util.h"
 #include "coord/etcd.h"
 #include "coord/etcd_int.h"
+#include "delay_proxy.h"
 
 #include <CUnit/CUnit.h>
 #include <errno.h>
@@ -388,6 +389,57 @@ static void test_watch_compacted(void)
 	CU_ASSERT_EQUAL(rs.seen.rev[0], r2);
 }
 
+/*
+ * A watch asks its member for a quorum read only after 3 s without a byte on the stream
+ * (a frozen member keeps an idle stream open): while events come, none. The reads are
+ * counted by a proxy in front of etcd. (The watch asked every 3 s, events or not: one
+ * read per member every 3 s for etcd to serve.)
+ */
+static void test_watch_probe_when_silent(void)
+{
+	struct seen s = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	struct timespec pace = { 0, 300 * 1000000 }, tick = { 0, 50 * 1000000 };
+	struct ddss_etcd_watch *w;
+	struct delay_proxy *p;
+	struct ddss_etcd *via_proxy;
+	char p_key[128], k[160], via[32];
+	unsigned during, i;
+	int waited_ms = 0;
+	int64_t from;
+
+	key(p_key, sizeof(p_key), "pw/");
+	snprintf(k, sizeof(k), "%s1", p_key);
+	CU_ASSERT_EQUAL_FATAL(delay_proxy_start(getenv("DDSS_TEST_ETCD"), "POST /v3/kv/range",
+						0, &p, via), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open(via, 0, &via_proxy), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_put(etcd, k, "-", 1, 0, &from), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_watch_start(via_proxy, p_key, from + 1, on_event, NULL,
+						    NULL, &s, &w), 0);
+	/* 14 events, 300 ms apart: 4.2 s of a stream that is never silent for 3 s. */
+	for (i = 0; i < 14; i++) {
+		char v[8];
+
+		snprintf(v, sizeof(v), "%u", i);
+		CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k, v, strlen(v), 0, NULL), 0);
+		CU_ASSERT_FATAL(wait_seen(&s, i + 1));
+		nanosleep(&pace, NULL);
+	}
+	during = delay_proxy_delayed(p);
+	/* Silent from here: the member is asked within 3 s and a libcurl tick or two. */
+	while (delay_proxy_delayed(p) == during && waited_ms < 6000) {
+		nanosleep(&tick, NULL);
+		waited_ms += 50;
+	}
+	ddss_etcd_watch_stop(w);
+	ddss_etcd_close(via_proxy);
+	printf("reads of the member: %u in 4.2 s of events, then one after %d ms of silence ",
+	       during, waited_ms);
+	CU_ASSERT_EQUAL(during, 0);
+	CU_ASSERT(delay_proxy_delayed(p) > during);
+	CU_ASSERT(waited_ms >= 2500);
+	delay_proxy_stop(p);
+}
+
 int main(void)
 {
 	const char *ep = getenv("DDSS_TEST_ETCD");
@@ -418,6 +470,8 @@ int main(void)
 		    test_watch_one_revision);
 	CU_add_test(suite, "watch from a compacted revision: read again, then on",
 		    test_watch_compacted);
+	CU_add_test(suite, "watch: its member is asked only after 3 s of silence",
+		    test_watch_probe_when_silent);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	ddss_etcd_close(etcd);
