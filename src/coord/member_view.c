@@ -126,16 +126,19 @@ static int view_read(struct ddss_member *m, int64_t *rev_p, bool *mine_p)
 	r = ddss_etcd_get(m->etcd, prefix, true, &kvs);
 	if (r)
 		return r;
+	/* The view is the answer, and nothing else: built again in one pass over it. */
 	pthread_mutex_lock(&m->mu);
-	for (uint32_t slot = 1; slot <= m->max; slot++) {
-		const struct ddss_etcd_kv *kv = NULL;
+	m->view.count = 0;
+	memset(m->view_lease, 0, (m->max + 1) * sizeof(*m->view_lease));
+	*mine_p = false;
+	for (size_t i = 0; i < kvs.count; i++) {
+		uint32_t slot = member_slot_of(m, kvs.kv[i].key, "members/");
 
-		for (size_t i = 0; i < kvs.count && !kv; i++)
-			if (member_slot_of(m, kvs.kv[i].key, "members/") == slot)
-				kv = &kvs.kv[i];
-		view_set(m, slot, kv);
+		if (!slot)
+			continue;
+		view_set(m, slot, &kvs.kv[i]);
 		if (slot == m->slot)
-			*mine_p = kv && kv->create_rev == m->incarnation;
+			*mine_p = kvs.kv[i].create_rev == m->incarnation;
 	}
 	m->view.number = kvs.revision;
 	pthread_mutex_unlock(&m->mu);

@@ -91,12 +91,18 @@ static bool held_up(struct ddss_net *net, int64_t now, int64_t *since_p)
 	return (since && now - since > bound) || (ended && now - ended < bound);
 }
 
-/* Refusals asked for by ddss_net_declare_dead (they may block: never on its caller). */
+/* Heartbeat thread: the refusal ddss_net_declare_dead asked for @r, if any (it may block:
+ * never on the declarer's thread). */
+void ddss_net_refuse_if_pending(struct ddss_net *net, uint32_t r)
+{
+	if (__atomic_exchange_n(&net->dead_pending[r], 0, __ATOMIC_ACQ_REL))
+		ddss_tp_peer_refuse(net->tp, r);
+}
+
 static void refuse_pending(struct ddss_net *net)
 {
 	for (uint32_t r = 1; r <= net->env.size; r++)
-		if (__atomic_exchange_n(&net->dead_pending[r], 0, __ATOMIC_ACQ_REL))
-			ddss_tp_peer_refuse(net->tp, r);
+		ddss_net_refuse_if_pending(net, r);
 }
 
 /* The longest a heartbeat post may wait behind other posts to its peer. */

@@ -71,6 +71,8 @@ void ddss_net_heartbeat_peer_up(struct ddss_net *net, uint32_t rank);
 /* heartbeat.c: around each handler the transport's delivering thread runs (net.c). */
 bool ddss_net_dispatch_begin(struct ddss_net *net);
 void ddss_net_dispatch_end(struct ddss_net *net, bool marked);
+/* heartbeat.c, heartbeat thread: carry out a death declared of @r, if one is pending. */
+void ddss_net_refuse_if_pending(struct ddss_net *net, uint32_t r);
 
 /* readmit.c: init before the heartbeat starts; the heartbeat thread runs the pending
  * readmissions after the refusals of each round. */

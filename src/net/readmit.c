@@ -72,8 +72,7 @@ void ddss_net_readmit_pending(struct ddss_net *net)
 		 * rank and let its new process in) is the old process's: cut it now, or the
 		 * next round's refusals would shut out the new one.
 		 */
-		if (__atomic_exchange_n(&net->dead_pending[r], 0, __ATOMIC_ACQ_REL))
-			ddss_tp_peer_refuse(net->tp, r);
+		ddss_net_refuse_if_pending(net, r);
 		/* What the layers above kept of the old process (descriptors of segments it
 		 * homed) goes before anything can reach the new one. */
 		fn = __atomic_load_n(&net->readmit_fn, __ATOMIC_ACQUIRE);
