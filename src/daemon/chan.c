@@ -354,15 +354,17 @@ int ddss_chan_attach(int fd, struct ddss_chan **c_p)
 		return -ENOMEM;
 	c->daemon = true;
 	c->spin_ns = ddss_chan_spin_ns();
+	/* Why a channel is refused goes to the debug log only: the daemon logs a client's
+	 * first refusal, or one that sends junk in a loop would flood its log. */
 	c->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (c->fd < 0) {
 		rc = -errno;
-		DDSS_WARN("dup of channel fd %d: %d", fd, rc);
+		DDSS_DBG("dup of channel fd %d: %d", fd, rc);
 		goto free_chan;
 	}
 	seals = fcntl(c->fd, F_GET_SEALS);
 	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
-		DDSS_WARN("channel fd %d is not a memfd sealed against shrinking", fd);
+		DDSS_DBG("channel fd %d is not a memfd sealed against shrinking", fd);
 		rc = -EPROTO;
 		goto close_fd;
 	}
@@ -371,33 +373,33 @@ int ddss_chan_attach(int fd, struct ddss_chan **c_p)
 		goto close_fd;
 	}
 	if (st.st_size < DDSS_CHAN_DATA_OFF) {
-		DDSS_WARN("channel memfd of %lld bytes: too short", (long long)st.st_size);
+		DDSS_DBG("channel memfd of %lld bytes: too short", (long long)st.st_size);
 		rc = -EPROTO;
 		goto close_fd;
 	}
 	rc = hdr_map(c);
 	if (rc) {
-		DDSS_WARN("mapping channel fd %d: %d", fd, rc);
+		DDSS_DBG("mapping channel fd %d: %d", fd, rc);
 		goto close_fd;
 	}
 	/* Read each word once: the client may change them under us. */
 	if (__atomic_load_n(&c->hdr->magic, __ATOMIC_ACQUIRE) != DDSS_CHAN_MAGIC ||
 	    __atomic_load_n(&c->hdr->version, __ATOMIC_RELAXED) != DDSS_CHAN_VERSION) {
-		DDSS_WARN("channel memfd: bad magic or version");
+		DDSS_DBG("channel memfd: bad magic or version");
 		rc = -EPROTO;
 		goto unmap_hdr;
 	}
 	len = __atomic_load_n(&c->hdr->data_len, __ATOMIC_ACQUIRE);
 	if (len < DDSS_CHAN_DATA_MIN || len > DDSS_CHAN_DATA_MAX ||
 	    len > (uint64_t)st.st_size - DDSS_CHAN_DATA_OFF) {
-		DDSS_WARN("channel data area of %llu bytes in a memfd of %lld",
+		DDSS_DBG("channel data area of %llu bytes in a memfd of %lld",
 			  (unsigned long long)len, (long long)st.st_size);
 		rc = -EPROTO;
 		goto unmap_hdr;
 	}
 	rc = data_map(c, len);
 	if (rc) {
-		DDSS_WARN("mapping channel fd %d: %d", fd, rc);
+		DDSS_DBG("mapping channel fd %d: %d", fd, rc);
 		goto unmap_hdr;
 	}
 	/* Start where the client's counters are; from now on ours are the truth. */

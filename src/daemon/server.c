@@ -50,6 +50,7 @@ struct srv_client {
 	bool gone;  /* atomic */
 	int refs;   /* atomic */
 	unsigned nchans;
+	unsigned refused; /* listener: channels refused (only the first is logged) */
 	struct srv_worker *workers; /* under srv->mu */
 	struct srv_client *next;
 };
@@ -253,6 +254,9 @@ static void client_message(struct srv_client *cl)
 	}
 	m.op = DSOCK_CHAN_OK;
 	m.rc = add_channel(cl, fd);
+	if (m.rc && !cl->refused++)
+		DDSS_WARN("client %u (pid %d): its channel refused: %s; later refusals of this "
+			  "client are not logged", cl->id, cl->pid, ddss_strerror(m.rc));
 	r = ddss_sock_send(cl->sock, &m, sizeof(m), -1);
 	if (r) {
 		/* A client waits for each answer before it asks again: a full socket is one

@@ -40,6 +40,7 @@
 static const char *ddssd;
 static char sock_path[64];
 static bool use_default_socket; /* start(): no --socket, the daemon's default */
+static const char *daemon_log;   /* start(): the daemon's stderr goes to this file */
 static uint32_t me = 1; /* for EXPECT_RC */
 
 /*
@@ -65,6 +66,12 @@ static pid_t start(bool daemonize, int *status_p)
 		snprintf(nodes, sizeof(nodes), "127.0.0.1:%u", port);
 		dup2(ls, 3);
 		dup2(p[1], 4);
+		if (daemon_log) {
+			int lf = open(daemon_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+			if (lf < 0 || dup2(lf, 2) < 0)
+				_exit(126);
+		}
 		setenv("DDSS_RANK", "1", 1);
 		setenv("DDSS_SIZE", "1", 1);
 		setenv("DDSS_NODES", nodes, 1);
@@ -451,7 +458,22 @@ static void test_pool_fd_hostile(void)
  * reads the answers. The daemon's one listener thread answered with a blocking send: once
  * the answers filled the socket it waited there for good, and no client could attach,
  * open a channel or be cleaned up after. Now such a client is dropped and the rest go on.
+ * Its refusals are logged once, not once each (its hundreds of asks flooded the log).
  */
+static unsigned log_lines_with(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	unsigned n = 0;
+
+	if (!f)
+		return UINT32_MAX;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, text) != NULL;
+	fclose(f);
+	return n;
+}
+
 #define UNREAD_ASKS_MAX 20000
 #define UNREAD_STALL_MS 3000 /* how long our sends may stay blocked before we stop */
 
@@ -465,9 +487,14 @@ static void test_unread_answers(void)
 	ddss_ctx_t *c;
 	ddss_key_t key;
 	uint64_t v = 11;
+	char log_path[sizeof(sock_path) + 8];
+	unsigned logged;
 	pid_t d;
 
+	snprintf(log_path, sizeof(log_path), "%s.log", sock_path);
+	daemon_log = log_path;
 	d = start_daemon(&st);
+	daemon_log = NULL;
 	CU_ASSERT_FATAL(d > 0);
 	s = raw_attach(&w, &fd);
 	CU_ASSERT_FATAL(s >= 0);
@@ -509,6 +536,10 @@ static void test_unread_answers(void)
 	CU_ASSERT_EQUAL(kill(d, SIGTERM), 0);
 	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
 	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	logged = log_lines_with(log_path, "channel");
+	printf("daemon log lines about a channel: %u ", logged);
+	CU_ASSERT_EQUAL(logged, 1);
+	unlink(log_path);
 }
 
 /*
