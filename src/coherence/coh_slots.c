@@ -4,8 +4,10 @@
  * reader whether what it read can have been overwritten meanwhile.
  *
  * The home keeps x+1 copies (x = 0 for write, the parameter for delta). Version v lives in
- * copy v mod (x+1). A put, holding the lock: fetch&add 1 on the word (now odd: "version
- * v+1 is being written"), write copy (v+1) mod (x+1), write the word 2(v+1).
+ * copy v mod (x+1). A put, holding the lock: add 1 to the word (now odd: "version v+1 is
+ * being written"), write copy (v+1) mod (x+1), write the word 2(v+1). The mark is a
+ * compare&swap from the even word, so a put never touches the mark of one that died
+ * between its steps (mark_writing).
  *
  * A get of version u = v - back (v read from the word) reads copy u mod (x+1), then reads
  * the word again. That copy is next overwritten by the put of version u+x+1, which marks
@@ -37,6 +39,19 @@ static uint32_t extra_copies(const struct coh_call *c)
 }
 
 #define OPTIMISTIC_TRIES 16
+
+/* The word as this context last saw it: where the next put's mark starts from (a get and
+ * then a put, the usual read-modify-write, then costs the put no extra compare&swap). */
+static uint64_t *word_hint(struct coh_call *c)
+{
+	return &coh_of(c)->word_hint[c->d->key % COH_WORD_HINTS];
+}
+
+static void note_word(struct coh_call *c, uint64_t word)
+{
+	if (!(word & COH_WRITING))
+		__atomic_store_n(word_hint(c), word, __ATOMIC_RELAXED);
+}
 
 static uint64_t started(uint64_t word)
 {
@@ -84,6 +99,8 @@ static int read_locked(struct coh_call *c, uint64_t x)
 	coh_count(&coh_of(c)->locked);
 	r = coh_read_version(c, &word);
 	v = word >> 1;
+	if (!r)
+		note_word(c, word);
 	if (!r && (word & COH_WRITING))
 		r = -EIO; /* a put died mid-way (see post_put) */
 	else if (!r && c->back > v)
@@ -116,6 +133,7 @@ static int slots_get(struct coh_call *c)
 			      coh_version_read_with_copy(c, &word, &have, &cached);
 		if (r)
 			return r;
+		note_word(c, word);
 		v = word >> 1;
 		if (c->back > v)
 			return -ENOENT;
@@ -178,6 +196,40 @@ static int write_version(struct coh_call *c, uint64_t word)
 }
 
 /*
+ * Holding the lock: mark the word "writing" with a compare&swap from the even value it
+ * holds, the guess being the word as this context last saw it (a wrong guess costs one
+ * more compare&swap). A fetch&add of 1 could not tell: on the mark of a writer that died
+ * between its steps it made the word read "version v+1 complete" until a second one took
+ * it back, and a get in that round trip returned the dead writer's half-written copy.
+ * *old_p: the word before. -EIO, and nothing changed, if the word is marked.
+ */
+#define MARK_TRIES 3 /* the word moves under our exclusive lock only if a peer misbehaves */
+
+static int mark_writing(struct coh_call *c, uint64_t *old_p)
+{
+	uint64_t guess = __atomic_load_n(word_hint(c), __ATOMIC_RELAXED) & ~COH_WRITING, old;
+
+	for (unsigned tries = 0; tries < MARK_TRIES; tries++) {
+		int r = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, guess,
+				    guess | COH_WRITING, &old);
+
+		if (r)
+			return r;
+		if (old == guess) {
+			*old_p = old;
+			return 0;
+		}
+		/* A put died between its two steps (its lock was recovered): its copy is
+		 * unfinished and the word says so; both are left for the failure handling. */
+		if (old & COH_WRITING)
+			return -EIO;
+		guess = old;
+		note_word(c, old);
+	}
+	return -EIO;
+}
+
+/*
  * Holding the lock: mark the word, then post the new copy and the new word back to back
  * (executed in that order at the home) and leave them in flight for the release.
  * *whole_p: a merged copy to free once the transfers are done.
@@ -187,16 +239,10 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 	uint64_t x = extra_copies(c), old, v;
 	struct coh_call all = *c;
 	uint32_t copy;
-	int r = ddss_tp_fadd(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, 1, &old);
+	int r = mark_writing(c, &old);
 
 	if (r)
 		return r;
-	if (old & COH_WRITING) {
-		/* A put died between its two steps (its lock was recovered): its copy is
-		 * unfinished and the word says so; leave both for the failure handling. */
-		ddss_tp_fadd(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, UINT64_MAX, &old);
-		return -EIO;
-	}
 	v = old >> 1;
 	copy = (uint32_t)((v + 1) % (x + 1));
 	if (x)
@@ -214,6 +260,7 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 		return r;
 	}
 	p->word = old + 2;
+	note_word(c, p->word);
 	r = coh_post_write_at(c, p, c->hdr + COH_VERSION_OFF, &p->word, 8);
 	if (r) {
 		/* The copy is in flight: let it land, then take the mark back. */

@@ -41,11 +41,16 @@ struct coh_model {
 extern const struct coh_model coh_null, coh_strict, coh_read, coh_write, coh_version,
 	coh_delta, coh_temporal;
 
+#define COH_WORD_HINTS 256
+
 struct ddss_coh {
 	struct coh_cache *cache;
 	int64_t (*now_ns)(void *arg);
 	void *now_arg;
 	uint64_t fetches, hits, retries, locked; /* atomic counters */
+	/* The version word this context last saw, by key (collisions cost a retry):
+	 * the guess its compare&swap starts from (coh_slots.c, mark_writing). Atomic. */
+	uint64_t word_hint[COH_WORD_HINTS];
 };
 
 /* The version word, in every segment's header: [completed puts : 63 | a put is writing : 1]. */

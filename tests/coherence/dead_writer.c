@@ -1,0 +1,156 @@
+/*
+ * A write-model segment whose last writer died between its two steps (the version word
+ * marked "writing", its copy half written; src/coherence/coh_slots.c): every later put
+ * fails with -EIO and changes nothing, and no get returns the unfinished copy.
+ *
+ *   ddssrun -n 2 --transport tcp coh_dead_writer
+ *
+ * Rank 1 homes the segment and plays the dead writer in its own pool. Rank 2 puts from one
+ * thread while another gets, PUTS times; rank 1 then checks the word and the copy.
+ *
+ * (A put took the mark with a fetch&add of 1 and, finding it set, gave it back with a
+ * second one. In between, one round trip, the word said "version v+1 complete", and a get
+ * in that window returned the dead writer's half-written copy as that version.)
+ */
+#include "common/test_util.h"
+#include "alloc/pool.h"
+#include "alloc/segtab.h"
+#include "core/ctx.h"
+#include "core/seg_cache.h"
+#include "ddss/ddss.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEG_LEN 64
+#define PUTS 300
+#define DONE_BYTE 0xa1 /* the last complete version */
+#define TORN_BYTE 0xb2 /* what the dead writer got written of its copy */
+#define PUT_BYTE 0xc3  /* what rank 2's puts carry */
+
+static ddss_ctx_t *ctx;
+static ddss_key_t key;
+static uint32_t me;
+
+/* Rank 1: the segment's version word and copy in our pool. */
+static void find_home(uint64_t **word_p, unsigned char **copy_p)
+{
+	const struct ddss_seg_desc *d;
+	char *base = ddss_pool_base(ctx->pool);
+	int r = ddss_ctx_desc(ctx, key, &d);
+
+	if (r) {
+		printf("rank 1: FAIL: descriptor: %s\n", ddss_strerror(r));
+		exit(1);
+	}
+	*word_p = (uint64_t *)(base + d->data_off - DDSS_SEG_HDR_LEN + DDSS_SEG_HDR_VERSION);
+	*copy_p = (unsigned char *)base + d->data_off; /* the write model's one copy */
+	ddss_seg_cache_put(d);
+}
+
+/* Rank 2's reader: gets until told to stop, counting those that returned data. */
+static bool stop;
+static unsigned got_data, got_other, gets;
+static int other_rc;
+
+static void *reader(void *arg)
+{
+	unsigned char buf[SEG_LEN];
+
+	(void)arg;
+	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
+		int r = ddss_get(ctx, key, 0, buf, SEG_LEN);
+
+		gets++;
+		if (r == 0)
+			got_data++;
+		else if (r != -EIO && r != -ETIMEDOUT && !got_other++)
+			other_rc = r;
+	}
+	return NULL;
+}
+
+static void rank2(void)
+{
+	unsigned char v[SEG_LEN];
+	unsigned not_eio = 0;
+	int first_bad = 0;
+	pthread_t th;
+
+	memset(v, PUT_BYTE, sizeof(v));
+	if (pthread_create(&th, NULL, reader, NULL)) {
+		printf("rank 2: FAIL: pthread_create\n");
+		exit(1);
+	}
+	for (unsigned i = 0; i < PUTS; i++) {
+		int r = ddss_put(ctx, key, 0, v, sizeof(v));
+
+		if (r != -EIO && !not_eio++)
+			first_bad = r;
+	}
+	__atomic_store_n(&stop, true, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	printf("rank 2: %u puts, %u not -EIO; %u gets beside them, %u returned data, %u another "
+	       "error\n", PUTS, not_eio, gets, got_data, got_other);
+	TEST_CHECK(2, not_eio == 0, "a put on a dead writer's mark returned %d", first_bad);
+	TEST_CHECK(2, got_data == 0, "%u gets returned the dead writer's unfinished copy",
+		   got_data);
+	TEST_CHECK(2, got_other == 0, "a get returned %d", other_rc);
+}
+
+int main(void)
+{
+	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1,
+				      .name = "dead-writer", .coherence = DDSS_COHERENCE_WRITE };
+	unsigned char v[SEG_LEN], *copy = NULL;
+	uint64_t *word = NULL, marked = 0;
+	int r = ddss_init(NULL, &ctx);
+
+	if (r) {
+		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
+		return 1;
+	}
+	me = ddss_rank(ctx);
+	if (ddss_size(ctx) != 2) {
+		fprintf(stderr, "run with 2 ranks\n");
+		return 1;
+	}
+	r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key);
+	if (r) {
+		fprintf(stderr, "rank %u: segment: %s\n", me, ddss_strerror(r));
+		return 1;
+	}
+	if (me == 1) {
+		memset(v, DONE_BYTE, sizeof(v));
+		r = ddss_put(ctx, key, 0, v, sizeof(v));
+		TEST_CHECK(1, r == 0, "the first put: %d", r);
+		find_home(&word, &copy);
+		/* The dead writer: marked the word, wrote half its copy, never finished. */
+		marked = __atomic_add_fetch(word, 1, __ATOMIC_SEQ_CST);
+		memset(copy, TORN_BYTE, SEG_LEN / 2);
+		TEST_CHECK(1, marked & 1, "the word %#llx was not marked",
+			   (unsigned long long)marked);
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2)
+		rank2();
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 1) {
+		uint64_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+		bool copy_kept = true;
+
+		for (unsigned i = 0; i < SEG_LEN; i++)
+			copy_kept &= copy[i] == (i < SEG_LEN / 2 ? TORN_BYTE : DONE_BYTE);
+		printf("rank 1: version word %#llx (the dead writer left %#llx)\n",
+		       (unsigned long long)now, (unsigned long long)marked);
+		TEST_CHECK(1, now == marked, "the version word moved");
+		TEST_CHECK(1, copy_kept, "the copy changed");
+	}
+	test_ctx_barrier_or_exit(ctx);
+	ddss_finalize(ctx);
+	printf("rank %u: %s\n", me, test_failures ? "FAILED" : "passed");
+	return test_failures ? 1 : 0;
+}
