@@ -29,6 +29,7 @@ struct shard {
 	struct entry *buckets[BUCKETS];
 	struct entry *newest, *oldest;
 	size_t bytes, cap;
+	uint64_t forgets; /* coh_cache_forget calls on the shard's keys */
 };
 
 struct coh_cache {
@@ -142,8 +143,25 @@ bool coh_cache_get(struct coh_cache *c, uint64_t key, size_t off, size_t len, vo
 	return hit;
 }
 
+uint64_t coh_cache_forgets(struct coh_cache *c, uint64_t key)
+{
+	struct shard *s = shard_of(c, key);
+	uint64_t n;
+
+	pthread_mutex_lock(&s->mu);
+	n = s->forgets;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
 void coh_cache_put(struct coh_cache *c, uint64_t key, size_t off, size_t len, const void *data,
 		   uint64_t version, int64_t fetched_ns)
+{
+	coh_cache_put_since(c, key, off, len, data, version, fetched_ns, UINT64_MAX);
+}
+
+void coh_cache_put_since(struct coh_cache *c, uint64_t key, size_t off, size_t len,
+			 const void *data, uint64_t version, int64_t fetched_ns, uint64_t forgets)
 {
 	struct shard *s = shard_of(c, key);
 	struct entry **slot, *e;
@@ -159,6 +177,12 @@ void coh_cache_put(struct coh_cache *c, uint64_t key, size_t off, size_t len, co
 	memcpy(e->data, data, len);
 
 	pthread_mutex_lock(&s->mu);
+	if (forgets != UINT64_MAX && s->forgets != forgets) {
+		/* Forgotten since the caller's transfer began: the copy may predate that. */
+		pthread_mutex_unlock(&s->mu);
+		free(e);
+		return;
+	}
 	slot = slot_of(s, key);
 	if (*slot) {
 		struct entry *old = *slot;
@@ -192,6 +216,7 @@ void coh_cache_forget(struct coh_cache *c, uint64_t key)
 	struct entry **slot;
 
 	pthread_mutex_lock(&s->mu);
+	s->forgets++;
 	slot = slot_of(s, key);
 	if (*slot)
 		drop(s, slot, *slot);

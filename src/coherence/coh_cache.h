@@ -38,6 +38,17 @@ bool coh_cache_get(struct coh_cache *cache, uint64_t key, size_t off, size_t len
 void coh_cache_put(struct coh_cache *cache, uint64_t key, size_t off, size_t len,
 		   const void *data, uint64_t version, int64_t fetched_ns);
 
+/**
+ * The same, unless @key was forgotten (coh_cache_forget) since coh_cache_forgets returned
+ * @forgets: a copy whose transfer began before a forget may hold the bytes the forget was
+ * for (temporal: a put of this context). Counted per shard, so a forget of another key
+ * can cost a copy, never keep a stale one.
+ */
+void coh_cache_put_since(struct coh_cache *cache, uint64_t key, size_t off, size_t len,
+			 const void *data, uint64_t version, int64_t fetched_ns, uint64_t forgets);
+/** Where @key's forgets stand, for coh_cache_put_since: read before the transfer. */
+uint64_t coh_cache_forgets(struct coh_cache *cache, uint64_t key);
+
 /** Drop @key's copy. */
 void coh_cache_forget(struct coh_cache *cache, uint64_t key);
 

@@ -2,7 +2,8 @@
  * Temporal coherence (t): a get serves this context's copy while it is younger than t,
  * counted from the moment the transfer that brought it started (so the data is at least
  * that fresh). Puts write through and drop this context's copy, so a rank reads its own
- * writes.
+ * writes; a get whose transfer began before such a drop does not keep its copy, which may
+ * be of the bytes before the put.
  */
 #include "coherence/model.h"
 
@@ -15,6 +16,7 @@ static int temporal_get(struct coh_call *c)
 {
 	int64_t t = (int64_t)c->d->param * 1000000, started = now(c);
 	struct coh_want want = { .fetched_after = started - t + 1 };
+	uint64_t forgets;
 	int r;
 
 	if (coh_cache_get(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf, &want,
@@ -22,10 +24,12 @@ static int temporal_get(struct coh_call *c)
 		coh_count(&coh_of(c)->hits);
 		return 0;
 	}
+	forgets = coh_cache_forgets(coh_of(c)->cache, c->d->key);
 	r = coh_fetch_copy(c, 0);
 	if (r)
 		return r;
-	coh_cache_put(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf, 0, started);
+	coh_cache_put_since(coh_of(c)->cache, c->d->key, c->off, c->len, c->buf, 0, started,
+			    forgets);
 	c->version = 0;
 	return 0;
 }

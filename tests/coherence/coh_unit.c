@@ -208,6 +208,34 @@ static void test_cache_basics(void)
 	coh_cache_destroy(c);
 }
 
+/*
+ * A copy whose transfer began before a forget of its key is not kept (temporal: the
+ * forget is a put of this context, and the copy may hold the bytes from before it).
+ */
+static void test_cache_put_since(void)
+{
+	struct coh_cache *c;
+	uint8_t data[64], out[64];
+	uint64_t v, since;
+
+	test_fill(data, sizeof(data), 3);
+	CU_ASSERT_FATAL(coh_cache_create(16 * 4096, &c) == 0);
+	since = coh_cache_forgets(c, 7);
+	coh_cache_put_since(c, 7, 0, 64, data, 0, 10, since); /* nothing forgotten: kept */
+	CU_ASSERT_TRUE(coh_cache_get(c, 7, 0, 64, out, &any, &v));
+	since = coh_cache_forgets(c, 7);
+	coh_cache_forget(c, 7); /* a put, while the next transfer was under way */
+	coh_cache_put_since(c, 7, 0, 64, data, 0, 20, since);
+	CU_ASSERT_FALSE(coh_cache_get(c, 7, 0, 64, out, &any, &v));
+	CU_ASSERT_EQUAL(coh_cache_bytes(c), 0);
+	/* read after the forget: kept */
+	since = coh_cache_forgets(c, 7);
+	coh_cache_put_since(c, 7, 0, 64, data, 0, 30, since);
+	CU_ASSERT_TRUE(coh_cache_get(c, 7, 0, 64, out, &any, &v));
+	CU_ASSERT(memcmp(out, data, sizeof(out)) == 0);
+	coh_cache_destroy(c);
+}
+
 static void test_cache_bound(void)
 {
 	const size_t cap = 16 * 8192, len = 3000; /* 8 KiB per shard: two copies each */
@@ -340,6 +368,8 @@ int main(void)
 	CU_add_test(s, "a released segment with its lock in use keeps its memory until idle",
 		    test_segtab_draining);
 	CU_add_test(s, "cache: ranges, versions, ages, replacement, forget", test_cache_basics);
+	CU_add_test(s, "cache: a copy forgotten while in transfer is not kept",
+		    test_cache_put_since);
 	CU_add_test(s, "cache: byte bound, oversize copies, capacity 0", test_cache_bound);
 	CU_add_test(s, "cache: least recently used goes first", test_cache_lru);
 	CU_add_test(s, "cache: 4 threads, self-checking copies", test_cache_threads);
