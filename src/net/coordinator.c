@@ -44,6 +44,7 @@ struct ddss_coord {
 	int64_t *left_ns;       /* [slot] under mu: when we saw that view */
 	bool started;           /* under mu: incarnation[] is filled */
 	struct ddss_net *net;   /* under mu: where deaths go, once attached */
+	unsigned net_users;     /* under mu: view callbacks using net outside mu (detach waits) */
 	bool closed;            /* under mu: detached, the process is leaving */
 	uint32_t self;          /* our slot */
 	int64_t ttl_ns;
@@ -211,9 +212,16 @@ static void on_view(void *arg, const struct ddss_view *v)
 	admit = calloc(c->size + 1, sizeof(*admit));
 	apply_view_locked(c, v, gone, &ngone, admit, &nadmit);
 	net = c->net;
+	c->net_users += net != NULL;
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 	apply_view_done(net, gone, ngone, admit, nadmit);
+	if (net) {
+		pthread_mutex_lock(&c->mu);
+		c->net_users--;
+		pthread_cond_broadcast(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+	}
 }
 
 /* Our own address: DDSS_LISTEN, with the port of DDSS_LISTEN_FD or of a socket we bind. */
@@ -801,6 +809,9 @@ void ddss_coord_detach(struct ddss_coord *c)
 	pthread_mutex_lock(&c->mu);
 	c->net = NULL;
 	c->closed = true;
+	/* A view being applied took the net before this: the caller frees it next. */
+	while (c->net_users)
+		pthread_cond_wait(&c->cv, &c->mu);
 	pthread_mutex_unlock(&c->mu);
 }
 

@@ -51,6 +51,8 @@ void ddss_coord_attach(struct ddss_coord *c, struct ddss_net *net);
  * slot, nor a member that left the view. Takes the coordinator's lock: callers may hold
  * the net's (never the other way round). */
 bool ddss_coord_in_view(struct ddss_coord *c, uint32_t rank);
+/* The net is going away: no view applied from now on reaches it, and one being applied
+ * is waited for (it used the net outside the coordinator's lock). */
 void ddss_coord_detach(struct ddss_coord *c);
 
 /**
