@@ -184,6 +184,11 @@ struct tcp_tp {
 	enum tcp_ev_type stop_ev;
 	pthread_t progress_thread, acceptor_thread;
 	pthread_mutex_t served_mu;
+	/* Held around linking or unlinking a served connection and the peer state that follows
+	 * from it (tcp_serve.c), so a close that found no other connection of its rank cannot
+	 * set it down after a new one set it up. Taken before served_mu and the on_peer
+	 * callback's locks, and by nothing else. */
+	pthread_mutex_t serve_state_mu;
 	struct tcp_served *served; /* list, for teardown */
 	struct tcp_peer *peers;    /* [1..size] */
 	enum tcp_order order;

@@ -97,6 +97,7 @@ static void tcp_close(struct ddss_tp *tp)
 		tcp_chan_destroy(&t->peers[r].chan);
 	close(t->epfd);
 	pthread_mutex_destroy(&t->served_mu);
+	pthread_mutex_destroy(&t->serve_state_mu);
 	free(t->peers);
 	ddss_tp_fini_common(tp);
 	free(t);
@@ -552,6 +553,7 @@ static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 		goto err_peers;
 	}
 	pthread_mutex_init(&t->served_mu, NULL);
+	pthread_mutex_init(&t->serve_state_mu, NULL);
 	for (uint32_t rank = 1; rank <= cfg->size; rank++)
 		tcp_chan_init(&t->peers[rank].chan, t, rank);
 	*tp_p = &t->base;

@@ -142,6 +142,7 @@ static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why
 	DDSS_INFO("closing connection from rank %u: %s", s->peer, why);
 	weak_unlink(t, s);
 	epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+	pthread_mutex_lock(&t->serve_state_mu);
 	pthread_mutex_lock(&t->served_mu);
 	for (pp = &t->served; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
@@ -155,6 +156,7 @@ static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why
 	close(s->fd); /* only once unlinked: tcp_serve_cut must never see a reused number */
 	if (!others)
 		tcp_peer_set_state(t, s->peer, DDSS_TP_PEER_DOWN);
+	pthread_mutex_unlock(&t->serve_state_mu);
 	served_free(s);
 }
 
@@ -910,6 +912,7 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
 	s->watching = EPOLLIN; /* before the progress thread may see it */
 	tcp_set_sock_opts(fd);
 	tcp_peer_set_pool_len(t, s->peer, pool_len);
+	pthread_mutex_lock(&t->serve_state_mu);
 	pthread_mutex_lock(&t->served_mu);
 	/* A rank talks to us on one connection (its channel, tcp_chan.c); it opens another only
 	 * once it gave the old one up. So the older ones go: a rank has one connection here,
@@ -921,6 +924,7 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
 	t->served = s;
 	pthread_mutex_unlock(&t->served_mu);
 	tcp_peer_set_state(t, s->peer, DDSS_TP_PEER_UP);
+	pthread_mutex_unlock(&t->serve_state_mu);
 	if (ddss_tp_peer_refused(&t->base, s->peer))
 		shutdown(fd, SHUT_RDWR); /* refused while we shook hands */
 	if (ev_set(t, s, EPOLLIN, EPOLL_CTL_ADD)) {
