@@ -107,17 +107,10 @@ int main(void)
 				      .name = "dead-writer", .coherence = DDSS_COHERENCE_WRITE };
 	unsigned char v[SEG_LEN], *copy = NULL;
 	uint64_t *word = NULL, marked = 0;
-	int r = ddss_init(NULL, &ctx);
+	int r;
 
-	if (r) {
-		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
-		return 1;
-	}
+	ctx = test_init_ranks_or_exit(2);
 	me = ddss_rank(ctx);
-	if (ddss_size(ctx) != 2) {
-		fprintf(stderr, "run with 2 ranks\n");
-		return 1;
-	}
 	r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key);
 	if (r) {
 		fprintf(stderr, "rank %u: segment: %s\n", me, ddss_strerror(r));

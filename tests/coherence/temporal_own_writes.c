@@ -84,17 +84,10 @@ int main(void)
 				      .name = "temporal-own-writes",
 				      .coherence = DDSS_COHERENCE_TEMPORAL, .temporal_ms = T_MS };
 	uint32_t me;
-	int r = ddss_init(NULL, &ctx);
+	int r;
 
-	if (r) {
-		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
-		return 1;
-	}
+	ctx = test_init_ranks_or_exit(2);
 	me = ddss_rank(ctx);
-	if (ddss_size(ctx) != 2) {
-		fprintf(stderr, "run with 2 ranks\n");
-		return 1;
-	}
 	r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key);
 	if (r) {
 		fprintf(stderr, "rank %u: segment: %s\n", me, ddss_strerror(r));

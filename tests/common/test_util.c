@@ -339,6 +339,22 @@ void test_listen_elsewhere(void)
 
 int test_failures;
 
+struct ddss_ctx *test_init_ranks_or_exit(uint32_t size)
+{
+	ddss_ctx_t *ctx;
+	int r = ddss_init(NULL, &ctx);
+
+	if (r) {
+		fprintf(stderr, "ddss_init: %s\n", ddss_strerror(r));
+		exit(1);
+	}
+	if (ddss_size(ctx) != size) {
+		fprintf(stderr, "run with %u rank(s), not %u\n", size, ddss_size(ctx));
+		exit(1);
+	}
+	return ctx;
+}
+
 struct ddss_ctx *test_init_peer_timeout(int peer_timeout_ms)
 {
 	struct ddss_attr attr;

@@ -139,6 +139,8 @@ extern int test_failures;
 		}                                                                          \
 	} while (0)
 
+/** ddss_init with the defaults, in a group of @size ranks, or exit(1) saying why. */
+struct ddss_ctx *test_init_ranks_or_exit(uint32_t size);
 /** ddss_init with the attr's defaults and @peer_timeout_ms; NULL (the error printed) on
  * failure. */
 struct ddss_ctx *test_init_peer_timeout(int peer_timeout_ms);
