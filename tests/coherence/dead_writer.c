@@ -99,6 +99,7 @@ static void rank2(void)
 	TEST_CHECK(2, got_data == 0, "%u gets returned the dead writer's unfinished copy",
 		   got_data);
 	TEST_CHECK(2, got_other == 0, "a get returned %d", other_rc);
+	TEST_CHECK(2, gets > 0, "the reader never ran");
 }
 
 int main(void)

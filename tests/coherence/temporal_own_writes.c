@@ -2,7 +2,7 @@
  * Temporal coherence keeps its promise that a rank reads its own writes while other
  * threads of the rank keep getting (src/coherence/coh_temporal.c).
  *
- *   ddssrun -n 2 --transport tcp coh_temporal_own_writes
+ *   ddssrun -n 2 --transport tcp coh_temporal_own_writes [--rounds N]
  *
  * Rank 2 homes a temporal segment of 512 KiB (t = 60 s: a cached copy would serve every get
  * of the run). On rank 1 a reader thread gets all of it without pause (each transfer long
@@ -20,8 +20,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#define ROUNDS 3000
+static unsigned rounds = 3000; /* --rounds: rxe in the guest is several times slower */
 #define T_MS 60000
 #define SEG_LEN (512u << 10) /* under the default cache's largest copy, 1 MiB */
 #define GETS_AFTER 8
@@ -54,7 +55,7 @@ static void rank1(void)
 		printf("rank 1: FAIL: pthread_create\n");
 		exit(1);
 	}
-	for (uint64_t i = 1; i <= ROUNDS; i++) {
+	for (uint64_t i = 1; i <= rounds; i++) {
 		uint64_t v = 0;
 
 		errors += ddss_put(ctx, key, 0, &i, sizeof(i)) != 0;
@@ -69,7 +70,7 @@ static void rank1(void)
 	__atomic_store_n(&stop, true, __ATOMIC_RELEASE);
 	pthread_join(th, NULL);
 	printf("rank 1: %u rounds of a put and %u gets: %u read an older value (first: put %llu, read "
-	       "%llu); the reader's gets beside them: %u\n", ROUNDS, GETS_AFTER, stale,
+	       "%llu); the reader's gets beside them: %u\n", rounds, GETS_AFTER, stale,
 	       (unsigned long long)first_stale, (unsigned long long)read_then, reader_gets);
 	TEST_CHECK(1, stale == 0, "%u gets after a put of this rank read an older value",
 		   stale);
@@ -78,7 +79,7 @@ static void rank1(void)
 	TEST_CHECK(1, reader_gets > 0, "the reader never ran");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 2,
 				      .name = "temporal-own-writes",
@@ -86,6 +87,12 @@ int main(void)
 	uint32_t me;
 	int r;
 
+	if (argc == 3 && !strcmp(argv[1], "--rounds") && atoi(argv[2]) > 0) {
+		rounds = (unsigned)atoi(argv[2]);
+	} else if (argc != 1) {
+		fprintf(stderr, "usage: %s [--rounds N]\n", argv[0]);
+		return 2;
+	}
 	ctx = test_init_ranks_or_exit(2);
 	me = ddss_rank(ctx);
 	r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key);

@@ -134,17 +134,13 @@ static void served_free(struct tcp_served *s)
 	free(s);
 }
 
-static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why)
+/* serve_state_mu held: take @s off the list; whether its rank has another connection. */
+static bool served_unlink(struct tcp_tp *t, struct tcp_served *s)
 {
-	struct tcp_served **pp;
 	bool others = false;
 
-	DDSS_INFO("closing connection from rank %u: %s", s->peer, why);
-	weak_unlink(t, s);
-	epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->fd, NULL);
-	pthread_mutex_lock(&t->serve_state_mu);
 	pthread_mutex_lock(&t->served_mu);
-	for (pp = &t->served; *pp; pp = &(*pp)->next) {
+	for (struct tcp_served **pp = &t->served; *pp; pp = &(*pp)->next) {
 		if (*pp == s) {
 			*pp = s->next;
 			break;
@@ -153,6 +149,18 @@ static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why
 	for (struct tcp_served *o = t->served; o; o = o->next)
 		others |= o->peer == s->peer;
 	pthread_mutex_unlock(&t->served_mu);
+	return others;
+}
+
+static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why)
+{
+	bool others;
+
+	DDSS_INFO("closing connection from rank %u: %s", s->peer, why);
+	weak_unlink(t, s);
+	epoll_ctl(t->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+	pthread_mutex_lock(&t->serve_state_mu);
+	others = served_unlink(t, s);
 	close(s->fd); /* only once unlinked: tcp_serve_cut must never see a reused number */
 	if (!others)
 		tcp_peer_set_state(t, s->peer, DDSS_TP_PEER_DOWN);
@@ -931,9 +939,11 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
 		int r = -errno;
 
 		DDSS_ERR("epoll_ctl: %s", strerror(errno));
-		pthread_mutex_lock(&t->served_mu);
-		t->served = s->next; /* still at the head: only the progress thread unlinks */
-		pthread_mutex_unlock(&t->served_mu);
+		/* The rank's older connections were shut down for this one: it may have none. */
+		pthread_mutex_lock(&t->serve_state_mu);
+		if (!served_unlink(t, s))
+			tcp_peer_set_state(t, s->peer, DDSS_TP_PEER_DOWN);
+		pthread_mutex_unlock(&t->serve_state_mu);
 		served_free(s);
 		return r;
 	}
