@@ -75,6 +75,10 @@ struct tcp_chan {
 	bool ever_up;             /* under connect_mu */
 	bool readmitted;          /* under connect_mu: a new incarnation, not up yet */
 	uint64_t peer_pool_len;   /* learned in the handshake */
+	/* The peer's generation (ddss_tp_peer_generation) the current connection was made
+	 * with; it speaks for the peer's state only while that is still the rank's. Set with
+	 * fd. */
+	uint32_t gen;
 
 	pthread_mutex_t connect_mu; /* serialises connect / teardown */
 	unsigned connect_gen;       /* connect attempts made (atomic; written under connect_mu) */
@@ -133,6 +137,7 @@ struct tcp_served {
 	struct tcp_served *next;
 	int fd;
 	uint32_t peer;
+	uint32_t gen; /* the peer's generation its handshake was checked against */
 	unsigned char rxbuf[TCP_RXBUF_LEN];
 	size_t rx_start, rx_end;
 	bool have_hdr;          /* cur holds a request whose payload may still be arriving */
@@ -208,7 +213,11 @@ static inline struct tcp_tp *tcp_tp_of(struct ddss_tp *tp)
 }
 
 /* tcp_provider.c */
-void tcp_peer_set_state(struct tcp_tp *t, uint32_t rank, enum ddss_tp_peer_state state);
+/* A connection made with @rank's process of generation @gen reports @state; ignored once
+ * the rank has been readmitted as another process (a newer generation): the old process's
+ * connection closing late must not set the new one down. */
+void tcp_peer_set_state(struct tcp_tp *t, uint32_t rank, uint32_t gen,
+			enum ddss_tp_peer_state state);
 void tcp_peer_set_pool_len(struct tcp_tp *t, uint32_t rank, uint64_t pool_len);
 /** TCP_NODELAY and keep-alive on a connected socket. */
 void tcp_set_sock_opts(int fd);
@@ -253,9 +262,11 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 			  uint64_t *pool_len_p, struct tcp_protect *prot_p);
 /* tcp_accept.c: the acceptor thread's body. */
 void *tcp_acceptor_main(void *arg);
-/* tcp_serve.c: serve @fd, a connection from @peer that passed the handshake (@prot: its
- * frame keys, copied); on failure (-errno) the caller still owns @fd. */
-int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
+struct tcp_accept_hs;
+/* tcp_serve.c: serve @fd, a connection that passed the handshake @hs (@prot: its frame
+ * keys, copied); on failure (-errno) the caller still owns @fd. -ESTALE: the rank was
+ * readmitted as another process since its hello was checked. */
+int tcp_serve_add(struct tcp_tp *t, int fd, const struct tcp_accept_hs *hs,
 		  const struct tcp_protect *prot);
 
 /** The bytes of a HELLO frame, the first thing a connecting peer sends. */
@@ -264,6 +275,7 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
  * waits for the AUTH frame in its poll loop, so a peer that stalls holds up nobody). */
 struct tcp_accept_hs {
 	uint32_t peer;                   /* the rank it claims (proven once done) */
+	uint32_t gen;                    /* that rank's generation when its hello was checked */
 	uint64_t pool_len;               /* its pool length, once known */
 	bool need_auth;                  /* with a secret: an AUTH frame is still to come */
 	struct ddss_auth_transcript tr;  /* what the proofs cover */

@@ -131,7 +131,7 @@ static void progress(struct acceptor *a, unsigned i)
 		r = tcp_handshake_accept_auth(a->t, fd, x->frame, &x->hs, &prot);
 	}
 	if (!r)
-		r = tcp_serve_add(a->t, fd, x->hs.peer, x->hs.pool_len, &prot);
+		r = tcp_serve_add(a->t, fd, &x->hs, &prot);
 	tcp_protect_clear(&prot);
 	if (r) {
 		drop(a, i);

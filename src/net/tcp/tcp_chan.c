@@ -92,7 +92,7 @@ static void chan_fail(struct tcp_chan *ch, int err)
 		DDSS_INFO("channel to rank %u failed: %s", ch->peer, strerror(-err));
 	if (ch->fd >= 0)
 		shutdown(ch->fd, SHUT_RDWR);
-	tcp_peer_set_state(ch->tp, ch->peer, DDSS_TP_PEER_DOWN);
+	tcp_peer_set_state(ch->tp, ch->peer, ch->gen, DDSS_TP_PEER_DOWN);
 }
 
 /*
@@ -325,6 +325,7 @@ static int chan_connect(struct tcp_chan *ch)
 	int64_t deadline = ddss_now_ns() + (int64_t)cfg->connect_timeout_ms * 1000000;
 	long backoff_ms = 5;
 	struct tcp_protect prot = { .mode = DDSS_TP_PROTECT_OFF };
+	uint32_t gen;
 	int fd = -1, r;
 	/* It was up, or every rank has been: if it does not answer now, it is gone. A rank
 	 * readmitted as a new process (tp_incarnation.c) may still be starting. */
@@ -352,11 +353,16 @@ static int chan_connect(struct tcp_chan *ch)
 			backoff_ms *= 2;
 	}
 	tcp_set_sock_opts(fd);
+	gen = ddss_tp_peer_generation(&ch->tp->base, ch->peer);
 	/* A peer that should be there answers its handshake at once; a dead rank's listening
 	 * socket may outlive it (ddssrun keeps it), accepting connections nobody serves. */
 	r = tcp_handshake_connect(ch->tp, ch->peer, fd, known ? ddss_now_ns() + DEAD_HANDSHAKE_NS :
 								deadline,
 				  &ch->peer_pool_len, &prot);
+	/* Readmitted as another process while we shook hands: which one answered is unclear,
+	 * and the old one is dead to us. */
+	if (!r && gen != ddss_tp_peer_generation(&ch->tp->base, ch->peer))
+		r = -EHOSTDOWN;
 	if (r) {
 		tcp_protect_clear(&prot);
 		close(fd);
@@ -369,6 +375,7 @@ static int chan_connect(struct tcp_chan *ch)
 	pthread_mutex_lock(&ch->send_mu);
 	ch->prot = prot;
 	ch->protect = prot.mode != DDSS_TP_PROTECT_OFF;
+	ch->gen = gen;
 	tcp_pframe_done(&ch->prx);
 	__atomic_store_n(&ch->fd, fd, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&ch->send_mu);
@@ -377,7 +384,7 @@ static int chan_connect(struct tcp_chan *ch)
 	ch->ever_up = true;
 	ch->readmitted = false;
 	tcp_peer_set_pool_len(ch->tp, ch->peer, ch->peer_pool_len);
-	tcp_peer_set_state(ch->tp, ch->peer, DDSS_TP_PEER_UP);
+	tcp_peer_set_state(ch->tp, ch->peer, gen, DDSS_TP_PEER_UP);
 	return 0;
 }
 

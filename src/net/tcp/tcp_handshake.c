@@ -263,6 +263,9 @@ int tcp_handshake_accept_hello(struct tcp_tp *t, int fd, const unsigned char *fr
 	hs->tr = (struct ddss_auth_transcript){ .group = cfg->group, .target = cfg->rank,
 						.size = cfg->size };
 	r = decode_frame(frame, TCP_K_HELLO, &status, &hello);
+	/* Before the check: a readmission between the two shows as a newer generation at
+	 * tcp_serve_add, which then turns the connection away. */
+	hs->gen = ddss_tp_peer_generation(&t->base, hello.from_rank);
 	status = r || status ? -EPROTO : check_hello(t, &hello);
 	me = my_hello(t, hello.from_rank);
 	hs->tr.group = me.group;

@@ -73,8 +73,12 @@ int tcp_recv_full(int fd, void *buf, size_t len, int64_t deadline_ns)
 	return 0;
 }
 
-void tcp_peer_set_state(struct tcp_tp *t, uint32_t rank, enum ddss_tp_peer_state state)
+void tcp_peer_set_state(struct tcp_tp *t, uint32_t rank, uint32_t gen,
+			enum ddss_tp_peer_state state)
 {
+	/* A static group has generation 0 throughout: every event counts. */
+	if (gen != ddss_tp_peer_generation(&t->base, rank))
+		return;
 	ddss_tp_peer_changed(&t->base, &t->peers[rank].state, rank, state);
 }
 

@@ -163,7 +163,7 @@ static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why
 	others = served_unlink(t, s);
 	close(s->fd); /* only once unlinked: tcp_serve_cut must never see a reused number */
 	if (!others)
-		tcp_peer_set_state(t, s->peer, DDSS_TP_PEER_DOWN);
+		tcp_peer_set_state(t, s->peer, s->gen, DDSS_TP_PEER_DOWN);
 	pthread_mutex_unlock(&t->serve_state_mu);
 	served_free(s);
 }
@@ -905,11 +905,16 @@ void tcp_serve_cut(struct tcp_tp *t, uint32_t rank)
 	pthread_mutex_unlock(&t->served_mu);
 }
 
-int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
+int tcp_serve_add(struct tcp_tp *t, int fd, const struct tcp_accept_hs *hs,
 		  const struct tcp_protect *prot)
 {
-	struct tcp_served *s = calloc(1, sizeof(*s));
+	uint32_t peer = hs->peer;
+	struct tcp_served *s;
 
+	/* Checked again under serve_state_mu below; this spares the allocation. */
+	if (hs->gen != ddss_tp_peer_generation(&t->base, peer))
+		return -ESTALE;
+	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->prot = *prot;
@@ -917,10 +922,22 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
 	s->ev_type = TCP_EV_SERVED;
 	s->fd = fd;
 	s->peer = peer;
+	s->gen = hs->gen;
 	s->watching = EPOLLIN; /* before the progress thread may see it */
 	tcp_set_sock_opts(fd);
-	tcp_peer_set_pool_len(t, s->peer, pool_len);
 	pthread_mutex_lock(&t->serve_state_mu);
+	/*
+	 * The rank was readmitted as another process after this one's hello was checked: it
+	 * is the old process (or one we cannot tell from it), and it must not shut out the
+	 * new one's connections below. readmit stores the generation before it lets anyone
+	 * in, and a readmission needs the rank refused, which every hello is checked for.
+	 */
+	if (s->gen != ddss_tp_peer_generation(&t->base, peer)) {
+		pthread_mutex_unlock(&t->serve_state_mu);
+		served_free(s);
+		return -ESTALE;
+	}
+	tcp_peer_set_pool_len(t, s->peer, hs->pool_len);
 	pthread_mutex_lock(&t->served_mu);
 	/* A rank talks to us on one connection (its channel, tcp_chan.c); it opens another only
 	 * once it gave the old one up. So the older ones go: a rank has one connection here,
@@ -931,7 +948,7 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
 	s->next = t->served;
 	t->served = s;
 	pthread_mutex_unlock(&t->served_mu);
-	tcp_peer_set_state(t, s->peer, DDSS_TP_PEER_UP);
+	tcp_peer_set_state(t, s->peer, s->gen, DDSS_TP_PEER_UP);
 	pthread_mutex_unlock(&t->serve_state_mu);
 	if (ddss_tp_peer_refused(&t->base, s->peer))
 		shutdown(fd, SHUT_RDWR); /* refused while we shook hands */
@@ -942,7 +959,7 @@ int tcp_serve_add(struct tcp_tp *t, int fd, uint32_t peer, uint64_t pool_len,
 		/* The rank's older connections were shut down for this one: it may have none. */
 		pthread_mutex_lock(&t->serve_state_mu);
 		if (!served_unlink(t, s))
-			tcp_peer_set_state(t, s->peer, DDSS_TP_PEER_DOWN);
+			tcp_peer_set_state(t, s->peer, s->gen, DDSS_TP_PEER_DOWN);
 		pthread_mutex_unlock(&t->serve_state_mu);
 		served_free(s);
 		return r;
