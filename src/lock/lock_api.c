@@ -268,9 +268,18 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 		}
 		return 0;
 	}
-	if (rq->stage == STAGE_START || r == -EBUSY)
-		lock_slot_put(lk, rq->slot, SLOT_FREE); /* never published */
-	else if (r == -ETIMEDOUT && deadline != INT64_MAX && ddss_now_ns() >= deadline)
+	/*
+	 * Never published: nothing can write into the slot. A shared request's or a ticket's
+	 * fetch&add that may have landed counts us anonymously (the drain and turn checks of
+	 * lock_recover.c pass over it); a try-lock's CAS that may have landed may have put
+	 * our id in the tail, where a successor would find it.
+	 */
+	if (r == -EBUSY || (rq->stage == STAGE_START && !rq->id_maybe_out))
+		lock_slot_put(lk, rq->slot, SLOT_FREE);
+	/* Out of time in a wait: the janitor goes on from there. Not after an atomic that
+	 * may have landed: the janitor would run it again. */
+	else if (r == -ETIMEDOUT && deadline != INT64_MAX && ddss_now_ns() >= deadline &&
+		 !rq->unknown)
 		abandon(lk, rq);
 	else
 		lock_slot_put(lk, rq->slot, SLOT_LOST);
@@ -375,6 +384,7 @@ static int requeue(struct ddss_lock *lk, ddss_key_t key, struct lock_req *rq, in
 		LOCK_RSTAT(lk, requeued);
 		rq->stage = STAGE_START;
 		rq->pred = rq->count = rq->drain = 0;
+		rq->unknown = rq->id_maybe_out = false;
 		r = queue_acquire(lk, key, rq, false, left_ms, implicit);
 	}
 	return r;

@@ -178,6 +178,12 @@ struct lock_req {
 	bool may_post;     /* release: may return before its CAS completes (lock_posted.c) */
 	struct lock_agent_job *agent; /* a recovery agent's request (lock_agent.c), or NULL */
 	uint64_t key;      /* the segment's key (0: not known, e.g. an agent's own request) */
+	/* An atomic of the acquire failed (a timeout, a lost connection) and may still have
+	 * landed: the stage it was in cannot be run again (lock_queue.c). */
+	bool unknown;
+	/* One of them was a CAS that puts our id in the lock word: the id may be out there,
+	 * so the slot is not free even before the request learned its place. */
+	bool id_maybe_out;
 };
 
 /*

@@ -54,6 +54,35 @@ static int fadd(struct ddss_lock *lk, const struct lock_req *rq, unsigned word, 
 	return ddss_tp_fadd_ex(lk->tp, rq->home, rq->hdr + word, add, lock_fenced(rq), old_p);
 }
 
+/*
+ * The acquire's own atomics: a failed one may still have landed (the operation timed out
+ * or the connection went while it was on the way), so the request is marked. Running its
+ * stage again would apply it twice: a swap loop that finds its own id in the tail takes
+ * itself for its predecessor and waits for itself for ever. queue_acquire (lock_api.c)
+ * reads the marks to choose between freeing, resuming and losing the slot.
+ */
+static int acq_cas(struct ddss_lock *lk, struct lock_req *rq, unsigned word, uint64_t cmp,
+		   uint64_t swp, uint64_t *old_p)
+{
+	int r = cas(lk, rq, word, cmp, swp, old_p);
+
+	if (r) {
+		rq->unknown = true;
+		rq->id_maybe_out |= word == LOCK_W && LOCK_TAIL(swp) != 0;
+	}
+	return r;
+}
+
+static int acq_fadd(struct ddss_lock *lk, struct lock_req *rq, unsigned word, uint64_t add,
+		    uint64_t *old_p)
+{
+	int r = fadd(lk, rq, word, add, old_p);
+
+	if (r)
+		rq->unknown = true;
+	return r;
+}
+
 /* A wait that only lasts while a peer is between two steps of its own: bounded by the
  * operation timeout, so a peer dying there gives an error instead of a hang. */
 static int64_t transient_deadline(const struct ddss_lock *lk)
@@ -129,7 +158,7 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 static int x_try(struct ddss_lock *lk, struct lock_req *rq)
 {
 	uint64_t old, d;
-	int r = cas(lk, rq, LOCK_W, 0, LOCK_WORD(my_id(lk, rq), 0), &old);
+	int r = acq_cas(lk, rq, LOCK_W, 0, LOCK_WORD(my_id(lk, rq), 0), &old);
 
 	if (r)
 		return r;
@@ -147,7 +176,7 @@ static int x_try(struct ddss_lock *lk, struct lock_req *rq)
 		return r;
 	if (d != LOCK_WORD(0, LOCK_COUNT(old)))
 		return -EBUSY; /* shared holders, or a closer draining them */
-	r = cas(lk, rq, LOCK_W, old, LOCK_WORD(my_id(lk, rq), 0), &d);
+	r = acq_cas(lk, rq, LOCK_W, old, LOCK_WORD(my_id(lk, rq), 0), &d);
 	if (r)
 		return r;
 	if (d != old)
@@ -166,7 +195,7 @@ static int x_swap(struct ddss_lock *lk, struct lock_req *rq)
 	int r;
 
 	for (;;) {
-		r = cas(lk, rq, LOCK_W, expect, LOCK_WORD(my_id(lk, rq), 0), &old);
+		r = acq_cas(lk, rq, LOCK_W, expect, LOCK_WORD(my_id(lk, rq), 0), &old);
 		if (r)
 			return r;
 		if (old == expect)
@@ -195,7 +224,7 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 
 			/* Turn checks (lock_recover.c) count us from before the fetch&add. */
 			__atomic_store_n(&sl->q_ticket_state, TICKET_TAKING, __ATOMIC_RELEASE);
-			r = fadd(lk, rq, LOCK_K, 1, &rq->ticket);
+			r = acq_fadd(lk, rq, LOCK_K, 1, &rq->ticket);
 			if (r)
 				return r;
 			sl->q_ticket = rq->ticket;
@@ -216,7 +245,10 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 	case STAGE_TURN:
 		r = x_swap(lk, rq);
 		if (!r && __atomic_load_n(&lk->fair, __ATOMIC_RELAXED)) {
-			r = fadd(lk, rq, LOCK_N, 1, &v); /* pass the turn */
+			/* Pass the turn: from our ticket only. A fetch&add that timed out and
+			 * landed after a turn check had passed the turn for us (lock_recover.c)
+			 * would move it twice, past a ticket whose holder then waits for ever. */
+			r = acq_cas(lk, rq, LOCK_N, rq->ticket, rq->ticket + 1, &v);
 			if (!r)
 				__atomic_store_n(&lk->slot[rq->slot].q_ticket_state, TICKET_PASSED,
 						 __ATOMIC_RELEASE);
@@ -261,7 +293,7 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 
 			/* From now on a drain note may come at any time (lock_reclaim.c). */
 			__atomic_store_n(&lk->slot[rq->slot].closer, true, __ATOMIC_RELEASE);
-			r = fadd(lk, rq, LOCK_D, (uint64_t)my_id(lk, rq) << 32, &old);
+			r = acq_fadd(lk, rq, LOCK_D, (uint64_t)my_id(lk, rq) << 32, &old);
 			if (r)
 				return r;
 			if (LOCK_TAIL(old) || LOCK_COUNT(old) > rq->count) {
@@ -404,7 +436,7 @@ static int s_try(struct ddss_lock *lk, struct lock_req *rq)
 			DDSS_ERR("lock word at rank %u: shared count at its limit", rq->home);
 			return -EPROTO;
 		}
-		r = cas(lk, rq, LOCK_W, LOCK_WORD(0, x), LOCK_WORD(0, x + 1), &old);
+		r = acq_cas(lk, rq, LOCK_W, LOCK_WORD(0, x), LOCK_WORD(0, x + 1), &old);
 		if (r)
 			return r;
 		if (old == LOCK_WORD(0, x))
@@ -463,7 +495,7 @@ static int s_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 	case STAGE_START:
 	case STAGE_TICKET:
 	case STAGE_TURN:
-		r = fadd(lk, rq, LOCK_W, 1, &old);
+		r = acq_fadd(lk, rq, LOCK_W, 1, &old);
 		if (r)
 			return r;
 		rq->pred = LOCK_TAIL(old);

@@ -1,0 +1,183 @@
+/*
+ * An exclusive request whose compare&swap timed out at a live home, and landed there after
+ * all (docs/failure.md, "An atomic whose outcome is unknown"), 2 ranks over tcp, run with a
+ * short DDSS_OP_TIMEOUT_MS and a long DDSS_PEER_TIMEOUT_MS (nobody is declared dead):
+ *
+ *   DDSS_OP_TIMEOUT_MS=1000 DDSS_PEER_TIMEOUT_MS=60000 ddssrun -n 2 lock_unknown_outcome
+ *
+ * Rank 1 homes two segments. For each, rank 2 freezes rank 1 (SIGSTOP), asks for the lock
+ * and, once the request failed with the operation timeout, wakes rank 1 up: rank 1's
+ * progress thread then executes the compare&swap that was waiting in its socket, and rank
+ * 2's id stands in the lock's tail. The two ways of asking:
+ *  A. a try-lock. Before the fix its slot went back to the free list as "never published":
+ *     whoever queued behind the id announced itself into a record nobody read, and waited
+ *     for a grant that never came;
+ *  B. a timed acquire (200 ms, shorter than the operation timeout). Before the fix the
+ *     janitor finished it by running its swap again: it found its own id in the tail, took
+ *     itself for its predecessor and waited for itself.
+ * Checked each time: rank 1 takes the lock within 10 s (the request behind the stray id is
+ * failed and queued again; the home's recovery takes the lock past the id). In B, rank 1
+ * first sees the lock taken (a try says -EBUSY): the janitor's new connection came before
+ * the old one closed, so rank 1 never saw rank 2 down. In A it usually does see rank 2
+ * down (the old connection closes first) and its recovery clears the id at once; A then
+ * checks only that nothing hangs, and says which way it went.
+ */
+#include "common/test_util.h"
+#include "ddss/ddss.h"
+#include "net/transport.h" /* ddss_now_ns */
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TAKE_MS 10000     /* rank 1's acquire behind the stray id */
+#define LANDED_MS 5000    /* how long rank 1 looks for the id to land */
+#define TIMED_MS 200      /* B's acquire: shorter than the operation timeout */
+
+static ddss_ctx_t *ctx;
+static uint32_t me;
+
+static ddss_key_t segment(const char *name)
+{
+	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = name };
+	ddss_key_t key;
+	int r = ddss_allocate_ss(ctx, 8, &attr, &key);
+
+	if (r) {
+		printf("rank %u: FAIL: segment %s: %s\n", me, name, ddss_strerror(r));
+		exit(1);
+	}
+	return key;
+}
+
+/* Whether process @pid is stopped, within 10 s (its state in /proc, polled). */
+static bool wait_stopped(pid_t pid)
+{
+	int64_t give_up = ddss_now_ns() + 10000000000ll;
+	char path[64], buf[256], *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	while (ddss_now_ns() < give_up) {
+		FILE *f = fopen(path, "r");
+		size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+		if (f)
+			fclose(f);
+		buf[n] = 0;
+		p = strrchr(buf, ')');
+		if (p && p[1] == ' ' && p[2] == 'T')
+			return true;
+		usleep(1000); /* a bounded poll of the kernel's view */
+	}
+	return false;
+}
+
+/* Rank 2: freeze rank 1, ask for @key's lock (@timed: a timed acquire, else a try), wake
+ * rank 1. The request must fail: its compare&swap waits in rank 1's socket. */
+static void ask_frozen(pid_t home_pid, ddss_key_t key, bool timed, const char *what)
+{
+	int64_t t0;
+	int r;
+
+	TEST_CHECK(2, kill(home_pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+	TEST_CHECK(2, wait_stopped(home_pid), "rank 1 did not stop");
+	t0 = ddss_now_ns();
+	r = timed ? ddss_acquire_lock_timed_ss(ctx, key, DDSS_LOCK_EXCLUSIVE, TIMED_MS) :
+		    ddss_try_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);
+	printf("rank 2: %s against the frozen home: %d (%s) after %lld ms\n", what, r,
+	       ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
+	TEST_CHECK(2, kill(home_pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
+	TEST_CHECK(2, r == -ETIMEDOUT, "%s: %d, not -ETIMEDOUT", what, r);
+}
+
+/*
+ * Rank 2 tells rank 1 that phase @phase may go on, by a put into the segment @key homed at
+ * rank 1: it goes over a new connection, so rank 1 sees rank 2 up when it gets it. (A
+ * barrier there could fail: rank 1 may see rank 2's old connection close first, and a
+ * barrier fails when a rank it waits for is down.)
+ */
+static void phase_go(ddss_key_t key, uint64_t phase)
+{
+	int r = ddss_put(ctx, key, 0, &phase, 8);
+
+	TEST_CHECK(2, r == 0, "put of phase %llu: %d", (unsigned long long)phase, r);
+}
+
+/* Rank 1: wait (bounded) for phase_go(@phase); a poll of our own memory. */
+static void phase_wait(ddss_key_t key, uint64_t phase)
+{
+	int64_t give_up = ddss_now_ns() + 30000000000ll;
+	uint64_t v = 0;
+
+	while (ddss_get(ctx, key, 0, &v, 8) == 0 && v != phase && ddss_now_ns() < give_up)
+		usleep(1000);
+	if (v != phase) {
+		printf("rank 1: FAIL: rank 2 never reached phase %llu\n", (unsigned long long)phase);
+		exit(1);
+	}
+}
+
+/* Rank 1: the stray id has landed (a try finds the lock taken; required if @need_landed),
+ * then the lock is taken behind it all the same. */
+static void take_behind(ddss_key_t key, const char *what, bool need_landed)
+{
+	int64_t give_up = ddss_now_ns() + (int64_t)LANDED_MS * 1000000, t0;
+	int r;
+
+	while ((r = ddss_try_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE)) == 0 &&
+	       ddss_now_ns() < give_up)
+		ddss_release_lock_ss(ctx, key); /* not landed yet: its CAS would then fail */
+	if (r == 0)
+		ddss_release_lock_ss(ctx, key);
+	printf("rank 1: %s: rank 2's compare&swap %s\n", what,
+	       r == -EBUSY ? "landed" : "is not in the word (never landed, or cleared)");
+	TEST_CHECK(1, r == -EBUSY || !need_landed,
+		   "%s: rank 2's compare&swap never landed (try: %d)", what, r);
+	t0 = ddss_now_ns();
+	r = ddss_acquire_lock_timed_ss(ctx, key, DDSS_LOCK_EXCLUSIVE, TAKE_MS);
+	printf("rank 1: %s: the lock behind rank 2's stray id: %d (%s) after %lld ms\n", what,
+	       r, ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
+	TEST_CHECK(1, r == 0, "%s: the lock could not be taken behind the stray id: %d", what,
+		   r);
+	if (r == 0)
+		TEST_CHECK(1, ddss_release_lock_ss(ctx, key) == 0, "%s: release", what);
+}
+
+int main(void)
+{
+	ddss_key_t pid_key, phase_key, key_a, key_b;
+	uint64_t pid = (uint64_t)getpid();
+
+	ctx = test_init_ranks_or_exit(2);
+	me = ddss_rank(ctx);
+	pid_key = segment("uo-pid");
+	phase_key = segment("uo-phase");
+	key_a = segment("uo-try");
+	key_b = segment("uo-timed");
+	if (me == 1)
+		TEST_CHECK(1, ddss_put(ctx, pid_key, 0, &pid, 8) == 0, "put of the pid");
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2) {
+		TEST_CHECK(2, ddss_get(ctx, pid_key, 0, &pid, 8) == 0, "get of rank 1's pid");
+		ask_frozen((pid_t)pid, key_a, false, "A. try-lock");
+		phase_go(phase_key, 1);
+	} else {
+		phase_wait(phase_key, 1);
+		take_behind(key_a, "A. try-lock", false);
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2) {
+		ask_frozen((pid_t)pid, key_b, true, "B. timed acquire");
+		phase_go(phase_key, 2);
+	} else {
+		phase_wait(phase_key, 2);
+		take_behind(key_b, "B. timed acquire", false);
+	}
+	test_ctx_barrier_or_exit(ctx);
+	ddss_finalize(ctx);
+	printf("rank %u: %s\n", me, test_failures ? "FAILED" : "passed");
+	return test_failures ? 1 : 0;
+}
