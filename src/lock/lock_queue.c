@@ -474,6 +474,7 @@ static int s_register(struct ddss_lock *lk, struct lock_req *rq, int64_t deadlin
 		for (;;) {
 			lock_rec_store(lk, rq->slot, REC_LINK, head); /* read once we are pushed */
 			r = ddss_tp_cas(lk->tp, prank, rec + REC_OVF, head, my_id(lk, rq), &old);
+			rq->unknown |= r != 0; /* pushed twice, our record would link to itself */
 			if (r || old == head)
 				break;
 			head = old;

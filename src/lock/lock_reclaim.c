@@ -20,8 +20,8 @@
  *
  * Never reclaimed (RECLAIM_NEVER): a closer that may have registered in the drain word
  * (a shared holder's drain note may come whenever it releases), and an exclusive request
- * whose first compare&swap's outcome is unknown (its id may be in the tail: nobody can tell
- * who will write into it). A shared request's or a ticket's first fetch&add put no id
+ * whose compare&swap on the lock word failed before it learned its place (its id may be in
+ * the tail: nobody can tell who will write into it). A shared request's or a ticket's first fetch&add put no id
  * anywhere: such a request is freed at once (lock_api.c, queue_acquire). A lost exclusive
  * request that nobody swapped out yet waits for its successor; one that swapped out a
  * successor who died before announcing itself stays quarantined. Those are rare: the

@@ -191,8 +191,9 @@ struct tcp_tp {
 	pthread_mutex_t served_mu;
 	/* Held around linking or unlinking a served connection and the peer state that follows
 	 * from it (tcp_serve.c), so a close that found no other connection of its rank cannot
-	 * set it down after a new one set it up. Taken before served_mu and the on_peer
-	 * callback's locks, and by nothing else. */
+	 * set it down after a new one set it up, and around a readmission's reset of the
+	 * state (tcp_provider.c). Taken before served_mu and the on_peer callback's locks,
+	 * and by nothing else. */
 	pthread_mutex_t serve_state_mu;
 	struct tcp_served *served; /* list, for teardown */
 	struct tcp_peer *peers;    /* [1..size] */

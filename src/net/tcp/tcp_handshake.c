@@ -263,10 +263,13 @@ int tcp_handshake_accept_hello(struct tcp_tp *t, int fd, const unsigned char *fr
 	hs->tr = (struct ddss_auth_transcript){ .group = cfg->group, .target = cfg->rank,
 						.size = cfg->size };
 	r = decode_frame(frame, TCP_K_HELLO, &status, &hello);
-	/* Before the check: a readmission between the two shows as a newer generation at
-	 * tcp_serve_add, which then turns the connection away. */
+	/* Read on both sides of the check: a readmission in between makes it unclear which
+	 * process the hello was checked against, so it is refused (the initiator tries
+	 * again). One after the answer shows as a newer generation at tcp_serve_add. */
 	hs->gen = ddss_tp_peer_generation(&t->base, hello.from_rank);
 	status = r || status ? -EPROTO : check_hello(t, &hello);
+	if (!status && hs->gen != ddss_tp_peer_generation(&t->base, hello.from_rank))
+		status = -ECONNREFUSED;
 	me = my_hello(t, hello.from_rank);
 	hs->tr.group = me.group;
 	/* Only a member learns anything about our pool; with a secret, only after its proof. */

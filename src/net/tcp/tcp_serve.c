@@ -134,7 +134,8 @@ static void served_free(struct tcp_served *s)
 	free(s);
 }
 
-/* serve_state_mu held: take @s off the list; whether its rank has another connection. */
+/* serve_state_mu held: take @s off the list; whether its rank has another connection of
+ * the same process (one of a process readmitted since speaks for nobody: tcp.h). */
 static bool served_unlink(struct tcp_tp *t, struct tcp_served *s)
 {
 	bool others = false;
@@ -147,7 +148,7 @@ static bool served_unlink(struct tcp_tp *t, struct tcp_served *s)
 		}
 	}
 	for (struct tcp_served *o = t->served; o; o = o->next)
-		others |= o->peer == s->peer;
+		others |= o->peer == s->peer && o->gen == s->gen;
 	pthread_mutex_unlock(&t->served_mu);
 	return others;
 }
@@ -911,9 +912,6 @@ int tcp_serve_add(struct tcp_tp *t, int fd, const struct tcp_accept_hs *hs,
 	uint32_t peer = hs->peer;
 	struct tcp_served *s;
 
-	/* Checked again under serve_state_mu below; this spares the allocation. */
-	if (hs->gen != ddss_tp_peer_generation(&t->base, peer))
-		return -ESTALE;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -931,10 +929,13 @@ int tcp_serve_add(struct tcp_tp *t, int fd, const struct tcp_accept_hs *hs,
 	 * is the old process (or one we cannot tell from it), and it must not shut out the
 	 * new one's connections below. readmit stores the generation before it lets anyone
 	 * in, and a readmission needs the rank refused, which every hello is checked for.
+	 * Under serve_state_mu: tcp_peer_readmit resets the state under it too.
 	 */
 	if (s->gen != ddss_tp_peer_generation(&t->base, peer)) {
 		pthread_mutex_unlock(&t->serve_state_mu);
 		served_free(s);
+		DDSS_INFO("turning away a connection from rank %u: its process was replaced "
+			  "while it shook hands", peer);
 		return -ESTALE;
 	}
 	tcp_peer_set_pool_len(t, s->peer, hs->pool_len);
