@@ -484,7 +484,9 @@ static int s_register(struct ddss_lock *lk, struct lock_req *rq, int64_t deadlin
 	}
 	if (r)
 		return r;
-	return ddss_tp_notify(lk->tp, prank, LOCK_NOTE(LOCK_NOTE_WAKE, LOCK_ID_SLOT(rq->pred)));
+	r = ddss_tp_notify(lk->tp, prank, LOCK_NOTE(LOCK_NOTE_WAKE, LOCK_ID_SLOT(rq->pred)));
+	rq->unknown |= r && k >= REC_ENTRIES; /* pushed: run again, it would push us twice */
+	return r;
 }
 
 static int s_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline_ns)

@@ -192,10 +192,12 @@ static int tcp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss
 	ch->ever_up = false;
 	ch->readmitted = true; /* it may still be starting: wait for it as at a first start */
 	pthread_mutex_unlock(&ch->connect_mu);
-	tcp_peer_set_pool_len(t, rank, 0);
-	/* Under serve_state_mu: a served close that checked the generation just before the
-	 * new one was stored (ddss_tp_peer_readmit) has set its state by then, not after. */
+	/* Under serve_state_mu: a served connection's close or add that checked the
+	 * generation just before the new one was stored (ddss_tp_peer_readmit) has set the
+	 * state and pool length by then, not after; and the refusal is still in force for
+	 * tcp_serve_add's last check. */
 	pthread_mutex_lock(&t->serve_state_mu);
+	tcp_peer_set_pool_len(t, rank, 0);
 	__atomic_store_n(&t->peers[rank].state, DDSS_TP_PEER_UNKNOWN, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&t->serve_state_mu);
 	return 0;

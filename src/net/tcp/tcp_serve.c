@@ -950,9 +950,12 @@ int tcp_serve_add(struct tcp_tp *t, int fd, const struct tcp_accept_hs *hs,
 	t->served = s;
 	pthread_mutex_unlock(&t->served_mu);
 	tcp_peer_set_state(t, s->peer, s->gen, DDSS_TP_PEER_UP);
-	pthread_mutex_unlock(&t->serve_state_mu);
+	/* Refused while we shook hands. Under serve_state_mu: a readmission that follows the
+	 * refusal clears the flag only after its own turn here, and had it come first, the
+	 * generation check above would have turned us away. */
 	if (ddss_tp_peer_refused(&t->base, s->peer))
-		shutdown(fd, SHUT_RDWR); /* refused while we shook hands */
+		shutdown(fd, SHUT_RDWR);
+	pthread_mutex_unlock(&t->serve_state_mu);
 	if (ev_set(t, s, EPOLLIN, EPOLL_CTL_ADD)) {
 		int r = -errno;
 
