@@ -370,3 +370,24 @@ struct ddss_ctx *test_init_peer_timeout(int peer_timeout_ms)
 	}
 	return ctx;
 }
+
+bool test_wait_stopped(int pid, int timeout_ms)
+{
+	char path[64], line[512], *close_paren;
+	double t0 = test_now_ms();
+	bool stopped = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	while (!stopped && test_now_ms() - t0 < timeout_ms) {
+		f = fopen(path, "r");
+		if (!f)
+			return false;
+		close_paren = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+		fclose(f);
+		stopped = close_paren && close_paren[1] == ' ' && close_paren[2] == 'T';
+		if (!stopped)
+			usleep(1000); /* a bounded poll of another process's state */
+	}
+	return stopped;
+}

@@ -150,5 +150,8 @@ struct ddss_ctx *test_init_peer_timeout(int peer_timeout_ms);
 void test_listen_elsewhere(void);
 /** ddss_barrier on @ctx, or exit(1) saying why (see test_barrier_or_exit). */
 void test_ctx_barrier_or_exit(struct ddss_ctx *ctx);
+/** Whether process @pid is stopped (SIGSTOP) within @timeout_ms: its state in /proc,
+ * polled. False at once if it does not exist. */
+bool test_wait_stopped(int pid, int timeout_ms);
 
 #endif

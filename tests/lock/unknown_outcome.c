@@ -51,28 +51,6 @@ static ddss_key_t segment(const char *name)
 	return key;
 }
 
-/* Whether process @pid is stopped, within 10 s (its state in /proc, polled). */
-static bool wait_stopped(pid_t pid)
-{
-	int64_t give_up = ddss_now_ns() + 10000000000ll;
-	char path[64], buf[256], *p;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	while (ddss_now_ns() < give_up) {
-		FILE *f = fopen(path, "r");
-		size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-
-		if (f)
-			fclose(f);
-		buf[n] = 0;
-		p = strrchr(buf, ')');
-		if (p && p[1] == ' ' && p[2] == 'T')
-			return true;
-		usleep(1000); /* a bounded poll of the kernel's view */
-	}
-	return false;
-}
-
 /* Rank 2: freeze rank 1, ask for @key's lock (@timed: a timed acquire, else a try), wake
  * rank 1. The request must fail: its compare&swap waits in rank 1's socket. */
 static void ask_frozen(pid_t home_pid, ddss_key_t key, bool timed, const char *what)
@@ -81,7 +59,7 @@ static void ask_frozen(pid_t home_pid, ddss_key_t key, bool timed, const char *w
 	int r;
 
 	TEST_CHECK(2, kill(home_pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-	TEST_CHECK(2, wait_stopped(home_pid), "rank 1 did not stop");
+	TEST_CHECK(2, test_wait_stopped((int)home_pid, 10000), "rank 1 did not stop");
 	t0 = ddss_now_ns();
 	r = timed ? ddss_acquire_lock_timed_ss(ctx, key, DDSS_LOCK_EXCLUSIVE, TIMED_MS) :
 		    ddss_try_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);

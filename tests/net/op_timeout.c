@@ -35,28 +35,6 @@ static struct ddss_tp *tp;
 static uint32_t me;
 static uint64_t *pool;
 
-/* Whether process @pid is stopped, within WAIT_MS (its state in /proc, polled). */
-static bool wait_stopped(pid_t pid)
-{
-	char path[64], line[512], *close_paren;
-	double t0 = test_now_ms();
-	bool stopped = false;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	while (!stopped && test_now_ms() - t0 < WAIT_MS) {
-		f = fopen(path, "r");
-		if (!f)
-			return false;
-		close_paren = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
-		fclose(f);
-		stopped = close_paren && close_paren[1] == ' ' && close_paren[2] == 'T';
-		if (!stopped)
-			usleep(1000); /* a bounded poll of another process's state */
-	}
-	return stopped;
-}
-
 static void test_connect(void)
 {
 	CU_ASSERT_EQUAL_FATAL(ddss_net_size(net), 2);
@@ -80,7 +58,7 @@ static void test_expires(void)
 	CU_ASSERT_EQUAL_FATAL(ddss_tp_read(tp, 2, 0, &pid, 8), 0);
 	CU_ASSERT_FATAL(pid > 1);
 	test_barrier_or_exit(net, WAIT_MS);
-	CU_ASSERT_FATAL(wait_stopped((pid_t)pid));
+	CU_ASSERT_FATAL(test_wait_stopped((int)pid, WAIT_MS));
 
 	timeouts = __atomic_load_n(&tp->timeouts, __ATOMIC_RELAXED);
 	t0 = ddss_now_ns();
