@@ -318,7 +318,11 @@ enum ddss_lock_mode {
  *  - -EHOSTDOWN: the lock's home is down (crashed, cut off from this rank, or declared
  *    dead by it): the segment is gone with it and every later call on @key fails the same
  *    way, at once. Give up the key (allocate anew on a live rank). A rank cut off from the
- *    group gets this for every home but its own within the peer timeout plus a quarter;
+ *    group gets this for every home but its own within the peer timeout plus a quarter.
+ *    A home that reads down only because our connection to it failed (an operation to
+ *    it timed out), while its own connection to this rank is still open and it was heard
+ *    from within the peer timeout, is connected to again first (at most 5 s connect and
+ *    5 s handshake on tcp): -EHOSTDOWN only if that fails;
  *  - -EAGAIN: a dead or cut-off rank was ahead, and the lock could not be taken back in a
  *    few rounds (recovery is still under way): call again;
  *  - -ENOLCK: this context already holds or waits for DDSS_LOCK_SLOTS locks, or failures

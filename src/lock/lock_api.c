@@ -418,8 +418,9 @@ static int acquire(ddss_ctx_t *ctx, ddss_key_t key, enum ddss_lock_mode mode, bo
 	}
 	/* The lock went with its home: fail before taking a waiter slot (a request that
 	 * failed after its first atomic retires its slot for good, and a caller retrying
-	 * would use them all up). */
-	if (lock_peer_down(lk, rq.home))
+	 * would use them all up). A home that is down only because an operation to it timed
+	 * out, while its connection to us stays open, is alive: connect to it again. */
+	if (lock_peer_down(lk, rq.home) && !lock_peer_reconnect(lk, rq.home))
 		return -EHOSTDOWN;
 	/* SRSL needs no record, but takes a slot all the same: the same limit
 	 * (DDSS_LOCK_SLOTS) then holds for every scheme. */

@@ -368,6 +368,13 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 /* lock_slot.c: whether this rank sees @rank down (its connection closed, or declared
  * dead); never this rank itself or rank 0. */
 bool lock_peer_down(struct ddss_lock *lk, uint32_t rank);
+/* lock_slot.c: for @rank, which read down: if it is down here only because our
+ * connection to it failed (say an operation to it timed out) while its own connection to
+ * us is still open and it was heard from within the peer timeout, connect to it again.
+ * True once it is up (or another thread brought it up meanwhile); false if it is gone as
+ * far as we can tell, or the connect failed (bounded by the transport's connect and
+ * handshake: at most 5 s each on tcp, 3 s plus a drain on verbs). */
+bool lock_peer_reconnect(struct ddss_lock *lk, uint32_t rank);
 /* This rank's id for its request in @slot (without the sleep bit). */
 uint32_t lock_own_id(const struct ddss_lock *lk, unsigned slot);
 /* @id was made by the process its rank runs now (or runs no more, but no later one has

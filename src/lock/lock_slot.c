@@ -197,6 +197,23 @@ bool lock_peer_down(struct ddss_lock *lk, uint32_t rank)
 	       (ddss_tp_peer_info(lk->tp, rank, &info) == 0 && info.state == DDSS_TP_PEER_DOWN);
 }
 
+bool lock_peer_reconnect(struct ddss_lock *lk, uint32_t rank)
+{
+	struct ddss_tp_peer_info info;
+
+	if (!rank || rank == lk->rank || ddss_tp_peer_refused(lk->tp, rank) ||
+	    ddss_tp_peer_info(lk->tp, rank, &info))
+		return false;
+	if (info.state != DDSS_TP_PEER_DOWN)
+		return true; /* another thread connected it meanwhile */
+	/* Alive as far as we can tell: a process that dies closes its connection to us, and
+	 * one cut off goes silent (without this, each call would pay a connect to a home
+	 * that is gone until the connection's keepalive, hours). */
+	if (!info.served || !ddss_net_heard_lately(lk->ctx->net, rank))
+		return false;
+	return ddss_tp_peer_connect(lk->tp, rank) == 0 && !lock_peer_down(lk, rank);
+}
+
 static uint32_t window_of(const struct ddss_lock *lk, uint32_t rank)
 {
 	return ddss_tp_peer_generation(lk->tp, rank) % LOCK_ID_WINDOWS;

@@ -31,6 +31,15 @@ static void on_heartbeat(void *arg, uint32_t from, const void *buf, size_t len)
 	__atomic_store_n(&net->last_heard[from], ddss_now_ns(), __ATOMIC_RELAXED);
 }
 
+bool ddss_net_heard_lately(struct ddss_net *net, uint32_t rank)
+{
+	int64_t bound = (int64_t)net->env.peer_timeout_ms * 1000000;
+
+	if (net->env.peer_timeout_ms <= 0 || !net->last_heard || rank > net->env.size)
+		return true;
+	return ddss_now_ns() - __atomic_load_n(&net->last_heard[rank], __ATOMIC_RELAXED) <= bound;
+}
+
 void ddss_net_heartbeat_peer_up(struct ddss_net *net, uint32_t rank)
 {
 	if (net->last_heard)

@@ -107,6 +107,12 @@ struct ddss_tp_node {
 struct ddss_tp_peer_info {
 	enum ddss_tp_peer_state state;
 	uint64_t pool_len;
+	/* While @state is DOWN: the peer's own connection to this rank is still open (tcp: a
+	 * served connection of its current process; verbs: its QP to us). Our side failed
+	 * (say an operation to it timed out), but it has not closed on us: it may be alive
+	 * and only slow. A process that dies closes both. False in the other states.
+	 * Finding it out takes a provider lock: not from on_peer or the progress thread. */
+	bool served;
 };
 
 /* Handlers (see "Threads" above). */

@@ -57,6 +57,7 @@ static int fake_peer_info(struct ddss_tp *t, uint32_t rank, struct ddss_tp_peer_
 	FUZZ_CHECK(rank >= 1 && rank <= tp.cfg.size);
 	info->state = down[rank] ? DDSS_TP_PEER_DOWN : DDSS_TP_PEER_UP;
 	info->pool_len = 0;
+	info->served = false;
 	return 0;
 }
 

@@ -20,6 +20,15 @@
  * saw first, rank 2's old connection closing or its new one (the phase put): if the close,
  * rank 1 took rank 2 for gone for a moment and its recovery may have cleared the id
  * already. Before the fix the id was there in every run, and rank 1 waited out its 10 s.
+ *
+ * C. The home is alive: a try-lock times out as in A, and right after rank 1 is woken,
+ *    with no get or put in between (those connect again), rank 2 asks for the lock of
+ *    another of its segments. The timeout failed rank 2's connection and rank 1 reads
+ *    down there, but rank 1's own connection to rank 2 is still open. Before the fix the
+ *    call said -EHOSTDOWN at once ("give up the key") in every run; now it connects again
+ *    and takes the lock.
+ * D. The same, but rank 1 stays frozen: the lock call must fail within the reconnect's
+ *    bound (the 5 s handshake), not wait.
  */
 #include "common/test_util.h"
 #include "ddss/ddss.h"
@@ -34,6 +43,7 @@
 
 #define TAKE_MS 10000     /* rank 1's acquire behind the stray id */
 #define TIMED_MS 200      /* B's acquire: shorter than the operation timeout */
+#define FROZEN_BOUND_MS 7000 /* D: the 5 s handshake, and slack for a loaded machine */
 
 static ddss_ctx_t *ctx;
 static uint32_t me;
@@ -52,8 +62,10 @@ static ddss_key_t segment(const char *name)
 }
 
 /* Rank 2: freeze rank 1, ask for @key's lock (@timed: a timed acquire, else a try), wake
- * rank 1. The request must fail: its compare&swap waits in rank 1's socket. */
-static void ask_frozen(pid_t home_pid, ddss_key_t key, bool timed, const char *what)
+ * rank 1 (unless @stay_frozen: the caller does). The request must fail: its compare&swap
+ * waits in rank 1's socket. */
+static void ask_frozen(pid_t home_pid, ddss_key_t key, bool timed, bool stay_frozen,
+		       const char *what)
 {
 	int64_t t0;
 	int r;
@@ -65,7 +77,8 @@ static void ask_frozen(pid_t home_pid, ddss_key_t key, bool timed, const char *w
 		    ddss_try_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);
 	printf("rank 2: %s against the frozen home: %d (%s) after %lld ms\n", what, r,
 	       ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
-	TEST_CHECK(2, kill(home_pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
+	if (!stay_frozen)
+		TEST_CHECK(2, kill(home_pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
 	TEST_CHECK(2, r == -ETIMEDOUT, "%s: %d, not -ETIMEDOUT", what, r);
 }
 
@@ -123,9 +136,37 @@ static void take_behind(ddss_key_t key, const char *what)
 		TEST_CHECK(1, ddss_release_lock_ss(ctx, key) == 0, "%s: release", what);
 }
 
+/* Rank 2, D: the home still frozen after the timeout; a lock at it fails, bounded by the
+ * handshake the reconnect waits for (5 s on tcp). */
+static void lock_at_frozen(pid_t home_pid, ddss_key_t key)
+{
+	int64_t t0 = ddss_now_ns(), ms;
+	int r = ddss_acquire_lock_timed_ss(ctx, key, DDSS_LOCK_EXCLUSIVE, TAKE_MS);
+
+	ms = (ddss_now_ns() - t0) / 1000000;
+	TEST_CHECK(2, kill(home_pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
+	printf("rank 2: D. another lock at the still frozen home: %d (%s) after %lld ms\n", r,
+	       ddss_strerror(r), (long long)ms);
+	TEST_CHECK(2, r == -EHOSTDOWN, "D. a lock at the frozen home: %d, not -EHOSTDOWN", r);
+	TEST_CHECK(2, ms < FROZEN_BOUND_MS, "D. took %lld ms", (long long)ms);
+}
+
+/* Rank 2, C: the home thawed and our connection to it failed; a lock at it all the same. */
+static void lock_after_timeout(ddss_key_t key)
+{
+	int64_t t0 = ddss_now_ns();
+	int r = ddss_acquire_lock_timed_ss(ctx, key, DDSS_LOCK_EXCLUSIVE, TAKE_MS);
+
+	printf("rank 2: C. another lock at the woken home: %d (%s) after %lld ms\n", r,
+	       ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
+	TEST_CHECK(2, r == 0, "C. a lock at the live home after a timeout: %d, not 0", r);
+	if (r == 0)
+		TEST_CHECK(2, ddss_release_lock_ss(ctx, key) == 0, "C. release");
+}
+
 int main(void)
 {
-	ddss_key_t pid_key, phase_key, key_a, key_b;
+	ddss_key_t pid_key, phase_key, key_a, key_b, key_c, key_d;
 	uint64_t pid = (uint64_t)getpid();
 
 	ctx = test_init_ranks_or_exit(2);
@@ -134,12 +175,14 @@ int main(void)
 	phase_key = segment("uo-phase");
 	key_a = segment("uo-try");
 	key_b = segment("uo-timed");
+	key_c = segment("uo-try-2");
+	key_d = segment("uo-after");
 	if (me == 1)
 		TEST_CHECK(1, ddss_put(ctx, pid_key, 0, &pid, 8) == 0, "put of the pid");
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 2) {
 		TEST_CHECK(2, ddss_get(ctx, pid_key, 0, &pid, 8) == 0, "get of rank 1's pid");
-		ask_frozen((pid_t)pid, key_a, false, "A. try-lock");
+		ask_frozen((pid_t)pid, key_a, false, false, "A. try-lock");
 		phase_go(phase_key, 1);
 	} else {
 		phase_wait(phase_key, 1);
@@ -147,11 +190,42 @@ int main(void)
 	}
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 2) {
-		ask_frozen((pid_t)pid, key_b, true, "B. timed acquire");
+		ask_frozen((pid_t)pid, key_b, true, false, "B. timed acquire");
 		phase_go(phase_key, 2);
 	} else {
 		phase_wait(phase_key, 2);
 		take_behind(key_b, "B. timed acquire");
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2) {
+		uint64_t v;
+
+		/* Both segments' descriptors in this rank's cache: neither call may need to ask
+		 * rank 1 for one (an ask that times out leaves the connection up, and one that
+		 * goes out later connects again by itself). Which rank created a segment, and
+		 * so whether it is cached here already, is a race. The get also makes sure the
+		 * posted release has landed before rank 1 is frozen (it is ordered behind). */
+		TEST_CHECK(2, ddss_acquire_lock_ss(ctx, key_d, DDSS_LOCK_EXCLUSIVE) == 0 &&
+				      ddss_release_lock_ss(ctx, key_d) == 0 &&
+				      ddss_get(ctx, key_c, 0, &v, 8) == 0,
+			   "C. a first lock of the other segment");
+		ask_frozen((pid_t)pid, key_c, false, false, "C. try-lock");
+		lock_after_timeout(key_d);
+		phase_go(phase_key, 3);
+	} else {
+		phase_wait(phase_key, 3);
+		take_behind(key_c, "C. try-lock");
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2) {
+		/* The same key: its descriptor is cached here (a try-lock of a key never looked
+		 * up here would first ask the frozen rank 1 for it, and time out there). */
+		ask_frozen((pid_t)pid, key_d, false, true, "D. try-lock");
+		lock_at_frozen((pid_t)pid, key_d);
+		phase_go(phase_key, 4);
+	} else {
+		phase_wait(phase_key, 4);
+		take_behind(key_d, "D. try-lock");
 	}
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);

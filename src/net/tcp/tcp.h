@@ -300,6 +300,8 @@ int tcp_handshake_accept_auth(struct tcp_tp *t, int fd, const unsigned char *fra
 /* tcp_serve.c */
 int tcp_serve_start(struct tcp_tp *t);
 void tcp_serve_stop(struct tcp_tp *t);
+/** Whether @rank's current process has a connection to us open (its close not seen yet). */
+bool tcp_serve_has(struct tcp_tp *t, uint32_t rank);
 /** Close every connection @rank made to us (it was refused). Any thread. */
 void tcp_serve_cut(struct tcp_tp *t, uint32_t rank);
 

@@ -212,10 +212,12 @@ static int tcp_peer_info(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_peer_
 	if (rank == tp->cfg.rank) {
 		info_p->state = DDSS_TP_PEER_UP;
 		info_p->pool_len = t->pool_len;
+		info_p->served = false;
 		return 0;
 	}
 	info_p->state = __atomic_load_n(&t->peers[rank].state, __ATOMIC_ACQUIRE);
 	info_p->pool_len = __atomic_load_n(&t->peers[rank].pool_len, __ATOMIC_ACQUIRE);
+	info_p->served = info_p->state == DDSS_TP_PEER_DOWN && tcp_serve_has(t, rank);
 	return 0;
 }
 

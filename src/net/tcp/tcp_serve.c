@@ -49,6 +49,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -895,6 +896,25 @@ static void *progress_main(void *arg)
 		if (weak(t))
 			weak_round_end(t);
 	}
+}
+
+bool tcp_serve_has(struct tcp_tp *t, uint32_t rank)
+{
+	uint32_t gen = ddss_tp_peer_generation(&t->base, rank);
+	bool has = false;
+
+	pthread_mutex_lock(&t->served_mu);
+	for (struct tcp_served *s = t->served; s && !has; s = s->next) {
+		struct pollfd p = { .fd = s->fd, .events = POLLRDHUP };
+
+		if (s->peer != rank || s->gen != gen)
+			continue;
+		/* Its end already seen by the kernel, not yet by the progress thread: the
+		 * process may have died (it closes both directions). */
+		has = poll(&p, 1, 0) == 0;
+	}
+	pthread_mutex_unlock(&t->served_mu);
+	return has;
 }
 
 void tcp_serve_cut(struct tcp_tp *t, uint32_t rank)

@@ -1031,10 +1031,17 @@ static void served_event(struct verbs_tp *vt, struct verbs_served *s, const stru
 		 * to it is not up: that one reports its own loss (the peer may have closed just
 		 * its outgoing side).
 		 */
-		if (s->established && vt->served_qpn[s->peer] == s->qp_num &&
-		    !__atomic_load_n(&vt->peers[s->peer].out.up, __ATOMIC_ACQUIRE))
-			verbs_peer_set_state(vt, s->peer, DDSS_TP_PEER_DOWN);
-		served_free(vt, s, true);
+		{
+			uint32_t peer = s->peer;
+			bool down = s->established && vt->served_qpn[peer] == s->qp_num &&
+				    !__atomic_load_n(&vt->peers[peer].out.up, __ATOMIC_ACQUIRE);
+
+			/* Unlinked first: whoever reads the peer down then finds no served QP
+			 * of it either (ddss_tp_peer_info's served). */
+			served_free(vt, s, true);
+			if (down)
+				verbs_peer_set_state(vt, peer, DDSS_TP_PEER_DOWN);
+		}
 		break;
 	default:
 		break;

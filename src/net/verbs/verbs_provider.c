@@ -486,10 +486,17 @@ static int verbs_peer_info(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_pee
 	if (rank == tp->cfg.rank) {
 		info_p->state = DDSS_TP_PEER_UP;
 		info_p->pool_len = vt->pool ? vt->pool->mr->length : 0;
+		info_p->served = false;
 		return 0;
 	}
 	info_p->state = __atomic_load_n(&vt->peers[rank].state, __ATOMIC_ACQUIRE);
 	info_p->pool_len = __atomic_load_n(&vt->peers[rank].pool_len, __ATOMIC_ACQUIRE);
+	info_p->served = false;
+	if (info_p->state == DDSS_TP_PEER_DOWN) {
+		pthread_mutex_lock(&vt->served_mu);
+		info_p->served = vt->served_qpn[rank] != 0;
+		pthread_mutex_unlock(&vt->served_mu);
+	}
 	return 0;
 }
 
