@@ -111,7 +111,9 @@ struct ddss_tp_peer_info {
 	 * served connection of its current process; verbs: its QP to us). Our side failed
 	 * (say an operation to it timed out), but it has not closed on us: it may be alive
 	 * and only slow. A process that dies closes both. False in the other states.
-	 * Finding it out takes a provider lock: not from on_peer or the progress thread. */
+	 * Found out only while DOWN: under a leaf lock of the provider (its list of served
+	 * connections, which nobody holds while calling out), plus on tcp a poll(2) of each
+	 * of them for a pending hang-up; so any thread may ask, every caller pays it. */
 	bool served;
 };
 
