@@ -7,6 +7,10 @@
  * In coordinator mode, the members this process counts (ddss_coord_in_view): not a free
  * slot, nor a member that left the view; the view settles a death, so the barrier waits
  * for it and goes on without the dead.
+ *
+ * A lost message does not hold the group (BARRIER_RESEND_MS): a waiting rank sends its
+ * ARRIVE again now and then, and rank 1 answers an ARRIVE at an epoch it released already
+ * with that RELEASE again. Both are idempotent (an epoch only moves forward).
  */
 #include "net/net_internal.h"
 #include "net/coordinator.h"
@@ -21,6 +25,16 @@
 /* QUERY / STATE: a process let in after the start asks rank 1 which barrier the group is
  * at, and counts on from there (enter_running). */
 enum { BARRIER_ARRIVE = 1, BARRIER_RELEASE = 2, BARRIER_QUERY = 3, BARRIER_STATE = 4 };
+
+/*
+ * How often a waiting rank repeats its ARRIVE. A transport returns from a send once the
+ * message is queued, so a message can still be lost with its connection, or (seen once in
+ * CI on rxe, two devices: rank 1 released epoch 25 to ranks 3 and 4, and rank 2 never got
+ * its RELEASE, nor any error) in the fabric; the whole group then waited out the timeout.
+ * Rare enough that a second is plenty; frequent enough that a long barrier costs a
+ * message a second per rank, nothing next to what the ranks do meanwhile.
+ */
+#define BARRIER_RESEND_MS 1000
 
 struct barrier_msg {
 	uint32_t kind;
@@ -98,7 +112,7 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 	struct ddss_net *net = arg;
 	struct barrier_msg m;
 	uint32_t state = 0;
-	bool last = false, answer = false;
+	bool last = false, answer = false, again = false;
 
 	if (len != sizeof(m)) {
 		DDSS_WARN("malformed barrier message from rank %u", from);
@@ -108,9 +122,12 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 	m.kind = le32toh(m.kind);
 	m.epoch = le32toh(m.epoch);
 	pthread_mutex_lock(&net->mu);
-	if (m.kind == BARRIER_ARRIVE && net->env.rank == 1 && from <= net->env.size)
+	if (m.kind == BARRIER_ARRIVE && net->env.rank == 1 && from <= net->env.size) {
+		/* Released already: @from repeats itself, so its RELEASE was lost (or crossed
+		 * its repeat on the way). */
+		again = from != 1 && (int32_t)(net->barrier_released - m.epoch) >= 0;
 		last = arrive_locked(net, from, m.epoch);
-	else if (m.kind == BARRIER_RELEASE && from == 1)
+	} else if (m.kind == BARRIER_RELEASE && from == 1)
 		release_locked(net, m.epoch);
 	else if (m.kind == BARRIER_QUERY && net->env.rank == 1 && from != 1)
 		answer = true, state = net->barrier_released;
@@ -123,6 +140,12 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 	pthread_mutex_unlock(&net->mu);
 	if (last)
 		release_others(net, m.epoch);
+	if (again) {
+		DDSS_INFO("barrier %u: rank %u arrived again after its release (lost, or crossed "
+			  "on the way): released again", m.epoch, from);
+		if (send_barrier(net, from, BARRIER_RELEASE, m.epoch))
+			DDSS_WARN("barrier %u: cannot release rank %u again", m.epoch, from);
+	}
 	if (answer && send_barrier(net, from, BARRIER_STATE, state))
 		DDSS_WARN("cannot tell rank %u the group's barrier epoch", from);
 }
@@ -176,7 +199,7 @@ static void warn_failed_locked(struct ddss_net *net, uint32_t epoch, int err, in
 
 int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 {
-	int64_t deadline;
+	int64_t deadline, resend_at;
 	uint32_t epoch;
 	int r = 0;
 
@@ -197,13 +220,28 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 		r = send_barrier(net, 1, BARRIER_ARRIVE, epoch);
 		pthread_mutex_lock(&net->mu);
 	}
+	resend_at = ddss_now_ns() + (int64_t)BARRIER_RESEND_MS * 1000000;
 	while (!r && (int32_t)(net->barrier_released - epoch) < 0) {
+		int64_t now = ddss_now_ns();
+
 		if (needed_rank_down(net)) {
 			r = -EHOSTDOWN;
 			break;
 		}
-		if (!ddss_net_cond_wait(net, deadline) && ddss_now_ns() >= deadline)
-			r = (int32_t)(net->barrier_released - epoch) < 0 ? -ETIMEDOUT : 0;
+		if (now >= deadline) {
+			r = -ETIMEDOUT;
+			break;
+		}
+		if (net->env.rank != 1 && now >= resend_at) {
+			/* A failure to send shows as rank 1 going down, or as the timeout. */
+			pthread_mutex_unlock(&net->mu);
+			send_barrier(net, 1, BARRIER_ARRIVE, epoch);
+			pthread_mutex_lock(&net->mu);
+			resend_at = ddss_now_ns() + (int64_t)BARRIER_RESEND_MS * 1000000;
+			continue;
+		}
+		ddss_net_cond_wait(net, net->env.rank != 1 && resend_at < deadline ? resend_at
+										      : deadline);
 		/* Coordinator mode: the rank it waited for may have left the view meanwhile. */
 		if (!r && net->env.rank == 1 && net->env.coord && complete_locked(net, epoch)) {
 			pthread_mutex_unlock(&net->mu);
