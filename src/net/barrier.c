@@ -112,7 +112,7 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 	struct ddss_net *net = arg;
 	struct barrier_msg m;
 	uint32_t state = 0;
-	bool last = false, answer = false, again = false;
+	bool last = false, answer = false, again = false, stale = false;
 
 	if (len != sizeof(m)) {
 		DDSS_WARN("malformed barrier message from rank %u", from);
@@ -122,10 +122,18 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 	m.kind = le32toh(m.kind);
 	m.epoch = le32toh(m.epoch);
 	pthread_mutex_lock(&net->mu);
-	if (m.kind == BARRIER_ARRIVE && net->env.rank == 1 && from <= net->env.size) {
-		/* Released already: @from repeats itself, so its RELEASE was lost (or crossed
-		 * its repeat on the way). */
-		again = from != 1 && (int32_t)(net->barrier_released - m.epoch) >= 0;
+	if (m.kind == BARRIER_ARRIVE && net->env.rank == 1 && from <= net->env.size && from != 1) {
+		bool released = (int32_t)(net->barrier_released - m.epoch) >= 0;
+		bool had_arrived = (int32_t)(net->barrier_arrived[from] - m.epoch) >= 0;
+
+		/*
+		 * Released, and counted with @from: a repeat, so its RELEASE was lost (or
+		 * crossed the repeat on the way); answered unless @from is gone meanwhile.
+		 * Released without it: @from counts from another epoch than the group (a
+		 * replacement whose QUERY went unanswered), and is not let through.
+		 */
+		again = released && had_arrived && net->peer_state[from] == DDSS_TP_PEER_UP;
+		stale = released && !had_arrived;
 		last = arrive_locked(net, from, m.epoch);
 	} else if (m.kind == BARRIER_RELEASE && from == 1)
 		release_locked(net, m.epoch);
@@ -144,8 +152,11 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 		DDSS_INFO("barrier %u: rank %u arrived again after its release (lost, or crossed "
 			  "on the way): released again", m.epoch, from);
 		if (send_barrier(net, from, BARRIER_RELEASE, m.epoch))
-			DDSS_WARN("barrier %u: cannot release rank %u again", m.epoch, from);
+			DDSS_INFO("barrier %u: cannot release rank %u again", m.epoch, from);
 	}
+	if (stale)
+		DDSS_WARN("barrier %u: rank %u arrived at it after it was released without that "
+			  "rank: it counts barriers from another epoch than the group", m.epoch, from);
 	if (answer && send_barrier(net, from, BARRIER_STATE, state))
 		DDSS_WARN("cannot tell rank %u the group's barrier epoch", from);
 }
@@ -223,6 +234,7 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 	resend_at = ddss_now_ns() + (int64_t)BARRIER_RESEND_MS * 1000000;
 	while (!r && (int32_t)(net->barrier_released - epoch) < 0) {
 		int64_t now = ddss_now_ns();
+		bool repeat;
 
 		if (needed_rank_down(net)) {
 			r = -EHOSTDOWN;
@@ -232,16 +244,23 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 			r = -ETIMEDOUT;
 			break;
 		}
-		if (net->env.rank != 1 && now >= resend_at) {
-			/* A failure to send shows as rank 1 going down, or as the timeout. */
+		/* No repeat in the last interval: a send may connect, which takes a while. */
+		repeat = net->env.rank != 1 &&
+			 deadline - now >= (int64_t)BARRIER_RESEND_MS * 1000000;
+		if (repeat && now >= resend_at) {
+			int err;
+
 			pthread_mutex_unlock(&net->mu);
-			send_barrier(net, 1, BARRIER_ARRIVE, epoch);
+			err = send_barrier(net, 1, BARRIER_ARRIVE, epoch);
 			pthread_mutex_lock(&net->mu);
+			if (err == -EHOSTDOWN) { /* refused: gone (else the timeout tells) */
+				r = err;
+				break;
+			}
 			resend_at = ddss_now_ns() + (int64_t)BARRIER_RESEND_MS * 1000000;
 			continue;
 		}
-		ddss_net_cond_wait(net, net->env.rank != 1 && resend_at < deadline ? resend_at
-										      : deadline);
+		ddss_net_cond_wait(net, repeat && resend_at < deadline ? resend_at : deadline);
 		/* Coordinator mode: the rank it waited for may have left the view meanwhile. */
 		if (!r && net->env.rank == 1 && net->env.coord && complete_locked(net, epoch)) {
 			pthread_mutex_unlock(&net->mu);

@@ -5,10 +5,10 @@
  *
  * Input: [group size 1][this rank 1] then messages, each [from 1][len 1][kind 4][epoch 4].
  * Invariants: only rank 1 (the coordinator) sends, and only RELEASE messages, to ranks
- * 2..size: to all of them for an epoch in which it counted `size` arrivals, or to the
- * sender alone for an ARRIVE at an epoch released already (its RELEASE was lost); a
- * RELEASE from a rank other than 1 never moves the released epoch; the released epoch
- * never goes back.
+ * 2..size: to all of them for an epoch in which it counted `size` arrivals, or that
+ * epoch's RELEASE to the sender alone for an ARRIVE repeated after the release (the
+ * sender had arrived: its RELEASE was lost); a RELEASE from a rank other than 1 never
+ * moves the released epoch; the released epoch never goes back.
  */
 #include "fuzz_common.h"
 
@@ -18,7 +18,8 @@ static struct ddss_net net;
 static struct ddss_tp tp;
 static uint32_t arrived[9]; /* net.barrier_arrived: ranks 1..8 */
 static unsigned sends;
-static uint32_t last_to; /* the peer of the last RELEASE */
+static uint32_t last_to, last_epoch; /* the peer and epoch of the last RELEASE */
+static enum ddss_tp_peer_state states[9]; /* net.peer_state: every rank up */
 
 int ddss_net_send(struct ddss_net *n, uint32_t peer, uint16_t tag, const void *buf, size_t len)
 {
@@ -32,6 +33,7 @@ int ddss_net_send(struct ddss_net *n, uint32_t peer, uint16_t tag, const void *b
 	if (le32toh(m.kind) == BARRIER_RELEASE) {
 		sends++;
 		last_to = peer;
+		last_epoch = le32toh(m.epoch);
 	}
 	return 0;
 }
@@ -70,6 +72,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(arrived, 0, sizeof(arrived));
 	net.barrier_arrived = arrived;
 	net.tp = &tp;
+	for (unsigned r = 0; r < sizeof(states) / sizeof(states[0]); r++)
+		states[r] = DDSS_TP_PEER_UP;
+	net.peer_state = states;
 	net.env.size = 1 + fuzz_u8(&in) % 8;
 	net.env.rank = 1 + fuzz_u8(&in) % net.env.size;
 	pthread_mutex_init(&net.mu, NULL);
@@ -78,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	while (in.left >= 10) {
 		uint32_t from = 1 + fuzz_u8(&in) % net.env.size, before = net.barrier_released;
 		uint8_t len = fuzz_u8(&in), msg[16];
-		uint32_t epoch;
+		uint32_t kind, epoch, had_arrived = arrived[from];
 		unsigned sent_before = sends;
 
 		fuzz_bytes(&in, msg, 8);
@@ -87,11 +92,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (from != 1 && net.env.rank != 1)
 			FUZZ_CHECK(net.barrier_released == before); /* only the coordinator releases */
 		FUZZ_CHECK((int32_t)(net.barrier_released - before) >= 0);
-		/* None, all others (completed), or the sender again (released already). */
+		/* None, all others (completed), or the sender again: a repeated ARRIVE of an
+		 * epoch released already with that sender counted. */
+		memcpy(&kind, msg, sizeof(kind));
 		memcpy(&epoch, msg + 4, sizeof(epoch));
+		kind = le32toh(kind), epoch = le32toh(epoch);
 		FUZZ_CHECK(sends == sent_before || sends - sent_before == net.env.size - 1 ||
-			   (sends - sent_before == 1 && last_to == from &&
-			    (int32_t)(before - le32toh(epoch)) >= 0));
+			   (sends - sent_before == 1 && kind == BARRIER_ARRIVE && from != 1 &&
+			    last_to == from && last_epoch == epoch &&
+			    (int32_t)(before - epoch) >= 0 && (int32_t)(had_arrived - epoch) >= 0));
 	}
 	pthread_cond_destroy(&net.cv);
 	pthread_mutex_destroy(&net.mu);

@@ -205,6 +205,26 @@ static void test_repeat_answered_alone(void)
 	group_fini();
 }
 
+/*
+ * An ARRIVE at a released epoch from a rank that had not arrived there (it counts from
+ * another epoch: a replacement whose QUERY went unanswered) gets no RELEASE: letting it
+ * through would let it pass barriers the group took without it.
+ */
+static void test_stale_epoch_not_released(void)
+{
+	struct barrier_msg m = { htole32(BARRIER_ARRIVE), htole32(2) };
+
+	group_init();
+	drop_kind = 0;
+	arrived[1] = arrived[2] = 3;
+	arrived[3] = 0;
+	nets[1].barrier_epoch = nets[1].barrier_released = 3;
+	ddss_net_barrier_on_msg(&nets[1], 3, &m, sizeof(m));
+	CU_ASSERT_EQUAL(atomic_load(&sent[BARRIER_RELEASE]), 0);
+	CU_ASSERT_EQUAL(nets[3].barrier_released, 0);
+	group_fini();
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -218,6 +238,8 @@ int main(void)
 	CU_add_test(s, "an ARRIVE lost", test_arrive_lost);
 	CU_add_test(s, "a repeated ARRIVE is answered to its sender alone",
 		    test_repeat_answered_alone);
+	CU_add_test(s, "an ARRIVE from another epoch is not let through",
+		    test_stale_epoch_not_released);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();
