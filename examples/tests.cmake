@@ -5,8 +5,11 @@
 add_test(NAME outside_link_tcp
   COMMAND sh ${PROJECT_SOURCE_DIR}/examples/outside/check.sh ${CMAKE_BINARY_DIR}
           ${PROJECT_SOURCE_DIR})
+# `cmake --install` of one build tree writes its install_manifest.txt: one at a time (the
+# lock install_tree, shared with man_install and package_deb) when ctest runs tests in parallel.
 set_tests_properties(outside_link_tcp PROPERTIES LABELS integration TIMEOUT 120
-  ENVIRONMENT "CMAKE=${CMAKE_COMMAND};DDSS_LOG_LEVEL=warn" SKIP_RETURN_CODE 77)
+  ENVIRONMENT "CMAKE=${CMAKE_COMMAND};DDSS_LOG_LEVEL=warn" SKIP_RETURN_CODE 77
+  RESOURCE_LOCK install_tree)
 
 # The README's first program (examples/counter.c, target in examples/CMakeLists.txt):
 # 3 ranks add 1000 each to one counter under its exclusive lock; rank 1 checks the total
@@ -22,4 +25,5 @@ add_test(NAME example_counter_installed_tcp
   COMMAND sh ${PROJECT_SOURCE_DIR}/examples/counter_check.sh ${CMAKE_BINARY_DIR}
           ${PROJECT_SOURCE_DIR})
 set_tests_properties(example_counter_installed_tcp PROPERTIES LABELS integration TIMEOUT 60
-  ENVIRONMENT "CMAKE=${CMAKE_COMMAND};DDSS_LOG_LEVEL=warn" SKIP_RETURN_CODE 77)
+  ENVIRONMENT "CMAKE=${CMAKE_COMMAND};DDSS_LOG_LEVEL=warn" SKIP_RETURN_CODE 77
+  RESOURCE_LOCK install_tree)

@@ -16,8 +16,9 @@ rm -rf "$build"
 BUILD_DIR=$build "$top/scripts/build.sh"
 # Everything but the long soaks (label soak: `ctest --test-dir build-test -L soak`) and the
 # tests of known open problems (label open: `ctest --test-dir build-test -L open`; each
-# one's CMake entry says which issue tracks it).
-ctest --test-dir "$build" --output-on-failure --timeout 900 -LE "soak|open|rdma"
+# one's CMake entry says which issue tracks it). Two at a time: most of them wait more than
+# they compute; those that keep both cores busy run alone (RUN_SERIAL, tests/CMakeLists.txt).
+ctest --test-dir "$build" --output-on-failure --timeout 900 -j2 -LE "soak|open|rdma"
 # The rdma tests. Booting the guest takes ~10-15 s under TCG, so most of them share one
 # boot: ctest runs inside the guest (scripts/rdma-exec; each test's own rdma-exec then runs
 # it in place). Those that break the guest's link on purpose (label own_guest) get a fresh
@@ -56,7 +57,7 @@ cmake -S "$top" -B "$asan" -DDDSS_SANITIZER=address+undefined -DDDSS_WITH_VERBS=
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDSS_WERROR=ON >/dev/null
 cmake --build "$asan" -j"$(nproc)" >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir "$asan" -L "unit|integration|stress" \
+  ctest --test-dir "$asan" -j2 -L "unit|integration|stress" \
   -E "lock_model_spin|peers_bench_smoke|outside_link_tcp|lock_busy_fault|coord_netns_|coord_member_cluster|_weak|man_" \
   --output-on-failure --timeout 900
 # libFuzzer: every decoder of peer- or client-supplied bytes, 5 s each (tests/fuzz; longer

@@ -7,7 +7,7 @@ if(TARGET ddss-peers-bench)
     COMMAND ${PROJECT_SOURCE_DIR}/apps/peers/run-peers.sh ${CMAKE_BINARY_DIR} --quick)
   set_tests_properties(peers_bench_smoke PROPERTIES LABELS integration TIMEOUT 180
     ENVIRONMENT "DDSS_LOG_LEVEL=warn;DDSSRUN=$<TARGET_FILE:ddssrun>;PEERS_BENCH=$<TARGET_FILE:ddss-peers-bench>"
-    SKIP_RETURN_CODE 77)
+    SKIP_RETURN_CODE 77 RUN_SERIAL TRUE) # it times things and keeps both cores busy: alone
   if(TARGET ddss-mpi-bench)
     set_property(TEST peers_bench_smoke APPEND PROPERTY
       ENVIRONMENT "MPI_BENCH=$<TARGET_FILE:ddss-mpi-bench>")
