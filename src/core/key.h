@@ -31,6 +31,18 @@ uint64_t ddss_key_make(uint32_t rank, uint32_t slot, uint32_t gen);
 /** Split @key; -EINVAL if its check byte is wrong or a field is out of range. */
 int ddss_key_parse(uint64_t key, struct ddss_key_parts *parts_p);
 
+/*
+ * Bits that tell a process's keys apart, for small direct-mapped per-thread caches: the
+ * slot, folded with the home rank. Not the generation, which is 1 for every slot's first
+ * segment: indexed by it, a thread's fresh keys would all share one entry.
+ */
+static inline uint32_t ddss_key_spread(uint64_t key)
+{
+	uint64_t slot_up = key >> (8 + DDSS_KEY_GEN_BITS); /* [ rank : 16 | slot : 20 ] */
+
+	return (uint32_t)(slot_up ^ (slot_up >> DDSS_KEY_SLOT_BITS));
+}
+
 /** The next generation after @gen (skips 0). */
 static inline uint32_t ddss_key_next_gen(uint32_t gen)
 {

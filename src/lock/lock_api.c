@@ -197,7 +197,7 @@ static __thread struct word_memo word_memo[WORD_MEMOS] __attribute__((tls_model(
 
 static struct word_memo *memo_of(ddss_key_t key)
 {
-	return &word_memo[(key >> 8) % WORD_MEMOS]; /* above the key's CRC byte */
+	return &word_memo[ddss_key_spread(key) % WORD_MEMOS]; /* by slot and home */
 }
 
 int lock_word_of(struct ddss_ctx *ctx, ddss_key_t key, uint32_t *home_p, uint64_t *hdr_p,

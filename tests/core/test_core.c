@@ -7,6 +7,7 @@
  */
 #include "common/test_util.h"
 #include "core/config.h"
+#include "core/key.h"
 #include "core/seg_cache.h"
 #include "net/nodes.h"
 #include "net/tcp/tcp_wire.h"
@@ -798,6 +799,31 @@ static void test_cache_epoch(void)
 	ddss_seg_cache_destroy(b);
 }
 
+/* ---- keys ---- */
+
+/*
+ * A thread's first few segments, all generation 1, fall in different entries of a
+ * four-entry cache indexed by ddss_key_spread (the lock layer's word memo): neighbouring
+ * slots at one home, or one slot at neighbouring homes. Indexed by the generation, as
+ * before, all four shared one entry and a thread alternating two keys missed every time.
+ */
+static void test_key_spread(void)
+{
+	unsigned seen_slot = 0, seen_rank = 0;
+
+	for (uint32_t i = 0; i < 4; i++) {
+		uint64_t by_slot = ddss_key_make(2, 16 + i, 1), by_rank = ddss_key_make(1 + i, 0, 1);
+
+		seen_slot |= 1u << (ddss_key_spread(by_slot) % 4);
+		seen_rank |= 1u << (ddss_key_spread(by_rank) % 4);
+	}
+	CU_ASSERT_EQUAL(seen_slot, 0xfu);
+	CU_ASSERT_EQUAL(seen_rank, 0xfu);
+	/* A slot's next segment takes its predecessor's entry, whatever the generation. */
+	CU_ASSERT_EQUAL(ddss_key_spread(ddss_key_make(2, 17, 1)) % 4,
+			ddss_key_spread(ddss_key_make(2, 17, 0x5a5a5)) % 4);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -842,6 +868,9 @@ int main(void)
 	CU_add_test(s, "hello", test_wire_hello);
 	CU_add_test(s, "request checks", test_wire_check_request);
 	CU_add_test(s, "range overflow", test_wire_in_range);
+
+	s = CU_add_suite("keys", NULL, NULL);
+	CU_add_test(s, "ddss_key_spread: fresh keys apart", test_key_spread);
 
 	s = CU_add_suite("descriptor cache", NULL, NULL);
 	CU_add_test(s, "epoch and id", test_cache_epoch);
