@@ -10,7 +10,8 @@
  *
  * A lost message does not hold the group (BARRIER_RESEND_MS): a waiting rank sends its
  * ARRIVE again now and then, and rank 1 answers an ARRIVE at an epoch it released already
- * with that RELEASE again. Both are idempotent (an epoch only moves forward).
+ * with that RELEASE again. Both are idempotent (an epoch only moves forward). A replacement
+ * repeats its QUERY the same way until it has the answer.
  */
 #include "net/net_internal.h"
 #include "net/coordinator.h"
@@ -139,10 +140,12 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 		release_locked(net, m.epoch);
 	else if (m.kind == BARRIER_QUERY && net->env.rank == 1 && from != 1)
 		answer = true, state = net->barrier_released;
-	else if (m.kind == BARRIER_STATE && from == 1 && net->barrier_asked) {
-		net->barrier_asked = false;
-		net->barrier_epoch = net->barrier_released = m.epoch;
-		pthread_cond_broadcast(&net->cv);
+	else if (m.kind == BARRIER_STATE && from == 1) {
+		if (net->barrier_asked) { /* else the answer to a repeated QUERY: had it */
+			net->barrier_asked = false;
+			net->barrier_epoch = net->barrier_released = m.epoch;
+			pthread_cond_broadcast(&net->cv);
+		}
 	} else
 		DDSS_WARN("unexpected barrier message %u from rank %u", m.kind, from);
 	pthread_mutex_unlock(&net->mu);
@@ -313,9 +316,24 @@ static int enter_running(struct ddss_net *net)
 	net->barrier_asked = net->env.rank != 1;
 	pthread_mutex_unlock(&net->mu);
 	if (net->env.rank != 1 && send_barrier(net, 1, BARRIER_QUERY, 0) == 0) {
+		int64_t resend_at = ddss_now_ns() + (int64_t)BARRIER_RESEND_MS * 1000000;
+
 		pthread_mutex_lock(&net->mu);
-		while (net->barrier_asked && ddss_net_cond_wait(net, deadline))
-			;
+		/* Asked again every BARRIER_RESEND_MS: the question or its answer may be lost. */
+		while (net->barrier_asked && ddss_now_ns() < deadline) {
+			if (ddss_now_ns() >= resend_at) {
+				int err;
+
+				pthread_mutex_unlock(&net->mu);
+				err = send_barrier(net, 1, BARRIER_QUERY, 0);
+				pthread_mutex_lock(&net->mu);
+				if (err == -EHOSTDOWN) /* rank 1 is gone: nobody to answer */
+					break;
+				resend_at = ddss_now_ns() + (int64_t)BARRIER_RESEND_MS * 1000000;
+				continue;
+			}
+			ddss_net_cond_wait(net, resend_at < deadline ? resend_at : deadline);
+		}
 		if (net->barrier_asked)
 			DDSS_WARN("rank 1 did not say which barrier the group is at: counting from the "
 				  "start barrier");

@@ -7,7 +7,9 @@
  * lost with its connection, or, once in CI on rxe, with no error anywhere; every rank then
  * waited out the barrier's timeout. The barrier now repeats an ARRIVE while it waits, and
  * rank 1 answers an ARRIVE at an epoch it released already with that RELEASE again.
- * Before that change the two loss cases here timed out.
+ * Before that change the two loss cases here timed out. Likewise a replacement's QUERY
+ * (which barrier the group is at) and its answer: asked once, a lost one left the
+ * replacement counting from the start barrier, and every later barrier failed.
  */
 #include "net/barrier.c"
 
@@ -225,6 +227,47 @@ static void test_stale_epoch_not_released(void)
 	group_fini();
 }
 
+/*
+ * Rank 3 is a replacement (a process let in after the start; no members to connect to
+ * here) while the group is past barrier 5; message @kind of its question (QUERY, 3 -> 1)
+ * or of the answer (STATE, 1 -> 3, carrying 5) is lost. It must still count on from 5.
+ */
+static void replacement_asks(uint32_t kind)
+{
+	int64_t t0;
+	int rc;
+
+	group_init();
+	drop_kind = kind;
+	drop_from = kind == BARRIER_QUERY ? 3 : 1;
+	drop_to = kind == BARRIER_QUERY ? 1 : 3;
+	drop_epoch = kind == BARRIER_QUERY ? 0 : 5;
+	arrived[1] = arrived[2] = 5;
+	nets[1].barrier_epoch = nets[1].barrier_released = 5;
+	nets[3].env.running = true;
+	t0 = ddss_now_ns();
+	rc = enter_running(&nets[3]);
+	CU_ASSERT_EQUAL(rc, 0);
+	CU_ASSERT(dropped);
+	CU_ASSERT_EQUAL(nets[3].barrier_released, 5);
+	CU_ASSERT_EQUAL(nets[3].barrier_epoch, 5);
+	CU_ASSERT_FALSE(nets[3].barrier_asked);
+	CU_ASSERT(atomic_load(&sent[BARRIER_QUERY]) >= 2);
+	/* Answered by the repeat, not at the deadline. */
+	CU_ASSERT(ddss_now_ns() - t0 < (int64_t)WAIT_MS * 1000000 / 2);
+	group_fini();
+}
+
+static void test_query_lost(void)
+{
+	replacement_asks(BARRIER_QUERY);
+}
+
+static void test_state_lost(void)
+{
+	replacement_asks(BARRIER_STATE);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -240,6 +283,8 @@ int main(void)
 		    test_repeat_answered_alone);
 	CU_add_test(s, "an ARRIVE from another epoch is not let through",
 		    test_stale_epoch_not_released);
+	CU_add_test(s, "a replacement's QUERY lost", test_query_lost);
+	CU_add_test(s, "the answer to a replacement's QUERY lost", test_state_lost);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();
