@@ -33,8 +33,9 @@ int ddss_key_parse(uint64_t key, struct ddss_key_parts *parts_p);
 
 /*
  * Bits that tell a process's keys apart, for small direct-mapped per-thread caches: the
- * slot, folded with the home rank. Not the generation, which is 1 for every slot's first
- * segment: indexed by it, a thread's fresh keys would all share one entry.
+ * slot, folded with the home rank. Not the generation, which is the same for every slot's
+ * first segment (1; in coordinator mode a random start, one for all of a home's slots):
+ * indexed by it, a thread's fresh keys would all share one entry.
  */
 static inline uint32_t ddss_key_spread(uint64_t key)
 {

@@ -140,7 +140,7 @@ void ddss_net_barrier_on_msg(void *arg, uint32_t from, const void *buf, size_t l
 		release_locked(net, m.epoch);
 	else if (m.kind == BARRIER_QUERY && net->env.rank == 1 && from != 1)
 		answer = true, state = net->barrier_released;
-	else if (m.kind == BARRIER_STATE && from == 1) {
+	else if (m.kind == BARRIER_STATE && from == 1 && (net->barrier_asked || net->env.running)) {
 		if (net->barrier_asked) { /* else the answer to a repeated QUERY: had it */
 			net->barrier_asked = false;
 			net->barrier_epoch = net->barrier_released = m.epoch;
@@ -315,12 +315,12 @@ static int enter_running(struct ddss_net *net)
 	net->barrier_epoch = net->barrier_released = 1;
 	net->barrier_asked = net->env.rank != 1;
 	pthread_mutex_unlock(&net->mu);
-	if (net->env.rank != 1 && send_barrier(net, 1, BARRIER_QUERY, 0) == 0) {
-		int64_t resend_at = ddss_now_ns() + (int64_t)BARRIER_RESEND_MS * 1000000;
+	if (net->env.rank != 1) {
+		int64_t resend_at = 0; /* ask at once */
 
 		pthread_mutex_lock(&net->mu);
 		/* Asked again every BARRIER_RESEND_MS: the question or its answer may be lost. */
-		while (net->barrier_asked && ddss_now_ns() < deadline) {
+		while (net->barrier_asked && ddss_now_ns() < deadline && !needed_rank_down(net)) {
 			if (ddss_now_ns() >= resend_at) {
 				int err;
 
