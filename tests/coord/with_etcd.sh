@@ -39,12 +39,22 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # Free loopback ports, two per member (client, peer), held by nobody when etcd binds them.
+# Below the ephemeral range where it leaves room: a member stopped by a test gets its port
+# back when it restarts (up to 9 s later in coord_etcd_outage_tcp), and meanwhile another
+# test running beside this one (ctest -j2) binds port 0 or connects, from that range only.
 mapfile -t ports < <(python3 - "$members" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(2 * int(sys.argv[1])):
+import random, socket, sys
+want = 2 * int(sys.argv[1])
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+socks, tries = [], 0
+while len(socks) < want:
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+    tries += 1
+    try:
+        s.bind(("127.0.0.1", random.randrange(10000, low) if low > 11000 and tries < 1000 else 0))
+    except OSError:
+        s.close()
+        continue
     socks.append(s)
 for s in socks:
     print(s.getsockname()[1])
