@@ -49,6 +49,22 @@ static int send_barrier(struct ddss_net *net, uint32_t to, uint32_t kind, uint32
 	return ddss_net_send(net, to, DDSS_MSG_BARRIER, &m, sizeof(m));
 }
 
+/*
+ * mu held: send @kind to rank 1 again, outside mu (a send may connect, and the handshake
+ * must not wait for us), and set when the next repeat is due. The send's result.
+ */
+static int repeat_locked(struct ddss_net *net, uint32_t kind, uint32_t epoch,
+			 int64_t *resend_at)
+{
+	int err;
+
+	pthread_mutex_unlock(&net->mu);
+	err = send_barrier(net, 1, kind, epoch);
+	pthread_mutex_lock(&net->mu);
+	*resend_at = ddss_now_ns() + (int64_t)BARRIER_RESEND_MS * 1000000;
+	return err;
+}
+
 /* mu held. */
 static void release_locked(struct ddss_net *net, uint32_t epoch)
 {
@@ -251,16 +267,12 @@ int ddss_net_barrier(struct ddss_net *net, int timeout_ms)
 		repeat = net->env.rank != 1 &&
 			 deadline - now >= (int64_t)BARRIER_RESEND_MS * 1000000;
 		if (repeat && now >= resend_at) {
-			int err;
+			int err = repeat_locked(net, BARRIER_ARRIVE, epoch, &resend_at);
 
-			pthread_mutex_unlock(&net->mu);
-			err = send_barrier(net, 1, BARRIER_ARRIVE, epoch);
-			pthread_mutex_lock(&net->mu);
 			if (err == -EHOSTDOWN) { /* refused: gone (else the timeout tells) */
 				r = err;
 				break;
 			}
-			resend_at = ddss_now_ns() + (int64_t)BARRIER_RESEND_MS * 1000000;
 			continue;
 		}
 		ddss_net_cond_wait(net, repeat && resend_at < deadline ? resend_at : deadline);
@@ -320,19 +332,12 @@ static int enter_running(struct ddss_net *net)
 
 		pthread_mutex_lock(&net->mu);
 		/* Asked again every BARRIER_RESEND_MS: the question or its answer may be lost. */
-		while (net->barrier_asked && ddss_now_ns() < deadline && !needed_rank_down(net)) {
-			if (ddss_now_ns() >= resend_at) {
-				int err;
-
-				pthread_mutex_unlock(&net->mu);
-				err = send_barrier(net, 1, BARRIER_QUERY, 0);
-				pthread_mutex_lock(&net->mu);
-				if (err == -EHOSTDOWN) /* rank 1 is gone: nobody to answer */
-					break;
-				resend_at = ddss_now_ns() + (int64_t)BARRIER_RESEND_MS * 1000000;
-				continue;
-			}
-			ddss_net_cond_wait(net, resend_at < deadline ? resend_at : deadline);
+		for (int64_t now = ddss_now_ns(); net->barrier_asked && now < deadline &&
+		     !needed_rank_down(net); now = ddss_now_ns()) {
+			if (now < resend_at)
+				ddss_net_cond_wait(net, resend_at < deadline ? resend_at : deadline);
+			else if (repeat_locked(net, BARRIER_QUERY, 0, &resend_at) == -EHOSTDOWN)
+				break; /* rank 1 is gone: nobody to answer */
 		}
 		if (net->barrier_asked)
 			DDSS_WARN("rank 1 did not say which barrier the group is at: counting from the "
