@@ -199,17 +199,11 @@ bool lock_peer_down(struct ddss_lock *lk, uint32_t rank)
 
 bool lock_peer_reconnect(struct ddss_lock *lk, uint32_t rank)
 {
-	struct ddss_tp_peer_info info;
-
-	if (!rank || rank == lk->rank || ddss_tp_peer_refused(lk->tp, rank) ||
-	    ddss_tp_peer_info(lk->tp, rank, &info))
-		return false;
-	if (info.state != DDSS_TP_PEER_DOWN)
+	if (!lock_peer_down(lk, rank))
 		return true; /* another thread connected it meanwhile */
-	/* Alive as far as we can tell: a process that dies closes its connection to us, and
-	 * one cut off goes silent (without this, each call would pay a connect to a home
-	 * that is gone until the connection's keepalive, hours). */
-	if (!info.served || !ddss_net_heard_lately(lk->ctx->net, rank))
+	/* Alive as far as we can tell (without this, each call would pay a connect to a
+	 * home that is gone until the connection's keepalive, hours). */
+	if (!ddss_net_down_but_alive(lk->ctx->net, rank))
 		return false;
 	return ddss_tp_peer_connect(lk->tp, rank) == 0 && !lock_peer_down(lk, rank);
 }

@@ -173,8 +173,13 @@ static void heartbeat_round(struct ddss_net *net, uint64_t seq)
 	for (uint32_t r = 1; r <= net->env.size; r++) {
 		int64_t silent, heard;
 
-		if (!other_up(net, r))
+		if (!other_up(net, r)) {
+			/* Our connection to it failed, and it is alive: it judges our silence
+			 * all the same (net/reconnect.c). */
+			if (r != net->env.rank && ddss_net_down_but_alive(net, r))
+				ddss_net_reconnect_ask(net, r);
 			continue;
+		}
 		heard = __atomic_load_n(&net->last_heard[r], __ATOMIC_RELAXED);
 		silent = deaf ? 0 : ddss_now_ns() - heard;
 		if (silent > bound && __atomic_load_n(&net->leaving, __ATOMIC_ACQUIRE)) {

@@ -114,6 +114,8 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 	net->msg[DDSS_MSG_BARRIER] = (struct net_msg_slot){ ddss_net_barrier_on_msg, net };
 	r = ddss_net_heartbeat_init(net);
 	if (!r)
+		r = ddss_net_reconnect_init(net);
+	if (!r)
 		r = ddss_net_readmit_init(net);
 	if (r)
 		goto err_sync;
@@ -129,6 +131,7 @@ int ddss_net_open(const struct ddss_net_env *env, struct ddss_net **net_p)
 
 err_sync:
 	ddss_net_readmit_fini(net);
+	ddss_net_reconnect_fini(net);
 	ddss_net_heartbeat_fini(net);
 	pthread_mutex_destroy(&net->mu);
 	pthread_cond_destroy(&net->cv);
@@ -164,7 +167,8 @@ int ddss_net_start(struct ddss_net *net, void *pool, size_t pool_len)
 		net->pool_mr = NULL;
 		return r;
 	}
-	return ddss_net_heartbeat_start(net);
+	r = ddss_net_heartbeat_start(net);
+	return r ? r : ddss_net_reconnect_start(net);
 }
 
 void ddss_net_close(struct ddss_net *net)
@@ -174,9 +178,11 @@ void ddss_net_close(struct ddss_net *net)
 	if (net->env.coord)
 		ddss_coord_detach(net->env.coord);
 	ddss_net_heartbeat_stop(net);
+	ddss_net_reconnect_stop(net);
 	if (net->tp) /* NULL: a fallback that failed left none */
 		ddss_tp_close(net->tp);
 	ddss_net_heartbeat_fini(net);
+	ddss_net_reconnect_fini(net);
 	ddss_net_readmit_fini(net);
 	pthread_mutex_destroy(&net->mu);
 	pthread_cond_destroy(&net->cv);

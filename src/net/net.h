@@ -89,6 +89,12 @@ void ddss_net_declare_dead(struct ddss_net *net, uint32_t rank);
 /** Whether @rank was heard from (a heartbeat, or its connection coming up) within the peer
  * timeout; true without a peer timeout (then silence is never judged). Any thread. */
 bool ddss_net_heard_lately(struct ddss_net *net, uint32_t rank);
+/**
+ * Whether @rank reads down only because our connection to it failed: not declared dead,
+ * its own connection to us still open (a process that dies closes both), and heard from
+ * lately (one cut off goes silent). Such a rank is worth connecting to again. Any thread.
+ */
+bool ddss_net_down_but_alive(struct ddss_net *net, uint32_t rank);
 
 /*
  * Coordinator mode: @rank, declared dead, comes back as a new process (incarnation

@@ -49,6 +49,14 @@ struct ddss_net {
 	int64_t warned_held_up;     /* heartbeat thread: dispatch_since when we said so */
 	int64_t last_round_ns;      /* heartbeat thread: when its last round began */
 
+	/* reconnect.c: peers that read down but alive, to connect to again */
+	pthread_mutex_t reconnect_mu;
+	pthread_cond_t reconnect_cv;
+	uint8_t *reconnect_want;    /* [rank] under reconnect_mu: asked for */
+	bool reconnect_stop;        /* under reconnect_mu */
+	bool reconnect_running;
+	pthread_t reconnect_thread;
+
 	/* readmit.c (coordinator mode): new incarnations to let in, [rank] under mu */
 	struct net_admit *admit;
 	ddss_net_readmit_fn readmit_fn;
@@ -73,6 +81,15 @@ bool ddss_net_dispatch_begin(struct ddss_net *net);
 void ddss_net_dispatch_end(struct ddss_net *net, bool marked);
 /* heartbeat.c, heartbeat thread: carry out a death declared of @r, if one is pending. */
 void ddss_net_refuse_if_pending(struct ddss_net *net, uint32_t r);
+
+/* reconnect.c: init with the heartbeat, start after it, stop after it (before the
+ * transport closes). The heartbeat thread asks for each peer that reads down but alive;
+ * a thread of its own connects (ddss_net_down_but_alive in net.h). */
+int ddss_net_reconnect_init(struct ddss_net *net);
+int ddss_net_reconnect_start(struct ddss_net *net);
+void ddss_net_reconnect_stop(struct ddss_net *net);
+void ddss_net_reconnect_fini(struct ddss_net *net);
+void ddss_net_reconnect_ask(struct ddss_net *net, uint32_t rank);
 
 /* readmit.c: init before the heartbeat starts; the heartbeat thread runs the pending
  * readmissions after the refusals of each round. */

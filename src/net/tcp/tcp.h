@@ -101,6 +101,13 @@ struct tcp_chan {
 	struct tcp_pframe prx;
 	struct tcp_out *out_head, *out_tail;
 	bool out_armed;
+	/* Under send_mu: the epoll events registered for fd (0: none). EPOLLRDHUP from connect
+	 * until the far end is seen closed, so that the progress thread notices a peer that
+	 * died while the channel was idle (tcp_chan_event); EPOLLOUT while out_armed. */
+	uint32_t ev_mask;
+	/* Atomic, written under send_mu: the current connection's far end closed (seen by the
+	 * progress thread). With its connection to us gone too, the peer is down. */
+	bool far_closed;
 	/* Request frames not sent yet, oldest first: one posted with "more" (ddss_tp_post_*_more)
 	 * or several combined (tcp_chan.c, "Combined sends"). They go out with the channel's
 	 * next send, whoever makes it, or when a poster waits. nheld and held_waiting are
@@ -252,6 +259,15 @@ int tcp_chan_test(struct tcp_chan *ch, struct ddss_tp_req *req);
 int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms);
 /** Progress thread: the socket has room again, send what is queued. */
 void tcp_chan_flush(struct tcp_chan *ch);
+/** Progress thread: an epoll event of the channel's socket (room again, or its far end
+ * closed: then the peer is down if its connection to us is gone too). */
+void tcp_chan_event(struct tcp_chan *ch, uint32_t events);
+/**
+ * Whether the channel's current connection, made with the peer's generation @gen, is
+ * working as far as this rank can tell: connected, not failed, its far end not closed.
+ * Any thread but one holding send_mu.
+ */
+bool tcp_chan_up(struct tcp_chan *ch, uint32_t gen);
 /** Fail the connection with @err and complete everything outstanding. */
 void tcp_chan_shutdown(struct tcp_chan *ch, int err);
 

@@ -183,10 +183,30 @@ static void reap_as_owner(struct tcp_chan *ch)
 	wake_all(ch);
 }
 
+/* send_mu held: register @mask for fd with the progress thread's epoll (0: none). */
+static int ev_set_mask(struct tcp_chan *ch, uint32_t mask)
+{
+	struct epoll_event ev = { .events = mask, .data.ptr = ch };
+	int op = !ch->ev_mask ? EPOLL_CTL_ADD : !mask ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
+
+	if (mask == ch->ev_mask || ch->fd < 0)
+		return 0;
+	if (epoll_ctl(ch->tp->epfd, op, ch->fd, &ev))
+		return -errno;
+	ch->ev_mask = mask;
+	return 0;
+}
+
+/* send_mu held: the events fd is watched for, EPOLLOUT aside. */
+static uint32_t ev_base(const struct tcp_chan *ch)
+{
+	return __atomic_load_n(&ch->far_closed, __ATOMIC_RELAXED) ? 0 : EPOLLRDHUP;
+}
+
 static void out_disarm(struct tcp_chan *ch)
 {
 	if (ch->out_armed) {
-		epoll_ctl(ch->tp->epfd, EPOLL_CTL_DEL, ch->fd, NULL);
+		ev_set_mask(ch, ev_base(ch));
 		ch->out_armed = false;
 	}
 }
@@ -224,9 +244,11 @@ static void chan_teardown(struct tcp_chan *ch)
 	reap_as_owner(ch);
 	pthread_mutex_lock(&ch->send_mu);
 	out_drop(ch);
+	ev_set_mask(ch, 0);
 	if (ch->fd >= 0)
 		close(ch->fd);
 	__atomic_store_n(&ch->fd, -1, __ATOMIC_RELEASE);
+	__atomic_store_n(&ch->far_closed, false, __ATOMIC_RELAXED);
 	__atomic_store_n(&ch->error, 0, __ATOMIC_RELEASE);
 	ch->next_seq = 1;
 	ch->protect = false;
@@ -378,6 +400,13 @@ static int chan_connect(struct tcp_chan *ch)
 	ch->gen = gen;
 	tcp_pframe_done(&ch->prx);
 	__atomic_store_n(&ch->fd, fd, __ATOMIC_RELEASE);
+	/* Watched from now on: a peer that dies while nobody waits on the channel closes
+	 * it, and only then is it down here (tcp_serve.c, served_close). Without the watch
+	 * the end would be seen only by the next send. */
+	r = ev_set_mask(ch, EPOLLRDHUP);
+	if (r)
+		DDSS_WARN("channel to rank %u: epoll_ctl: %s (its close is seen late)", ch->peer,
+			  strerror(-r));
 	pthread_mutex_unlock(&ch->send_mu);
 	tcp_protect_clear(&prot);
 	rx_release(ch);
@@ -433,12 +462,13 @@ void tcp_chan_shutdown(struct tcp_chan *ch, int err)
 /* send_mu held: register interest in "socket writable" with the progress thread. */
 static int out_arm(struct tcp_chan *ch)
 {
-	struct epoll_event ev = { .events = EPOLLOUT, .data.ptr = ch };
+	int r;
 
 	if (ch->out_armed)
 		return 0;
-	if (epoll_ctl(ch->tp->epfd, EPOLL_CTL_ADD, ch->fd, &ev) && errno != EEXIST)
-		return -errno;
+	r = ev_set_mask(ch, ev_base(ch) | EPOLLOUT);
+	if (r)
+		return r;
 	ch->out_armed = true;
 	return 0;
 }
@@ -583,6 +613,64 @@ void tcp_chan_flush(struct tcp_chan *ch)
 	if (!ch->out_head)
 		out_disarm(ch);
 	pthread_mutex_unlock(&ch->send_mu);
+}
+
+/* send_mu held, fd open: whether the kernel has seen the connection's far end close. */
+static bool far_end_closed(const struct tcp_chan *ch)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/*
+ * The peer is down for this rank when both its connections are gone: ours to it (this
+ * channel) and its to us (a served connection). Either alone is no news of the peer: a
+ * peer whose operation to us timed out closes only its own, and is alive (docs/failure.md,
+ * "Down after an operation timeout is not dead"). A process that dies closes both, and
+ * whichever end the progress thread sees last sets it down; a failure of the channel
+ * itself (an operation of ours timed out, a send failed) sets it down at once (chan_fail).
+ */
+void tcp_chan_event(struct tcp_chan *ch, uint32_t events)
+{
+	struct tcp_tp *t = ch->tp;
+	bool closed = false;
+	uint32_t gen = 0;
+
+	if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+		pthread_mutex_lock(&ch->send_mu);
+		/* The event may be of a socket the channel has replaced since: look again. */
+		if (ch->fd >= 0 && !__atomic_load_n(&ch->far_closed, __ATOMIC_RELAXED) &&
+		    far_end_closed(ch)) {
+			__atomic_store_n(&ch->far_closed, true, __ATOMIC_RELAXED);
+			/* Level-triggered: it would fire again at once. */
+			ev_set_mask(ch, ch->out_armed ? EPOLLOUT : 0);
+			closed = true;
+			gen = ch->gen;
+		}
+		pthread_mutex_unlock(&ch->send_mu);
+	}
+	if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+		tcp_chan_flush(ch);
+	if (!closed)
+		return;
+	DDSS_INFO("rank %u closed our connection to it", ch->peer);
+	/* Under serve_state_mu, as a served connection's close (tcp_serve.c). */
+	pthread_mutex_lock(&t->serve_state_mu);
+	if (!tcp_serve_has(t, ch->peer))
+		tcp_peer_set_state(t, ch->peer, gen, DDSS_TP_PEER_DOWN);
+	pthread_mutex_unlock(&t->serve_state_mu);
+}
+
+bool tcp_chan_up(struct tcp_chan *ch, uint32_t gen)
+{
+	bool up;
+
+	pthread_mutex_lock(&ch->send_mu);
+	up = ch->fd >= 0 && !chan_error(ch) && ch->gen == gen &&
+	     !__atomic_load_n(&ch->far_closed, __ATOMIC_RELAXED) && !far_end_closed(ch);
+	pthread_mutex_unlock(&ch->send_mu);
+	return up;
 }
 
 /*

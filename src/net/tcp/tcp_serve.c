@@ -164,7 +164,8 @@ static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why
 	pthread_mutex_lock(&t->serve_state_mu);
 	others = served_unlink(t, s);
 	close(s->fd); /* only once unlinked: tcp_serve_cut must never see a reused number */
-	if (!others)
+	/* Down only with our own connection to it gone too (tcp_chan_event says why). */
+	if (!others && !tcp_chan_up(&t->peers[s->peer].chan, s->gen))
 		tcp_peer_set_state(t, s->peer, s->gen, DDSS_TP_PEER_DOWN);
 	pthread_mutex_unlock(&t->serve_state_mu);
 	served_free(s);
@@ -889,7 +890,7 @@ static void *progress_main(void *arg)
 			if (type == TCP_EV_STOP)
 				return NULL;
 			if (type == TCP_EV_CHAN)
-				tcp_chan_flush(evs[i].data.ptr);
+				tcp_chan_event(evs[i].data.ptr, evs[i].events);
 			else
 				served_event(t, evs[i].data.ptr, evs[i].events);
 		}
