@@ -69,6 +69,14 @@ int lock_rc_ask(struct ddss_lock *lk, uint32_t rank, uint32_t type, uint32_t id,
 		return 1;
 	if (!lock_peer_down(lk, rank))
 		return -1;
+	/* Down only because our connection to it failed, and alive: it may hold what we
+	 * ask about. Ask it once we are connected again (the reconnect thread, not this
+	 * handler: a connect may block for seconds); until then it cannot be counted out.
+	 * Bounded: down for longer than the peer timeout, it no longer counts as alive. */
+	if (ddss_net_down_but_alive(lk->ctx->net, rank)) {
+		ddss_net_reconnect_ask(lk->ctx->net, rank);
+		return -1;
+	}
 	ddss_net_declare_dead(lk->ctx->net, rank);
 	return 0;
 }

@@ -13,7 +13,9 @@ int lock_rc_send(struct ddss_lock *lk, uint32_t to, uint32_t type, uint32_t id, 
 /*
  * Ask member @rank something it answers (a survey): 1 asked (its answer counts it), 0 it is
  * down (declared dead for good first: nothing of its can act on the lock again), -1 it
- * could not be reached but is not down (its answer will not come: cannot tell).
+ * could not be reached but is not down, or reads down only because our connection to it
+ * failed while it is alive (ddss_net_down_but_alive: connected again in the background);
+ * its answer will not come: cannot tell.
  */
 int lock_rc_ask(struct ddss_lock *lk, uint32_t rank, uint32_t type, uint32_t id, uint64_t hdr,
 		uint32_t pred, uint32_t arg);

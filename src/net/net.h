@@ -91,10 +91,16 @@ void ddss_net_declare_dead(struct ddss_net *net, uint32_t rank);
 bool ddss_net_heard_lately(struct ddss_net *net, uint32_t rank);
 /**
  * Whether @rank reads down only because our connection to it failed: not declared dead,
- * its own connection to us still open (a process that dies closes both), and heard from
- * lately (one cut off goes silent). Such a rank is worth connecting to again. Any thread.
+ * its own connection to us still open (a process that dies closes both), heard from
+ * lately (one cut off goes silent), and down for no longer than the peer timeout (our
+ * connects to it keep failing: a one-way partition). Such a rank is worth connecting to
+ * again, and is not to be counted out. Any thread.
  */
 bool ddss_net_down_but_alive(struct ddss_net *net, uint32_t rank);
+/** Connect to @rank again soon, if it still reads down but alive then: on a thread of the
+ * net layer's own (a connect may block for seconds). Any thread, never blocks; the
+ * heartbeat thread asks each round for every such rank by itself. */
+void ddss_net_reconnect_ask(struct ddss_net *net, uint32_t rank);
 
 /*
  * Coordinator mode: @rank, declared dead, comes back as a new process (incarnation

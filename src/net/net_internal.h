@@ -53,6 +53,7 @@ struct ddss_net {
 	pthread_mutex_t reconnect_mu;
 	pthread_cond_t reconnect_cv;
 	uint8_t *reconnect_want;    /* [rank] under reconnect_mu: asked for */
+	int64_t *down_since;        /* [rank] (atomic): when it last went down (net.c) */
 	bool reconnect_stop;        /* under reconnect_mu */
 	bool reconnect_running;
 	pthread_t reconnect_thread;
@@ -84,12 +85,11 @@ void ddss_net_refuse_if_pending(struct ddss_net *net, uint32_t r);
 
 /* reconnect.c: init with the heartbeat, start after it, stop after it (before the
  * transport closes). The heartbeat thread asks for each peer that reads down but alive;
- * a thread of its own connects (ddss_net_down_but_alive in net.h). */
+ * a thread of its own connects (ddss_net_reconnect_ask in net.h). */
 int ddss_net_reconnect_init(struct ddss_net *net);
 int ddss_net_reconnect_start(struct ddss_net *net);
 void ddss_net_reconnect_stop(struct ddss_net *net);
 void ddss_net_reconnect_fini(struct ddss_net *net);
-void ddss_net_reconnect_ask(struct ddss_net *net, uint32_t rank);
 
 /* readmit.c: init before the heartbeat starts; the heartbeat thread runs the pending
  * readmissions after the refusals of each round. */

@@ -21,6 +21,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * Down for longer than the peer timeout, alive all the same: our connects to it keep
+ * failing while it reaches us (a one-way partition). Taken for gone then, or a survey
+ * that waits to ask it (lock_recover.c) would wait as long as the partition lasts.
+ */
+static bool down_too_long(struct ddss_net *net, uint32_t rank)
+{
+	int64_t bound = (int64_t)net->env.peer_timeout_ms * 1000000;
+
+	return net->env.peer_timeout_ms > 0 &&
+	       ddss_now_ns() - __atomic_load_n(&net->down_since[rank], __ATOMIC_RELAXED) > bound;
+}
+
 bool ddss_net_down_but_alive(struct ddss_net *net, uint32_t rank)
 {
 	struct ddss_tp_peer_info info;
@@ -29,7 +42,7 @@ bool ddss_net_down_but_alive(struct ddss_net *net, uint32_t rank)
 	    ddss_tp_peer_refused(net->tp, rank) || ddss_tp_peer_info(net->tp, rank, &info) ||
 	    info.state != DDSS_TP_PEER_DOWN)
 		return false;
-	return info.served && ddss_net_heard_lately(net, rank);
+	return info.served && ddss_net_heard_lately(net, rank) && !down_too_long(net, rank);
 }
 
 void ddss_net_reconnect_ask(struct ddss_net *net, uint32_t rank)
@@ -85,8 +98,14 @@ static void *reconnect_main(void *arg)
 int ddss_net_reconnect_init(struct ddss_net *net)
 {
 	net->reconnect_want = calloc(net->env.size + 1, sizeof(*net->reconnect_want));
-	if (!net->reconnect_want)
+	net->down_since = calloc(net->env.size + 1, sizeof(*net->down_since));
+	if (!net->reconnect_want || !net->down_since) {
+		free(net->reconnect_want);
+		free(net->down_since);
+		net->reconnect_want = NULL;
+		net->down_since = NULL;
 		return -ENOMEM;
+	}
 	pthread_mutex_init(&net->reconnect_mu, NULL);
 	pthread_cond_init(&net->reconnect_cv, NULL);
 	return 0;
@@ -122,6 +141,8 @@ void ddss_net_reconnect_fini(struct ddss_net *net)
 		return;
 	free(net->reconnect_want);
 	net->reconnect_want = NULL;
+	free(net->down_since);
+	net->down_since = NULL;
 	pthread_mutex_destroy(&net->reconnect_mu);
 	pthread_cond_destroy(&net->reconnect_cv);
 }

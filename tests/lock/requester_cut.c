@@ -17,6 +17,9 @@
  *  B. Rank 2 stays idle for 1.5 T after the cut, talking to nobody, then rank 3 asks. With
  *     only rank 1's side fixed, rank 2 sent rank 1 no heartbeat meanwhile (it sends only
  *     to ranks it reads up), and rank 1 declared it dead after T.
+ *  C. The other way round: rank 1's connection to rank 2 fails (rank 1 freezes rank 2, and
+ *     its get there times out), and rank 3 asks at once. Rank 1 reads rank 2 down until
+ *     it connects again; its survey in that window declared rank 2 dead without asking.
  *
  * Checked each time: rank 3 gets the lock only after rank 2 began its release (a word
  * rank 2 sets in a segment at rank 3 first), within its 15 s bound; rank 2's release says
@@ -44,7 +47,8 @@
  * (phase). At rank 2: rank 3's "asking" (phase). At rank 1: "done" of ranks 2 and 3
  * (phase): rank 1 waits there rather than in a barrier, which fails at once where a rank
  * it waits for reads down, so that the phase shows what it checks. */
-enum { W_CUT = 0, W_RELEASING = 1, W_ASKING = 0, W_DONE_2 = 0, W_DONE_3 = 1 };
+enum { W_CUT = 0, W_RELEASING = 1, W_ASKING = 0, W_PID_2 = 2, W_DONE_2 = 0, W_DONE_3 = 1,
+       W_HOLDING = 2 };
 
 static ddss_ctx_t *ctx;
 static uint32_t me;
@@ -85,35 +89,41 @@ static void await_word(ddss_key_t key, unsigned w, uint64_t v)
 	exit(1);
 }
 
-/* Rank 2: fail our connection to rank 1 by an operation timeout while rank 1 is frozen. */
-static void cut(pid_t home_pid, ddss_key_t at_home)
+/* Fail our connection to the rank of @pid by an operation timeout while it is frozen:
+ * a get of @at_it, homed there. */
+static void cut(pid_t pid, ddss_key_t at_it)
 {
 	uint64_t v;
 	int64_t t0;
 	int r;
 
-	TEST_CHECK(2, kill(home_pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-	TEST_CHECK(2, test_wait_stopped((int)home_pid, 10000), "rank 1 did not stop");
+	TEST_CHECK(me, kill(pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+	TEST_CHECK(me, test_wait_stopped((int)pid, 10000), "the other rank did not stop");
 	t0 = ddss_now_ns();
-	r = ddss_get(ctx, at_home, 0, &v, 8);
-	TEST_CHECK(2, kill(home_pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
-	printf("rank 2: a get at the frozen home: %d (%s) after %lld ms\n", r, ddss_strerror(r),
-	       (long long)((ddss_now_ns() - t0) / 1000000));
-	TEST_CHECK(2, r == -ETIMEDOUT, "the get at the frozen home: %d, not -ETIMEDOUT", r);
+	r = ddss_get(ctx, at_it, 0, &v, 8);
+	TEST_CHECK(me, kill(pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
+	printf("rank %u: a get at the frozen rank: %d (%s) after %lld ms\n", me, r,
+	       ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
+	TEST_CHECK(me, r == -ETIMEDOUT, "the get at the frozen rank: %d, not -ETIMEDOUT", r);
 }
 
+/* Rank 2. @home_pid: cut our connection to rank 1 first (else rank 1 cuts its own, C). */
 static void requester(uint64_t phase, const char *what, pid_t home_pid, ddss_key_t lock_key,
-		      ddss_key_t at_3, ddss_key_t mine, int idle_ms)
+		      ddss_key_t at_1, ddss_key_t at_3, ddss_key_t mine, int idle_ms)
 {
 	uint64_t v;
 	int r;
 
 	r = ddss_acquire_lock_ss(ctx, lock_key, DDSS_LOCK_SHARED);
 	TEST_CHECK(2, r == 0, "%s: shared acquire: %s", what, ddss_strerror(r));
-	cut(home_pid, lock_key);
-	if (idle_ms) /* the condition under test: silent towards rank 1 for longer than T */
-		usleep((useconds_t)idle_ms * 1000);
-	signal_word(at_3, W_CUT, phase);
+	if (home_pid) {
+		cut(home_pid, lock_key);
+		if (idle_ms) /* the condition under test: silent to rank 1 for longer than T */
+			usleep((useconds_t)idle_ms * 1000);
+		signal_word(at_3, W_CUT, phase);
+	} else {
+		signal_word(at_1, W_HOLDING, phase);
+	}
 	await_word(mine, W_ASKING, phase);
 	usleep(HOLD_MS * 1000); /* holding: rank 3's drain checks run meanwhile */
 	signal_word(at_3, W_RELEASING, phase);
@@ -181,12 +191,13 @@ int main(void)
 	if (me == 2) {
 		uint64_t v;
 
+		TEST_CHECK(2, ddss_put(ctx, at_2, 8 * W_PID_2, &pid, 8) == 0, "put of the pid");
 		/* Every descriptor cached here now: no lookup at rank 1 during a phase. */
 		TEST_CHECK(2, ddss_get(ctx, pid_key, 0, &pid, 8) == 0, "get of rank 1's pid");
 		TEST_CHECK(2, ddss_get(ctx, at_3, 0, &v, 8) == 0 && ddss_get(ctx, at_1, 0, &v, 8) == 0 &&
 				      ddss_get(ctx, at_2, 0, &v, 8) == 0,
 			   "first gets");
-		requester(1, "A. asked at once", (pid_t)pid, lock_key, at_3, at_2, 0);
+		requester(1, "A. asked at once", (pid_t)pid, lock_key, at_1, at_3, at_2, 0);
 	} else if (me == 3) {
 		uint64_t v;
 
@@ -198,11 +209,26 @@ int main(void)
 	phase_done(at_1, 1);
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 2)
-		requester(2, "B. asked after 1.5 T idle", (pid_t)pid, lock_key, at_3, at_2,
+		requester(2, "B. asked after 1.5 T idle", (pid_t)pid, lock_key, at_1, at_3, at_2,
 			  t_ms * 3 / 2);
 	else if (me == 3)
 		closer(2, "B. asked after 1.5 T idle", lock_key, at_2, at_3);
 	phase_done(at_1, 2);
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 1) {
+		uint64_t pid_2 = 0;
+
+		TEST_CHECK(1, ddss_get(ctx, at_2, 8 * W_PID_2, &pid_2, 8) == 0 && pid_2,
+			   "get of rank 2's pid");
+		await_word(at_1, W_HOLDING, 3);
+		cut((pid_t)pid_2, at_2);
+		signal_word(at_3, W_CUT, 3);
+	} else if (me == 2) {
+		requester(3, "C. the home's connection cut", 0, lock_key, at_1, at_3, at_2, 0);
+	} else {
+		closer(3, "C. the home's connection cut", lock_key, at_2, at_3);
+	}
+	phase_done(at_1, 3);
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);
 	printf("rank %u: %s\n", me, test_failures ? "FAILED" : "passed");
