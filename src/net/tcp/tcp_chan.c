@@ -246,7 +246,8 @@ static void chan_teardown(struct tcp_chan *ch)
 	out_drop(ch);
 	ev_set_mask(ch, 0);
 	if (ch->fd >= 0)
-		close(ch->fd);
+		close(ch->fd); /* which drops its epoll registration in any case */
+	ch->ev_mask = 0;
 	__atomic_store_n(&ch->fd, -1, __ATOMIC_RELEASE);
 	__atomic_store_n(&ch->far_closed, false, __ATOMIC_RELAXED);
 	__atomic_store_n(&ch->error, 0, __ATOMIC_RELEASE);
