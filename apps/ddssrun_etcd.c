@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #define ETCD_READY_TRIES 200 /* x 100 ms */
+#define ETCD_START_TRIES 3  /* etcd exited at start: fresh ports, again */
 
 /* A loopback port nobody holds now (etcd binds it a moment later). */
 static int free_port(void)
@@ -78,12 +79,57 @@ static bool healthy(const struct ddssrun_etcd *e)
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+/* One start of the member on two fresh ports, data in @dir/data-@attempt: 1 it serves,
+ * 0 it exited at start (a port taken meanwhile, or no etcd), -1 it did not become healthy. */
+static int start_once(struct ddssrun_etcd *e, const char *group, int attempt)
+{
+    char client_url[64], peer_url[64], cluster[96], data[sizeof e->dir + 16],
+        log[sizeof e->dir + 16];
+    int peer_port;
+
+    e->client_port = free_port();
+    peer_port = free_port();
+    if (e->client_port < 0 || peer_port < 0 || peer_port == e->client_port) {
+        fprintf(stderr, "ddssrun: no free loopback port for etcd\n");
+        return -1;
+    }
+    snprintf(client_url, sizeof client_url, "http://127.0.0.1:%d", e->client_port);
+    snprintf(peer_url, sizeof peer_url, "http://127.0.0.1:%d", peer_port);
+    snprintf(cluster, sizeof cluster, "ddssrun=%s", peer_url);
+    snprintf(data, sizeof data, "%s/data-%d", e->dir, attempt);
+    snprintf(log, sizeof log, "%s/etcd.log", e->dir);
+    char *argv[] = { "etcd", "--name", "ddssrun", "--data-dir", data,
+                     "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                     "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                     "--initial-cluster", cluster, NULL };
+    e->pid = spawn(argv, log);
+    if (e->pid < 0) {
+        fprintf(stderr, "ddssrun: cannot start etcd: %s\n", strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < ETCD_READY_TRIES; i++) {
+        struct timespec pause = { 0, 100 * 1000 * 1000 };
+        int status;
+
+        if (waitpid(e->pid, &status, WNOHANG) == e->pid) {
+            e->pid = -1;
+            return 0;
+        }
+        if (healthy(e)) {
+            snprintf(e->url, sizeof e->url, "etcd://127.0.0.1:%d/%s", e->client_port, group);
+            return 1;
+        }
+        nanosleep(&pause, NULL); /* a bounded poll: etcd says when it serves */
+    }
+    fprintf(stderr, "ddssrun: etcd did not become healthy in %d s; its log: %s\n",
+            ETCD_READY_TRIES / 10, log);
+    return -1;
+}
+
 bool ddssrun_etcd_start(struct ddssrun_etcd *e, const char *group)
 {
-    char client_url[64], peer_url[64], cluster[96], data[sizeof e->dir + 8],
-        log[sizeof e->dir + 16];
     const char *given = getenv("DDSS_COORDINATOR");
-    int peer_port;
+    int r = 0;
 
     memset(e, 0, sizeof *e);
     e->pid = -1;
@@ -97,45 +143,15 @@ bool ddssrun_etcd_start(struct ddssrun_etcd *e, const char *group)
         snprintf(e->url, sizeof e->url, "%s", given);
         return true;
     }
-    e->client_port = free_port();
-    peer_port = free_port();
-    if (e->client_port < 0 || peer_port < 0 || peer_port == e->client_port) {
-        fprintf(stderr, "ddssrun: no free loopback port for etcd\n");
-        return false;
-    }
-    snprintf(client_url, sizeof client_url, "http://127.0.0.1:%d", e->client_port);
-    snprintf(peer_url, sizeof peer_url, "http://127.0.0.1:%d", peer_port);
-    snprintf(cluster, sizeof cluster, "ddssrun=%s", peer_url);
-    snprintf(data, sizeof data, "%s/data", e->dir);
-    snprintf(log, sizeof log, "%s/etcd.log", e->dir);
-    char *argv[] = { "etcd", "--name", "ddssrun", "--data-dir", data,
-                     "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-                     "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-                     "--initial-cluster", cluster, NULL };
-    e->pid = spawn(argv, log);
-    if (e->pid < 0) {
-        fprintf(stderr, "ddssrun: cannot start etcd: %s\n", strerror(errno));
-        return false;
-    }
-    for (int i = 0; i < ETCD_READY_TRIES; i++) {
-        struct timespec pause = { 0, 100 * 1000 * 1000 };
-        int status;
-
-        if (waitpid(e->pid, &status, WNOHANG) == e->pid) {
-            e->pid = -1;
-            fprintf(stderr, "ddssrun: etcd exited at start (is etcd-server installed? "
-                            "scripts/install-deps.sh); its log: %s\n", log);
-            return false;
-        }
-        if (healthy(e)) {
-            snprintf(e->url, sizeof e->url, "etcd://127.0.0.1:%d/%s", e->client_port, group);
-            return true;
-        }
-        nanosleep(&pause, NULL); /* a bounded poll: etcd says when it serves */
-    }
-    fprintf(stderr, "ddssrun: etcd did not become healthy in %d s; its log: %s\n",
-            ETCD_READY_TRIES / 10, log);
-    return false;
+    /* The ports are free when picked, and etcd binds them a moment later: another process
+     * may take one in between. etcd then exits at once; so try again on fresh ports. */
+    for (int attempt = 1; attempt <= ETCD_START_TRIES && r == 0; attempt++)
+        r = start_once(e, group, attempt);
+    if (r == 0)
+        fprintf(stderr, "ddssrun: etcd exited at start, %d times (is etcd-server installed? "
+                        "scripts/install-deps.sh); its log: %s/etcd.log\n",
+                ETCD_START_TRIES, e->dir);
+    return r == 1;
 }
 
 static void remove_tree(const char *path)

@@ -388,6 +388,47 @@ check_daemon_bad_stop() {
     check_clean_end "daemon mode, daemon ignoring SIGTERM"
 }
 
+# --coordinator: the private etcd binds ports picked free a moment before, which another
+# process may take in between; etcd then exits at start, and ddssrun starts it again on
+# fresh ports (3 tries). A stand-in etcd first in PATH exits at start as many times as
+# FAKE_ETCD_FAILS says (counted in a file), then runs the real one.
+check_coordinator_etcd_retry() {
+    local real
+    real=$(command -v etcd) || { echo "SKIP: --coordinator's etcd retry (etcd is not installed)"; return; }
+    mkdir -p "$TMP/etcdbin"
+    cat >"$TMP/etcdbin/etcd" <<EOS
+#!/bin/sh
+n=\$(cat "$TMP/etcd-starts" 2>/dev/null || echo 0)
+echo \$((n + 1)) >"$TMP/etcd-starts"
+if [ "\$n" -lt "\$FAKE_ETCD_FAILS" ]; then
+    echo "listen tcp 127.0.0.1:1: bind: address already in use" >&2
+    exit 1
+fi
+exec "$real" "\$@"
+EOS
+    chmod +x "$TMP/etcdbin/etcd"
+
+    rm -f "$TMP/etcd-starts"
+    FAKE_ETCD_FAILS=1 PATH="$TMP/etcdbin:$PATH" run --coordinator -n 2 sh -c 'echo "$DDSS_COORDINATOR"'
+    if [ "$RC" -eq 0 ] && [ "$(cat "$TMP/etcd-starts")" = 2 ] &&
+       [ "$(grep -c '^\[[12]\] etcd://127\.0\.0\.1:[0-9]*/' "$TMP/out")" = 2 ]; then
+        pass "--coordinator: etcd that exits at start once is started again on fresh ports"
+    else
+        fail "--coordinator: etcd that exits at start once is started again on fresh ports" \
+             "rc=$RC starts=$(cat "$TMP/etcd-starts" 2>/dev/null) out=$(cat "$TMP/out") err=$(cat "$TMP/err")"
+    fi
+
+    rm -f "$TMP/etcd-starts"
+    FAKE_ETCD_FAILS=99 PATH="$TMP/etcdbin:$PATH" run --coordinator -n 2 sh -c 'echo ran'
+    if [ "$RC" -ne 0 ] && [ "$(cat "$TMP/etcd-starts")" = 3 ] && ! grep -q ran "$TMP/out" &&
+       grep -q 'etcd exited at start, 3 times' "$TMP/err"; then
+        pass "--coordinator: etcd that always exits at start: 3 tries, then an error, no rank run"
+    else
+        fail "--coordinator: etcd that always exits at start: 3 tries, then an error, no rank run" \
+             "rc=$RC starts=$(cat "$TMP/etcd-starts" 2>/dev/null) out=$(cat "$TMP/out") err=$(cat "$TMP/err")"
+    fi
+}
+
 check_env_per_rank
 check_nodes_and_group
 check_listen_fd
@@ -410,6 +451,7 @@ check_daemon_not_ready
 check_daemon_timeout
 check_daemon_dies
 check_daemon_bad_stop
+check_coordinator_etcd_retry
 
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
