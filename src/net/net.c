@@ -38,11 +38,10 @@ static void on_peer(void *arg, uint32_t rank, enum ddss_tp_peer_state state)
 {
 	struct ddss_net *net = arg;
 
+	ddss_net_reconnect_peer_changed(net, rank, state);
 	DDSS_INFO("rank %u is %s", rank, state == DDSS_TP_PEER_UP ? "up" : "down");
 	if (state == DDSS_TP_PEER_UP)
 		ddss_net_heartbeat_peer_up(net, rank);
-	else if (state == DDSS_TP_PEER_DOWN && net->down_since)
-		__atomic_store_n(&net->down_since[rank], ddss_now_ns(), __ATOMIC_RELAXED);
 	pthread_mutex_lock(&net->mu);
 	net->peer_state[rank] = state;
 	pthread_cond_broadcast(&net->cv);

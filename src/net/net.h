@@ -92,8 +92,8 @@ bool ddss_net_heard_lately(struct ddss_net *net, uint32_t rank);
 /**
  * Whether @rank reads down only because our connection to it failed: not declared dead,
  * its own connection to us still open (a process that dies closes both), heard from
- * lately (one cut off goes silent), and down for no longer than the peer timeout (our
- * connects to it keep failing: a one-way partition). Such a rank is worth connecting to
+ * lately (one cut off goes silent), and down for no longer than the peer timeout, or the
+ * operation timeout without one (our connects to it keep failing: a one-way partition). Such a rank is worth connecting to
  * again, and is not to be counted out. Any thread.
  */
 bool ddss_net_down_but_alive(struct ddss_net *net, uint32_t rank);

@@ -53,7 +53,8 @@ struct ddss_net {
 	pthread_mutex_t reconnect_mu;
 	pthread_cond_t reconnect_cv;
 	uint8_t *reconnect_want;    /* [rank] under reconnect_mu: asked for */
-	int64_t *down_since;        /* [rank] (atomic): when it last went down (net.c) */
+	int64_t *down_since;        /* [rank] (atomic): when it last went down */
+	int64_t *up_since;          /* [rank] (atomic): when it last came up */
 	bool reconnect_stop;        /* under reconnect_mu */
 	bool reconnect_running;
 	pthread_t reconnect_thread;
@@ -87,6 +88,9 @@ void ddss_net_refuse_if_pending(struct ddss_net *net, uint32_t r);
  * transport closes). The heartbeat thread asks for each peer that reads down but alive;
  * a thread of its own connects (ddss_net_reconnect_ask in net.h). */
 int ddss_net_reconnect_init(struct ddss_net *net);
+/* The transport's state change for @rank (net.c, on_peer): when it went down or up. */
+void ddss_net_reconnect_peer_changed(struct ddss_net *net, uint32_t rank,
+				     enum ddss_tp_peer_state state);
 int ddss_net_reconnect_start(struct ddss_net *net);
 void ddss_net_reconnect_stop(struct ddss_net *net);
 void ddss_net_reconnect_fini(struct ddss_net *net);

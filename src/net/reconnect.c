@@ -12,26 +12,54 @@
  * So the heartbeat thread asks, once a round, for every peer that reads down but alive,
  * and this thread connects to it. A connect may block for seconds (the tcp handshake of a
  * peer that froze just now: 5 s), which the heartbeat thread must never do: it would miss
- * its rounds, and judge nobody meanwhile.
+ * its rounds, and judge nobody meanwhile. This thread's connects are bounded by a
+ * heartbeat interval on tcp (ddss_tp_set_thread_connect_bound): a refusal of the same peer
+ * on the heartbeat thread waits for the connect's lock, and a peer that reads down but
+ * alive answers at once; one that does not is asked again next round.
  */
 #include "core/log.h"
 #include "net/net_internal.h"
+#include "net/thread_files.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+void ddss_net_reconnect_peer_changed(struct ddss_net *net, uint32_t rank,
+				     enum ddss_tp_peer_state state)
+{
+	if (!net->down_since)
+		return;
+	if (state == DDSS_TP_PEER_DOWN)
+		__atomic_store_n(&net->down_since[rank], ddss_now_ns(), __ATOMIC_RELAXED);
+	else if (state == DDSS_TP_PEER_UP)
+		__atomic_store_n(&net->up_since[rank], ddss_now_ns(), __ATOMIC_RELAXED);
+}
+
+/* How long a rank may read down but alive: the peer timeout, or without one the operation
+ * timeout (0: no bound, as silence then is never judged either). */
+static int64_t alive_bound_ns(const struct ddss_net *net)
+{
+	int ms = net->env.peer_timeout_ms > 0 ? net->env.peer_timeout_ms : net->env.op_timeout_ms;
+
+	return ms > 0 ? (int64_t)ms * 1000000 : 0;
+}
+
 /*
- * Down for longer than the peer timeout, alive all the same: our connects to it keep
+ * Down for longer than the bound above, alive all the same: our connects to it keep
  * failing while it reaches us (a one-way partition). Taken for gone then, or a survey
  * that waits to ask it (lock_recover.c) would wait as long as the partition lasts.
  */
 static bool down_too_long(struct ddss_net *net, uint32_t rank)
 {
-	int64_t bound = (int64_t)net->env.peer_timeout_ms * 1000000;
+	int64_t bound = alive_bound_ns(net);
+	int64_t down = __atomic_load_n(&net->down_since[rank], __ATOMIC_RELAXED);
 
-	return net->env.peer_timeout_ms > 0 &&
-	       ddss_now_ns() - __atomic_load_n(&net->down_since[rank], __ATOMIC_RELAXED) > bound;
+	/* The transport says down before it tells us (on_peer): until then the last down we
+	 * heard of is older than the last up, and this down is fresh. */
+	if (!bound || down <= __atomic_load_n(&net->up_since[rank], __ATOMIC_RELAXED))
+		return false;
+	return ddss_now_ns() - down > bound;
 }
 
 bool ddss_net_down_but_alive(struct ddss_net *net, uint32_t rank)
@@ -70,8 +98,13 @@ static uint32_t next_wanted_locked(struct ddss_net *net)
 static void *reconnect_main(void *arg)
 {
 	struct ddss_net *net = arg;
+	int bound_ms = net->env.peer_timeout_ms / 4;
 
 	ddss_log_set_rank(net->env.rank);
+	/* While this thread holds a peer's connection lock, a refusal of that peer on the
+	 * heartbeat thread waits for it: no longer than a heartbeat interval. */
+	ddss_tp_set_thread_connect_bound(bound_ms > 100 ? bound_ms : 100);
+	ddss_tp_thread_files(net->tp); /* as the heartbeat thread (net/thread_files.h) */
 	pthread_mutex_lock(&net->reconnect_mu);
 	while (!net->reconnect_stop) {
 		uint32_t r = next_wanted_locked(net);
@@ -99,11 +132,14 @@ int ddss_net_reconnect_init(struct ddss_net *net)
 {
 	net->reconnect_want = calloc(net->env.size + 1, sizeof(*net->reconnect_want));
 	net->down_since = calloc(net->env.size + 1, sizeof(*net->down_since));
-	if (!net->reconnect_want || !net->down_since) {
+	net->up_since = calloc(net->env.size + 1, sizeof(*net->up_since));
+	if (!net->reconnect_want || !net->down_since || !net->up_since) {
 		free(net->reconnect_want);
 		free(net->down_since);
+		free(net->up_since);
 		net->reconnect_want = NULL;
 		net->down_since = NULL;
+		net->up_since = NULL;
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&net->reconnect_mu, NULL);
@@ -143,6 +179,8 @@ void ddss_net_reconnect_fini(struct ddss_net *net)
 	net->reconnect_want = NULL;
 	free(net->down_since);
 	net->down_since = NULL;
+	free(net->up_since);
+	net->up_since = NULL;
 	pthread_mutex_destroy(&net->reconnect_mu);
 	pthread_cond_destroy(&net->reconnect_cv);
 }

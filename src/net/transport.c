@@ -400,3 +400,15 @@ int ddss_tp_thread_post_bound(void)
 {
 	return thread_post_bound_ms;
 }
+
+static __thread int thread_connect_bound_ms;
+
+void ddss_tp_set_thread_connect_bound(int ms)
+{
+	thread_connect_bound_ms = ms > 0 ? ms : 0;
+}
+
+int ddss_tp_thread_connect_bound(void)
+{
+	return thread_connect_bound_ms;
+}

@@ -543,6 +543,16 @@ static inline int ddss_tp_notify_many(struct ddss_tp *tp, uint32_t peer, const u
 void ddss_tp_set_thread_post_bound(int ms);
 /** The calling thread's bound set above, in ms (0: none). */
 int ddss_tp_thread_post_bound(void);
+/**
+ * This thread's reconnects to a peer that was up get at most @ms for the connect and the
+ * handshake together (0: the provider's own bound, the default), and a failure past it is
+ * this thread's alone: threads that waited for the attempt try anew. For the reconnect
+ * thread (net/reconnect.c): while it holds a peer's connection lock, a refusal of that
+ * peer on the heartbeat thread waits for it. tcp only; verbs bounds its reconnect itself.
+ */
+void ddss_tp_set_thread_connect_bound(int ms);
+/** The calling thread's bound set above, in ms (0: none). */
+int ddss_tp_thread_connect_bound(void);
 
 static inline int ddss_tp_msg_send(struct ddss_tp *tp, uint32_t peer, uint16_t tag, const void *buf,
 				   size_t len)

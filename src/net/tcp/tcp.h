@@ -198,9 +198,11 @@ struct tcp_tp {
 	pthread_mutex_t served_mu;
 	/* Held around linking or unlinking a served connection and the peer state that follows
 	 * from it (tcp_serve.c), so a close that found no other connection of its rank cannot
-	 * set it down after a new one set it up, and around a readmission's reset of the
-	 * state (tcp_provider.c). Taken before served_mu and the on_peer callback's locks,
-	 * and by nothing else. */
+	 * set it down after a new one set it up; around a channel's "up" after its connect and
+	 * the "down" its close leads to (tcp_chan.c), for the same reason; and around a
+	 * readmission's reset of the state (tcp_provider.c). Taken after a channel's
+	 * connect_mu, before its send_mu, served_mu and the on_peer callback's locks, and by
+	 * nothing else. */
 	pthread_mutex_t serve_state_mu;
 	struct tcp_served *served; /* list, for teardown */
 	struct tcp_peer *peers;    /* [1..size] */

@@ -2,7 +2,8 @@
  * Initiator channels of the tcp provider: one ordered connection per peer.
  *
  * Locks, always taken in this order: connect_mu, rx ownership (cv_mu + rx_busy), send_mu,
- * q_mu. A failure is first recorded (ch->error, set by a thread holding send_mu or rx
+ * q_mu; the provider's serve_state_mu (tcp.h) comes after connect_mu and before send_mu
+ * (a connect publishes "up" under it; "down" is decided under it from tcp_chan_up). A failure is first recorded (ch->error, set by a thread holding send_mu or rx
  * ownership, which also shuts the socket down so blocked readers wake up); outstanding
  * requests are then completed by the rx owner ("reap"), because only the rx owner may be
  * writing into a request's buffer. The flusher never touches request memory once the error
@@ -263,6 +264,15 @@ static void chan_teardown(struct tcp_chan *ch)
 /* How long a peer known to have been up gets to answer a new connection's handshake. */
 #define DEAD_HANDSHAKE_NS 5000000000LL
 
+/* The connect and handshake of a peer known to have been up: DEAD_HANDSHAKE_NS, or the
+ * calling thread's shorter bound (ddss_tp_set_thread_connect_bound). */
+static int64_t known_bound_ns(void)
+{
+	int64_t ms = ddss_tp_thread_connect_bound();
+
+	return ms && ms * 1000000 < DEAD_HANDSHAKE_NS ? ms * 1000000 : DEAD_HANDSHAKE_NS;
+}
+
 /* How often a connect that waits looks at the peer's refusal. */
 #define CONNECT_SLICE_MS 100
 
@@ -353,12 +363,13 @@ static int chan_connect(struct tcp_chan *ch)
 	/* It was up, or every rank has been: if it does not answer now, it is gone. A rank
 	 * readmitted as a new process (tp_incarnation.c) may still be starting. */
 	bool known = ch->ever_up || (ddss_tp_formed(&ch->tp->base) && !ch->readmitted);
+	int64_t known_deadline = ddss_now_ns() + known_bound_ns();
 
 	if (ddss_tp_peer_refused(&ch->tp->base, ch->peer))
 		return -EHOSTDOWN;
 	for (;;) {
 		/* One attempt at a known peer, bounded as its handshake is below. */
-		r = connect_once(ch, known ? ddss_now_ns() + DEAD_HANDSHAKE_NS : deadline, &fd);
+		r = connect_once(ch, known ? known_deadline : deadline, &fd);
 		if (r == 0)
 			break;
 		if (known)
@@ -379,8 +390,7 @@ static int chan_connect(struct tcp_chan *ch)
 	gen = ddss_tp_peer_generation(&ch->tp->base, ch->peer);
 	/* A peer that should be there answers its handshake at once; a dead rank's listening
 	 * socket may outlive it (ddssrun keeps it), accepting connections nobody serves. */
-	r = tcp_handshake_connect(ch->tp, ch->peer, fd, known ? ddss_now_ns() + DEAD_HANDSHAKE_NS :
-								deadline,
+	r = tcp_handshake_connect(ch->tp, ch->peer, fd, known ? known_deadline : deadline,
 				  &ch->peer_pool_len, &prot);
 	/* Readmitted as another process while we shook hands: which one answered is unclear,
 	 * and the old one is dead to us. */
@@ -413,8 +423,13 @@ static int chan_connect(struct tcp_chan *ch)
 	rx_release(ch);
 	ch->ever_up = true;
 	ch->readmitted = false;
+	/* Under serve_state_mu: a served connection's close, or this channel's own close seen
+	 * by the progress thread, decides "down" from what it finds connected (tcp_chan_up);
+	 * its verdict must not land after this, on a channel that works. */
+	pthread_mutex_lock(&ch->tp->serve_state_mu);
 	tcp_peer_set_pool_len(ch->tp, ch->peer, ch->peer_pool_len);
 	tcp_peer_set_state(ch->tp, ch->peer, gen, DDSS_TP_PEER_UP);
+	pthread_mutex_unlock(&ch->tp->serve_state_mu);
 	return 0;
 }
 
@@ -441,7 +456,8 @@ int tcp_chan_ensure(struct tcp_chan *ch)
 			r = ch->connect_rc;
 		} else {
 			r = chan_connect(ch);
-			ch->connect_rc = r;
+			/* A failure within this thread's own shorter bound is not shared. */
+			ch->connect_rc = ddss_tp_thread_connect_bound() ? 0 : r;
 			__atomic_store_n(&ch->connect_gen, ch->connect_gen + 1, __ATOMIC_RELEASE);
 		}
 	}
@@ -645,8 +661,11 @@ void tcp_chan_event(struct tcp_chan *ch, uint32_t events)
 		    far_end_closed(ch)) {
 			__atomic_store_n(&ch->far_closed, true, __ATOMIC_RELAXED);
 			/* Level-triggered: it would fire again at once. */
-			ev_set_mask(ch, ch->out_armed ? EPOLLOUT : 0);
-			closed = true;
+			if (ev_set_mask(ch, ch->out_armed ? EPOLLOUT : 0) &&
+			    !epoll_ctl(t->epfd, EPOLL_CTL_DEL, ch->fd, NULL))
+				ch->ev_mask = 0; /* the flush that was armed for fails anyway */
+			/* Our own failure shut the socket down (chan_fail): not news. */
+			closed = !chan_error(ch);
 			gen = ch->gen;
 		}
 		pthread_mutex_unlock(&ch->send_mu);
@@ -656,9 +675,10 @@ void tcp_chan_event(struct tcp_chan *ch, uint32_t events)
 	if (!closed)
 		return;
 	DDSS_INFO("rank %u closed our connection to it", ch->peer);
-	/* Under serve_state_mu, as a served connection's close (tcp_serve.c). */
+	/* Under serve_state_mu, as a served connection's close (tcp_serve.c), and only if the
+	 * channel has not connected again meanwhile. */
 	pthread_mutex_lock(&t->serve_state_mu);
-	if (!tcp_serve_has(t, ch->peer))
+	if (!tcp_serve_has(t, ch->peer) && !tcp_chan_up(ch, gen))
 		tcp_peer_set_state(t, ch->peer, gen, DDSS_TP_PEER_DOWN);
 	pthread_mutex_unlock(&t->serve_state_mu);
 }
