@@ -83,7 +83,7 @@ static bool healthy(const struct ddssrun_etcd *e)
  * 0 it exited at start (a port taken meanwhile, or no etcd), -1 it did not become healthy. */
 static int start_once(struct ddssrun_etcd *e, const char *group, int attempt)
 {
-    char client_url[64], peer_url[64], cluster[96], data[sizeof e->dir + 16],
+    char client_url[64], peer_url[64], cluster[96], data[sizeof e->dir + 32],
         log[sizeof e->dir + 16];
     int peer_port;
 
