@@ -101,10 +101,14 @@ struct tcp_chan {
 	struct tcp_pframe prx;
 	struct tcp_out *out_head, *out_tail;
 	bool out_armed;
-	/* Under send_mu: the epoll events registered for fd (0: none). EPOLLRDHUP from connect
-	 * until the far end is seen closed, so that the progress thread notices a peer that
-	 * died while the channel was idle (tcp_chan_event); EPOLLOUT while out_armed. */
+	/* Under send_mu: the epoll events registered for fd (0: none). EPOLLRDHUP while
+	 * watch_close and until the far end is seen closed (tcp_chan_event); EPOLLOUT while
+	 * out_armed. */
 	uint32_t ev_mask;
+	/* Under send_mu, set under serve_state_mu (tcp_chan_watch_close): the peer has no
+	 * connection to us, so this channel's close is the only news of its death. Only then
+	 * is the socket watched: a watched socket costs every reply the epoll callback. */
+	bool watch_close;
 	/* Atomic, written under send_mu: the current connection's far end closed (seen by the
 	 * progress thread). With its connection to us gone too, the peer is down. */
 	bool far_closed;
@@ -270,6 +274,12 @@ void tcp_chan_event(struct tcp_chan *ch, uint32_t events);
  * Any thread but one holding send_mu.
  */
 bool tcp_chan_up(struct tcp_chan *ch, uint32_t gen);
+/**
+ * serve_state_mu held: watch the channel's socket for its far end closing (@on), or stop.
+ * On while the peer has no connection to us (its close would have told us), off while it
+ * has one; any thread but one holding send_mu.
+ */
+void tcp_chan_watch_close(struct tcp_chan *ch, bool on);
 /** Fail the connection with @err and complete everything outstanding. */
 void tcp_chan_shutdown(struct tcp_chan *ch, int err);
 

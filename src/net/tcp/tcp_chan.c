@@ -201,7 +201,8 @@ static int ev_set_mask(struct tcp_chan *ch, uint32_t mask)
 /* send_mu held: the events fd is watched for, EPOLLOUT aside. */
 static uint32_t ev_base(const struct tcp_chan *ch)
 {
-	return __atomic_load_n(&ch->far_closed, __ATOMIC_RELAXED) ? 0 : EPOLLRDHUP;
+	return ch->watch_close && !__atomic_load_n(&ch->far_closed, __ATOMIC_RELAXED) ?
+		       EPOLLRDHUP : 0;
 }
 
 static void out_disarm(struct tcp_chan *ch)
@@ -411,13 +412,6 @@ static int chan_connect(struct tcp_chan *ch)
 	ch->gen = gen;
 	tcp_pframe_done(&ch->prx);
 	__atomic_store_n(&ch->fd, fd, __ATOMIC_RELEASE);
-	/* Watched from now on: a peer that dies while nobody waits on the channel closes
-	 * it, and only then is it down here (tcp_serve.c, served_close). Without the watch
-	 * the end would be seen only by the next send. */
-	r = ev_set_mask(ch, EPOLLRDHUP);
-	if (r)
-		DDSS_WARN("channel to rank %u: epoll_ctl: %s (its close is seen late)", ch->peer,
-			  strerror(-r));
 	pthread_mutex_unlock(&ch->send_mu);
 	tcp_protect_clear(&prot);
 	rx_release(ch);
@@ -429,6 +423,8 @@ static int chan_connect(struct tcp_chan *ch)
 	pthread_mutex_lock(&ch->tp->serve_state_mu);
 	tcp_peer_set_pool_len(ch->tp, ch->peer, ch->peer_pool_len);
 	tcp_peer_set_state(ch->tp, ch->peer, gen, DDSS_TP_PEER_UP);
+	/* A peer that has not connected to us is seen dead only by this socket's close. */
+	tcp_chan_watch_close(ch, !tcp_serve_has(ch->tp, ch->peer));
 	pthread_mutex_unlock(&ch->tp->serve_state_mu);
 	return 0;
 }
@@ -681,6 +677,31 @@ void tcp_chan_event(struct tcp_chan *ch, uint32_t events)
 	if (!tcp_serve_has(t, ch->peer) && !tcp_chan_up(ch, gen))
 		tcp_peer_set_state(t, ch->peer, gen, DDSS_TP_PEER_DOWN);
 	pthread_mutex_unlock(&t->serve_state_mu);
+}
+
+/*
+ * Why a watch that comes and goes. A peer that dies while nobody waits on the channel
+ * closes it, and it is down here only once both its connections are seen closed
+ * (tcp_chan_event). While its connection to us is open, that connection's close is seen
+ * anyway (tcp_serve.c, served_close): it checks this socket's far end at that moment, and
+ * arms the watch if it is still open. So the socket is in the progress thread's epoll only
+ * while the peer has no connection to us, which a working group never is for long; a
+ * socket in an epoll set runs its callback on every segment that arrives, replies too.
+ * Level-triggered: a far end that closed before the watch fires at once.
+ */
+void tcp_chan_watch_close(struct tcp_chan *ch, bool on)
+{
+	int r;
+
+	pthread_mutex_lock(&ch->send_mu);
+	ch->watch_close = on;
+	r = ev_set_mask(ch, ev_base(ch) | (ch->out_armed ? EPOLLOUT : 0));
+	if (r && on)
+		DDSS_WARN("channel to rank %u: epoll_ctl: %s (its close is seen late)", ch->peer,
+			  strerror(-r));
+	else if (r && ch->fd >= 0 && !epoll_ctl(ch->tp->epfd, EPOLL_CTL_DEL, ch->fd, NULL))
+		ch->ev_mask = 0; /* left armed, it would cost as before; an armed flush retries */
+	pthread_mutex_unlock(&ch->send_mu);
 }
 
 bool tcp_chan_up(struct tcp_chan *ch, uint32_t gen)

@@ -164,9 +164,12 @@ static void served_close(struct tcp_tp *t, struct tcp_served *s, const char *why
 	pthread_mutex_lock(&t->serve_state_mu);
 	others = served_unlink(t, s);
 	close(s->fd); /* only once unlinked: tcp_serve_cut must never see a reused number */
-	/* Down only with our own connection to it gone too (tcp_chan_event says why). */
+	/* Down only with our own connection to it gone too (tcp_chan_event says why); while
+	 * that works, its close is the news to watch for (tcp_chan_watch_close). */
 	if (!others && !tcp_chan_up(&t->peers[s->peer].chan, s->gen))
 		tcp_peer_set_state(t, s->peer, s->gen, DDSS_TP_PEER_DOWN);
+	else if (!others)
+		tcp_chan_watch_close(&t->peers[s->peer].chan, true);
 	pthread_mutex_unlock(&t->serve_state_mu);
 	served_free(s);
 }
@@ -971,6 +974,8 @@ int tcp_serve_add(struct tcp_tp *t, int fd, const struct tcp_accept_hs *hs,
 	t->served = s;
 	pthread_mutex_unlock(&t->served_mu);
 	tcp_peer_set_state(t, s->peer, s->gen, DDSS_TP_PEER_UP);
+	/* Its close now speaks for it: our channel's close need not be watched. */
+	tcp_chan_watch_close(&t->peers[peer].chan, false);
 	/* Refused while we shook hands. Under serve_state_mu: a readmission that follows the
 	 * refusal clears the flag only after its own turn here, and had it come first, the
 	 * generation check above would have turned us away. */
