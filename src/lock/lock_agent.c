@@ -131,7 +131,7 @@ int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t de
 	while (!r && !a->asks[slot].done) {
 		if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
 			r = -ESHUTDOWN;
-		else if (lock_peer_down(lk, home))
+		else if (lock_peer_gone(lk, home)) /* its answer comes on its connection */
 			r = -EHOSTDOWN;
 		else if (ddss_now_ns() >= until)
 			r = -ETIMEDOUT;

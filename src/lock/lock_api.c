@@ -356,7 +356,8 @@ static int peer_failure_errno(struct ddss_lock *lk, uint32_t home, int r)
 {
 	if (!peer_failure(r))
 		return r;
-	return lock_peer_down(lk, home) ? -EHOSTDOWN : -EAGAIN;
+	/* A home down but alive is connected again by the next call. */
+	return lock_peer_gone(lk, home) ? -EHOSTDOWN : -EAGAIN;
 }
 
 static int requeue(struct ddss_lock *lk, ddss_key_t key, struct lock_req *rq, int timeout_ms,
@@ -598,7 +599,7 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 		 * successor is nothing the caller can act on; a dead home is (ddss.h). */
 		DDSS_WARN("lock: release of %#llx: %s (the hold is given up)",
 			  (unsigned long long)key, ddss_strerror(r));
-		r = lock_peer_down(lk, rq.home) ? -EHOSTDOWN : 0;
+		r = lock_peer_gone(lk, rq.home) ? -EHOSTDOWN : 0;
 	}
 	return r ? r : stale;
 }

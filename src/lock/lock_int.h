@@ -368,6 +368,11 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 /* lock_slot.c: whether this rank sees @rank down (its connection closed, or declared
  * dead); never this rank itself or rank 0. */
 bool lock_peer_down(struct ddss_lock *lk, uint32_t rank);
+/* lock_slot.c: whether @rank reads down and is not down but alive (ddss_net_down_but_alive:
+ * only our connection to it failed, its own to us is open, it was heard lately, and not
+ * for longer than the peer timeout). Asks for a reconnect of one that is. What waits
+ * on a rank asks this, not lock_peer_down: such a rank still acts. */
+bool lock_peer_gone(struct ddss_lock *lk, uint32_t rank);
 /* lock_slot.c: for @rank, which read down: if it is down here only because our
  * connection to it failed (say an operation to it timed out) while its own connection to
  * us is still open and it was heard from within the peer timeout, connect to it again.
@@ -382,9 +387,6 @@ uint32_t lock_own_id(const struct ddss_lock *lk, unsigned slot);
 bool lock_id_current(const struct ddss_lock *lk, uint32_t id);
 /* The request @id can never act again: its rank is down, or @id is an earlier process's. */
 bool lock_id_down(struct ddss_lock *lk, uint32_t id);
-/* lock_slot.c: whether the home of @slot's request (set while its q_state is not Q_NONE)
- * is down: then its lock is gone with the segment, and every wait of the slot fails. */
-bool lock_home_down(struct ddss_lock *lk, unsigned slot);
 /* lock_slot.c: lock_wait_step until @check_ns: 0 also when it is time to check again
  * (-ETIMEDOUT only at @deadline_ns). */
 int lock_wait_step_until(struct ddss_lock *lk, unsigned slot, uint32_t seen, int64_t check_ns,

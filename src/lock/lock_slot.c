@@ -197,6 +197,17 @@ bool lock_peer_down(struct ddss_lock *lk, uint32_t rank)
 	       (ddss_tp_peer_info(lk->tp, rank, &info) == 0 && info.state == DDSS_TP_PEER_DOWN);
 }
 
+bool lock_peer_gone(struct ddss_lock *lk, uint32_t rank)
+{
+	if (!lock_peer_down(lk, rank))
+		return false;
+	if (!ddss_net_down_but_alive(lk->ctx->net, rank))
+		return true;
+	/* The heartbeat asks each round; a waiter that noticed first need not wait for it. */
+	ddss_net_reconnect_ask(lk->ctx->net, rank);
+	return false;
+}
+
 bool lock_peer_reconnect(struct ddss_lock *lk, uint32_t rank)
 {
 	if (!lock_peer_down(lk, rank))
@@ -228,12 +239,14 @@ bool lock_id_down(struct ddss_lock *lk, uint32_t id)
 	return !lock_id_current(lk, id) || lock_peer_down(lk, LOCK_ID_RANK(id));
 }
 
-bool lock_home_down(struct ddss_lock *lk, unsigned slot)
+/* Whether the home of @slot's request (set while its q_state is not Q_NONE) is gone: then
+ * its lock is gone with the segment, and every wait of the slot fails. */
+static bool lock_home_gone(struct ddss_lock *lk, unsigned slot)
 {
 	const struct lock_slot *sl = &lk->slot[slot];
 
 	return __atomic_load_n(&sl->q_state, __ATOMIC_ACQUIRE) != Q_NONE &&
-	       lock_peer_down(lk, sl->q_home);
+	       lock_peer_gone(lk, sl->q_home);
 }
 
 /*
@@ -254,8 +267,11 @@ int lock_wait_step(struct ddss_lock *lk, unsigned slot, uint32_t seen, uint32_t 
 	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
 		return -ESHUTDOWN;
 	/* failed: a request ahead of ours failed for good (a recovery agent waits on). A
-	 * lock whose home is down is gone with its segment: nothing of it can ever come. */
-	if (lock_peer_down(lk, watch) || lock_home_down(lk, slot) ||
+	 * lock whose home is gone is gone with its segment: nothing of it can ever come. A
+	 * rank that reads down but alive (our connection to it failed, its own to us works)
+	 * still sends what we wait for, on its connection: waiting on keeps our place in
+	 * the queue, where failing would requeue us behind an agent of the home. */
+	if (lock_peer_gone(lk, watch) || lock_home_gone(lk, slot) ||
 	    (__atomic_load_n(&sl->failed, __ATOMIC_ACQUIRE) &&
 	     !__atomic_load_n(&sl->agent, __ATOMIC_ACQUIRE)))
 		return -EHOSTDOWN;
