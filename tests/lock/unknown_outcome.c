@@ -29,6 +29,11 @@
  *    and takes the lock.
  * D. The same, but rank 1 stays frozen: the lock call must fail within the reconnect's
  *    bound (the 5 s handshake), not wait.
+ * E. Only try-locks. A try-lock times out as in A; then rank 1 only try-locks the same
+ *    lock, again and again, for at most 10 s. Nobody queues behind the stray id, so
+ *    nobody is failed behind it and asks the home to take the lock back: before the fix
+ *    every try said -EBUSY for as long as rank 2 lived. Now rank 2 asks the home itself
+ *    once its request is lost, and a try succeeds.
  */
 #include "common/test_util.h"
 #include "ddss/ddss.h"
@@ -136,6 +141,28 @@ static void take_behind(ddss_key_t key, const char *what)
 		TEST_CHECK(1, ddss_release_lock_ss(ctx, key) == 0, "%s: release", what);
 }
 
+/* Rank 1, E: try-locks only, until one succeeds (bounded). */
+static void try_only(ddss_key_t key)
+{
+	int64_t t0 = ddss_now_ns(), give_up = t0 + (int64_t)TAKE_MS * 1000000;
+	unsigned tries = 0, busy = 0;
+	int r;
+
+	do {
+		r = ddss_try_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);
+		tries++;
+		busy += r == -EBUSY;
+		if (r == -EBUSY)
+			usleep(10000); /* a caller's retry loop */
+	} while (r == -EBUSY && ddss_now_ns() < give_up);
+	printf("rank 1: E. try-locks only: %d (%s) after %u tries (%u said -EBUSY), %lld ms\n",
+	       r, ddss_strerror(r), tries, busy, (long long)((ddss_now_ns() - t0) / 1000000));
+	TEST_CHECK(1, r == 0, "E. no try-lock took the lock past rank 2's stray id in %d ms: %d",
+		   TAKE_MS, r);
+	if (r == 0)
+		TEST_CHECK(1, ddss_release_lock_ss(ctx, key) == 0, "E. release");
+}
+
 /* Rank 2, D: the home still frozen after the timeout; a lock at it fails, bounded by the
  * handshake the reconnect waits for (5 s on tcp). */
 static void lock_at_frozen(pid_t home_pid, ddss_key_t key)
@@ -166,7 +193,7 @@ static void lock_after_timeout(ddss_key_t key)
 
 int main(void)
 {
-	ddss_key_t pid_key, phase_key, key_a, key_b, key_c, key_d;
+	ddss_key_t pid_key, phase_key, key_a, key_b, key_c, key_d, key_e;
 	uint64_t pid = (uint64_t)getpid();
 
 	ctx = test_init_ranks_or_exit(2);
@@ -177,6 +204,7 @@ int main(void)
 	key_b = segment("uo-timed");
 	key_c = segment("uo-try-2");
 	key_d = segment("uo-after");
+	key_e = segment("uo-try-only");
 	if (me == 1)
 		TEST_CHECK(1, ddss_put(ctx, pid_key, 0, &pid, 8) == 0, "put of the pid");
 	test_ctx_barrier_or_exit(ctx);
@@ -226,6 +254,18 @@ int main(void)
 	} else {
 		phase_wait(phase_key, 4);
 		take_behind(key_d, "D. try-lock");
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2) {
+		uint64_t v;
+
+		/* Its descriptor cached here first, as in C. */
+		TEST_CHECK(2, ddss_get(ctx, key_e, 0, &v, 8) == 0, "E. a first get");
+		ask_frozen((pid_t)pid, key_e, false, false, "E. try-lock");
+		phase_go(phase_key, 5);
+	} else {
+		phase_wait(phase_key, 5);
+		try_only(key_e);
 	}
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);
