@@ -106,7 +106,10 @@ static uint32_t plain_id(uint32_t id)
 int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t deadline_ns)
 {
 	struct lock_agents *a = lk->agents;
-	int64_t until = ddss_now_ns() + (int64_t)lk->tp->cfg.op_timeout_ms * 1000000ll;
+	/* Without an operation timeout (0) the answer is waited for as long as the caller's. */
+	int64_t until = lk->tp->cfg.op_timeout_ms > 0 ?
+				ddss_now_ns() + (int64_t)lk->tp->cfg.op_timeout_ms * 1000000ll :
+				INT64_MAX;
 	unsigned slot = ASKS;
 	uint32_t id = 0;
 	int r;

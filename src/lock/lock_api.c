@@ -141,6 +141,8 @@ static void *janitor(void *arg)
 	if (r)
 		DDSS_WARN("lock: finishing a timed-out request failed: %s", ddss_strerror(r));
 	lock_slot_put(lk, job->rq.slot, r ? SLOT_LOST : SLOT_FREE);
+	if (r && r != -ESHUTDOWN)
+		lock_stray_ask(lk, job->rq.home, job->rq.key);
 	pthread_mutex_lock(&lk->mu);
 	lk->janitors--;
 	pthread_cond_broadcast(&lk->cv);
@@ -177,91 +179,6 @@ static void abandon(struct ddss_lock *lk, const struct lock_req *rq)
 	/* Without a janitor the queue behind this request is stuck: say so loudly. */
 	DDSS_ERR("lock: cannot finish a timed-out request; its lock stays taken");
 	lock_slot_put(lk, rq->slot, SLOT_LOST);
-}
-
-/* ---- a stray id: a lost request's id that may stand in the tail ---- */
-
-/*
- * A request whose swap failed with its outcome unknown (lock_queue.c, acq_cas) may have put
- * its id in the lock's tail, and its slot is lost: it never hands over. A request that
- * queues behind it is failed and asks the home for a recovery agent, which takes the lock
- * past the id (lock_agent.c). A try-lock never queues: where only try-locks were made on
- * the lock, every one found it taken for as long as this process lived. So this rank asks
- * the home itself, on a thread (the home may be the one whose silence failed the request:
- * the ask reconnects, and waits up to the operation timeout), a few times, while the home
- * is not gone. Once answered, the agent is in the queue; it takes the lock and releases it.
- * An agent for an id that never landed is one extra acquire and release at the home.
- */
-#define STRAY_ASKS 5
-#define STRAY_PAUSE_NS (100 * 1000000ll)
-
-struct stray_job {
-	struct ddss_lock *lk;
-	uint32_t home;
-	ddss_key_t key;
-};
-
-static void *stray_asker(void *arg)
-{
-	struct stray_job *job = arg;
-	struct ddss_lock *lk = job->lk;
-	int r = -EHOSTDOWN;
-
-	for (int i = 0; i < STRAY_ASKS; i++) {
-		if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE) ||
-		    lock_peer_gone(lk, job->home))
-			break;
-		r = lock_agent_ask(lk, job->home, job->key, INT64_MAX);
-		/* Again only where the home did not answer (a refusal is its answer). */
-		if (r != -ETIMEDOUT && r != -EAGAIN && r != -EHOSTDOWN && r != -ECONNRESET &&
-		    r != -ENOTCONN)
-			break;
-		pthread_mutex_lock(&lk->mu);
-		if (!__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
-			lock_cond_wait_until(&lk->cv, &lk->mu, ddss_now_ns() + STRAY_PAUSE_NS);
-		pthread_mutex_unlock(&lk->mu);
-	}
-	if (r)
-		DDSS_WARN("lock %#llx: a request lost with its outcome unknown may stand in the "
-			  "lock's queue, and rank %u could not be asked to take the lock past it "
-			  "(%s): a request that queues there will",
-			  (unsigned long long)job->key, job->home, ddss_strerror(r));
-	else
-		DDSS_INFO("lock %#llx: rank %u takes the lock past a request lost here",
-			  (unsigned long long)job->key, job->home);
-	pthread_mutex_lock(&lk->mu);
-	lk->janitors--;
-	pthread_cond_broadcast(&lk->cv);
-	pthread_mutex_unlock(&lk->mu);
-	free(job);
-	return NULL;
-}
-
-static void stray_ask(struct ddss_lock *lk, const struct lock_req *rq)
-{
-	struct stray_job *job = malloc(sizeof(*job));
-	pthread_attr_t attr;
-	pthread_t th;
-
-	if (job) {
-		*job = (struct stray_job){ .lk = lk, .home = rq->home, .key = rq->key };
-		pthread_mutex_lock(&lk->mu);
-		lk->janitors++; /* ddss_lock_stop waits for it */
-		pthread_mutex_unlock(&lk->mu);
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (!pthread_create(&th, &attr, stray_asker, job)) {
-			pthread_attr_destroy(&attr);
-			return;
-		}
-		pthread_attr_destroy(&attr);
-		pthread_mutex_lock(&lk->mu);
-		lk->janitors--;
-		pthread_mutex_unlock(&lk->mu);
-		free(job);
-	}
-	DDSS_WARN("lock %#llx: cannot ask rank %u to take the lock past a request lost here",
-		  (unsigned long long)rq->key, rq->home);
 }
 
 /* ---- acquire / release ---- */
@@ -368,8 +285,8 @@ static int queue_acquire(struct ddss_lock *lk, ddss_key_t key, struct lock_req *
 		abandon(lk, rq);
 	else
 		lock_slot_put(lk, rq->slot, SLOT_LOST);
-	if (rq->id_maybe_out && r != -EBUSY && rq->key)
-		stray_ask(lk, rq);
+	if (rq->id_maybe_out && r != -EBUSY)
+		lock_stray_ask(lk, rq->home, rq->key);
 	return r;
 }
 
@@ -608,7 +525,7 @@ static void reset_word(struct ddss_lock *lk, const struct lock_req *held)
 
 static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_lock_fence *fence)
 {
-	struct lock_req rq = { .stage = STAGE_DONE, .fence = fence, .may_post = true };
+	struct lock_req rq = { .stage = STAGE_DONE, .fence = fence, .may_post = true, .key = key };
 	struct ddss_key_parts parts;
 	struct ddss_lock *lk;
 	struct lock_hold *h;
@@ -680,6 +597,8 @@ static int release(ddss_ctx_t *ctx, ddss_key_t key, bool implicit, struct ddss_l
 		reset_word(lk, &rq);
 	if (rq.mode == DDSS_LOCK_EXCLUSIVE)
 		lock_slot_put(lk, rq.slot, r ? SLOT_LOST : SLOT_FREE);
+	if (rq.mode == DDSS_LOCK_EXCLUSIVE && r && r != -ESHUTDOWN)
+		lock_stray_ask(lk, rq.home, key); /* our id may still stand in the tail */
 	if (peer_failure(r)) {
 		/* A peer died under the hand-over: the hold is given up all the same, and what
 		 * it owed is recovered (docs/failure.md), as for a posted release. A dead

@@ -368,6 +368,11 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 /* lock_slot.c: whether this rank sees @rank down (its connection closed, or declared
  * dead); never this rank itself or rank 0. */
 bool lock_peer_down(struct ddss_lock *lk, uint32_t rank);
+/* lock_stray.c: a request of ours on @key's lock at @home was lost with its id perhaps
+ * in the lock's tail (an exclusive acquire's or release's atomic failed with its outcome
+ * unknown): ask the home, from a thread of its own, to take the lock past it. Any
+ * thread, never blocks; nothing for @key 0 or once the lock module stops. */
+void lock_stray_ask(struct ddss_lock *lk, uint32_t home, uint64_t key);
 /* lock_slot.c: whether @rank reads down and is not down but alive (ddss_net_down_but_alive:
  * only our connection to it failed, its own to us is open, it was heard lately, and not
  * for longer than the peer timeout). Asks for a reconnect of one that is. What waits

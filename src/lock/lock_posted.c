@@ -129,6 +129,8 @@ static void finish(struct ddss_lock *lk, unsigned slot, uint64_t *counter)
 	pthread_mutex_lock(&lk->mu);
 	end_locked(lk, slot, r);
 	pthread_mutex_unlock(&lk->mu);
+	if (r && r != -ESHUTDOWN) /* our id may still stand in the tail */
+		lock_stray_ask(lk, sl->posted_rq.home, sl->posted_rq.key);
 	count(counter);
 }
 

@@ -105,9 +105,10 @@ struct tcp_chan {
 	 * watch_close and until the far end is seen closed (tcp_chan_event); EPOLLOUT while
 	 * out_armed. */
 	uint32_t ev_mask;
-	/* Under send_mu, set under serve_state_mu (tcp_chan_watch_close): the peer has no
-	 * connection to us, so this channel's close is the only news of its death. Only then
-	 * is the socket watched: a watched socket costs every reply the epoll callback. */
+	/* Under send_mu; set under serve_state_mu too (tcp_chan_watch_close), cleared at
+	 * teardown until the next connect decides. The peer has no connection to us, so
+	 * this channel's close is the only news of its death. Only then is the socket
+	 * watched: a watched socket costs every reply the epoll callback. */
 	bool watch_close;
 	/* Atomic, written under send_mu: the current connection's far end closed (seen by the
 	 * progress thread). With its connection to us gone too, the peer is down. */

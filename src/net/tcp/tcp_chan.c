@@ -252,6 +252,7 @@ static void chan_teardown(struct tcp_chan *ch)
 	ch->ev_mask = 0;
 	__atomic_store_n(&ch->fd, -1, __ATOMIC_RELEASE);
 	__atomic_store_n(&ch->far_closed, false, __ATOMIC_RELAXED);
+	ch->watch_close = false; /* the next connect decides anew */
 	__atomic_store_n(&ch->error, 0, __ATOMIC_RELEASE);
 	ch->next_seq = 1;
 	ch->protect = false;
@@ -361,6 +362,7 @@ static int chan_connect(struct tcp_chan *ch)
 	struct tcp_protect prot = { .mode = DDSS_TP_PROTECT_OFF };
 	uint32_t gen;
 	int fd = -1, r;
+	bool served;
 	/* It was up, or every rank has been: if it does not answer now, it is gone. A rank
 	 * readmitted as a new process (tp_incarnation.c) may still be starting. */
 	bool known = ch->ever_up || (ddss_tp_formed(&ch->tp->base) && !ch->readmitted);
@@ -424,7 +426,12 @@ static int chan_connect(struct tcp_chan *ch)
 	tcp_peer_set_pool_len(ch->tp, ch->peer, ch->peer_pool_len);
 	tcp_peer_set_state(ch->tp, ch->peer, gen, DDSS_TP_PEER_UP);
 	/* A peer that has not connected to us is seen dead only by this socket's close. */
-	tcp_chan_watch_close(ch, !tcp_serve_has(ch->tp, ch->peer));
+	served = tcp_serve_has(ch->tp, ch->peer);
+	tcp_chan_watch_close(ch, !served);
+	/* It may have closed both ends since we installed the socket, and the progress
+	 * thread may have judged its close before we took the mutex: its "down" is ours. */
+	if (!served && !tcp_chan_up(ch, gen))
+		tcp_peer_set_state(ch->tp, ch->peer, gen, DDSS_TP_PEER_DOWN);
 	pthread_mutex_unlock(&ch->tp->serve_state_mu);
 	return 0;
 }
@@ -699,8 +706,10 @@ void tcp_chan_watch_close(struct tcp_chan *ch, bool on)
 	if (r && on)
 		DDSS_WARN("channel to rank %u: epoll_ctl: %s (its close is seen late)", ch->peer,
 			  strerror(-r));
-	else if (r && ch->fd >= 0 && !epoll_ctl(ch->tp->epfd, EPOLL_CTL_DEL, ch->fd, NULL))
-		ch->ev_mask = 0; /* left armed, it would cost as before; an armed flush retries */
+	/* Left armed, it would only cost as before; not with a flush armed, which needs it. */
+	else if (r && !ch->out_armed && ch->fd >= 0 &&
+		 !epoll_ctl(ch->tp->epfd, EPOLL_CTL_DEL, ch->fd, NULL))
+		ch->ev_mask = 0;
 	pthread_mutex_unlock(&ch->send_mu);
 }
 
