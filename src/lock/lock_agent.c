@@ -243,37 +243,13 @@ static void *agent_main(void *arg)
 	pthread_mutex_lock(&a->mu);
 	job->used = false;
 	pthread_mutex_unlock(&a->mu);
-	pthread_mutex_lock(&lk->mu);
-	lk->janitors--;
-	pthread_cond_broadcast(&lk->cv);
-	pthread_mutex_unlock(&lk->mu);
+	lock_janitor_done(lk);
 	return NULL;
 }
 
 static bool start_agent(struct ddss_lock *lk, struct lock_agent_job *job)
 {
-	pthread_attr_t attr;
-	pthread_t th;
-	int e;
-
-	pthread_mutex_lock(&lk->mu);
-	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE)) {
-		pthread_mutex_unlock(&lk->mu);
-		return false;
-	}
-	lk->janitors++; /* ddss_lock_stop waits for it */
-	pthread_mutex_unlock(&lk->mu);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	e = pthread_create(&th, &attr, agent_main, job);
-	pthread_attr_destroy(&attr);
-	if (!e)
-		return true;
-	pthread_mutex_lock(&lk->mu);
-	lk->janitors--;
-	pthread_cond_broadcast(&lk->cv);
-	pthread_mutex_unlock(&lk->mu);
-	return false;
+	return lock_janitor_spawn(lk, agent_main, job) == 0;
 }
 
 /* Progress thread: @from asks us to take back the lock of segment @m->hdr (a key). */

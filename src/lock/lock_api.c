@@ -125,6 +125,37 @@ static enum ddss_lock_scheme lk_scheme(struct ddss_lock *lk)
 
 /* ---- janitor: finish a timed-out request, then release it ---- */
 
+int lock_janitor_spawn(struct ddss_lock *lk, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	pthread_t th;
+	int e;
+
+	pthread_mutex_lock(&lk->mu);
+	/* Under mu, as ddss_lock_stop reads the count after it set stopping. */
+	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE)) {
+		pthread_mutex_unlock(&lk->mu);
+		return -ESHUTDOWN;
+	}
+	lk->janitors++;
+	pthread_mutex_unlock(&lk->mu);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	e = pthread_create(&th, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	if (e)
+		lock_janitor_done(lk);
+	return -e;
+}
+
+void lock_janitor_done(struct ddss_lock *lk)
+{
+	pthread_mutex_lock(&lk->mu);
+	lk->janitors--;
+	pthread_cond_broadcast(&lk->cv); /* ddss_lock_stop may wait for the last one */
+	pthread_mutex_unlock(&lk->mu);
+}
+
 struct janitor_job {
 	struct ddss_lock *lk;
 	struct lock_req rq;
@@ -143,10 +174,7 @@ static void *janitor(void *arg)
 	lock_slot_put(lk, job->rq.slot, r ? SLOT_LOST : SLOT_FREE);
 	if (r && r != -ESHUTDOWN)
 		lock_stray_ask(lk, job->rq.home, job->rq.key);
-	pthread_mutex_lock(&lk->mu);
-	lk->janitors--;
-	pthread_cond_broadcast(&lk->cv);
-	pthread_mutex_unlock(&lk->mu);
+	lock_janitor_done(lk);
 	free(job);
 	return NULL;
 }
@@ -171,9 +199,7 @@ static void abandon(struct ddss_lock *lk, const struct lock_req *rq)
 			return;
 		}
 		pthread_attr_destroy(&attr);
-		pthread_mutex_lock(&lk->mu);
-		lk->janitors--;
-		pthread_mutex_unlock(&lk->mu);
+		lock_janitor_done(lk);
 		free(job);
 	}
 	/* Without a janitor the queue behind this request is stuck: say so loudly. */

@@ -368,6 +368,12 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 /* lock_slot.c: whether this rank sees @rank down (its connection closed, or declared
  * dead); never this rank itself or rank 0. */
 bool lock_peer_down(struct ddss_lock *lk, uint32_t rank);
+/* lock_api.c: run @fn(@arg) on a detached thread counted in lk->janitors (a janitor, a
+ * recovery agent, a stray-id ask), which ddss_lock_stop waits for; not once the module
+ * stops. 0, -ESHUTDOWN, or pthread_create's -errno. Any thread but one holding mu. */
+int lock_janitor_spawn(struct ddss_lock *lk, void *(*fn)(void *), void *arg);
+/* lock_api.c: such a thread ends (its last call). */
+void lock_janitor_done(struct ddss_lock *lk);
 /* lock_stray.c: a request of ours on @key's lock at @home was lost with its id perhaps
  * in the lock's tail (an exclusive acquire's or release's atomic failed with its outcome
  * unknown): ask the home, from a thread of its own, to take the lock past it. Any

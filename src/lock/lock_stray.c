@@ -16,7 +16,7 @@
  * Once answered, the agent is in the queue; it takes the lock and releases it. An agent
  * for an id that never landed costs one acquire and release at the home.
  *
- * The thread is counted in lk->janitors: ddss_lock_stop waits for it.
+ * The thread is counted in lk->janitors (lock_janitor_spawn): ddss_lock_stop waits for it.
  */
 #include "core/log.h"
 #include "lock/lock_int.h"
@@ -68,10 +68,7 @@ static void *stray_main(void *arg)
 			  "%u could not be asked to take the lock past it (%s); a request that "
 			  "queues there will", (unsigned long long)job->key, job->home,
 			  ddss_strerror(r));
-	pthread_mutex_lock(&lk->mu);
-	lk->janitors--;
-	pthread_cond_broadcast(&lk->cv);
-	pthread_mutex_unlock(&lk->mu);
+	lock_janitor_done(lk);
 	free(job);
 	return NULL;
 }
@@ -79,37 +76,19 @@ static void *stray_main(void *arg)
 void lock_stray_ask(struct ddss_lock *lk, uint32_t home, uint64_t key)
 {
 	struct stray_job *job;
-	pthread_attr_t attr;
-	pthread_t th;
-	int e;
+	int r = -ENOMEM;
 
 	if (!key)
 		return; /* an agent's own request, or a reset: the home's own business */
 	job = malloc(sizeof(*job));
-	if (!job)
-		goto fail;
-	*job = (struct stray_job){ .lk = lk, .home = home, .key = key };
-	pthread_mutex_lock(&lk->mu);
-	/* Under mu, as ddss_lock_stop reads the count after it set stopping. */
-	if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE)) {
-		pthread_mutex_unlock(&lk->mu);
+	if (job) {
+		*job = (struct stray_job){ .lk = lk, .home = home, .key = key };
+		r = lock_janitor_spawn(lk, stray_main, job);
+		if (!r)
+			return;
 		free(job);
-		return;
 	}
-	lk->janitors++;
-	pthread_mutex_unlock(&lk->mu);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	e = pthread_create(&th, &attr, stray_main, job);
-	pthread_attr_destroy(&attr);
-	if (!e)
-		return;
-	pthread_mutex_lock(&lk->mu);
-	lk->janitors--;
-	pthread_cond_broadcast(&lk->cv);
-	pthread_mutex_unlock(&lk->mu);
-	free(job);
-fail:
-	DDSS_WARN("lock %#llx: cannot ask rank %u to take the lock past a request lost here",
-		  (unsigned long long)key, home);
+	if (r != -ESHUTDOWN)
+		DDSS_WARN("lock %#llx: cannot ask rank %u to take the lock past a request lost "
+			  "here: %s", (unsigned long long)key, home, ddss_strerror(r));
 }

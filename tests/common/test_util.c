@@ -6,6 +6,8 @@
 
 #include <CUnit/Basic.h>
 #include <arpa/inet.h>
+#include <errno.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <pthread.h>
@@ -390,4 +392,20 @@ bool test_wait_stopped(int pid, int timeout_ms)
 			usleep(1000); /* a bounded poll of another process's state */
 	}
 	return stopped;
+}
+
+void test_cut_by_timeout(struct ddss_ctx *ctx, uint32_t me, int pid, ddss_key_t at_it)
+{
+	uint64_t v;
+	double t0;
+	int r;
+
+	TEST_CHECK(me, kill(pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
+	TEST_CHECK(me, test_wait_stopped(pid, 10000), "the other rank did not stop");
+	t0 = test_now_ms();
+	r = ddss_get(ctx, at_it, 0, &v, 8);
+	TEST_CHECK(me, kill(pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
+	printf("rank %u: a get at the frozen rank: %d (%s) after %.0f ms\n", me, r,
+	       ddss_strerror(r), test_now_ms() - t0);
+	TEST_CHECK(me, r == -ETIMEDOUT, "the get at the frozen rank: %d, not -ETIMEDOUT", r);
 }

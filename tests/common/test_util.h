@@ -153,5 +153,10 @@ void test_ctx_barrier_or_exit(struct ddss_ctx *ctx);
 /** Whether process @pid is stopped (SIGSTOP) within @timeout_ms: its state in /proc,
  * polled. False at once if it does not exist. */
 bool test_wait_stopped(int pid, int timeout_ms);
+/** Fail this rank's connection to the rank of process @pid by an operation timeout (run
+ * with a short DDSS_OP_TIMEOUT_MS): freeze it (SIGSTOP), get 8 bytes of @at_it, a segment
+ * homed there, wake it (SIGCONT). Prints how long the get took; checks, as rank @me, that
+ * it said -ETIMEDOUT. */
+void test_cut_by_timeout(struct ddss_ctx *ctx, uint32_t me, int pid, ddss_key_t at_it);
 
 #endif

@@ -32,8 +32,6 @@
 #include "ddss/ddss.h"
 #include "net/transport.h" /* ddss_now_ns */
 
-#include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,24 +87,6 @@ static void await_word(ddss_key_t key, unsigned w, uint64_t v)
 	exit(1);
 }
 
-/* Fail our connection to the rank of @pid by an operation timeout while it is frozen:
- * a get of @at_it, homed there. */
-static void cut(pid_t pid, ddss_key_t at_it)
-{
-	uint64_t v;
-	int64_t t0;
-	int r;
-
-	TEST_CHECK(me, kill(pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-	TEST_CHECK(me, test_wait_stopped((int)pid, 10000), "the other rank did not stop");
-	t0 = ddss_now_ns();
-	r = ddss_get(ctx, at_it, 0, &v, 8);
-	TEST_CHECK(me, kill(pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
-	printf("rank %u: a get at the frozen rank: %d (%s) after %lld ms\n", me, r,
-	       ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
-	TEST_CHECK(me, r == -ETIMEDOUT, "the get at the frozen rank: %d, not -ETIMEDOUT", r);
-}
-
 /* Rank 2. @home_pid: cut our connection to rank 1 first (else rank 1 cuts its own, C). */
 static void requester(uint64_t phase, const char *what, pid_t home_pid, ddss_key_t lock_key,
 		      ddss_key_t at_1, ddss_key_t at_3, ddss_key_t mine, int idle_ms)
@@ -117,7 +97,7 @@ static void requester(uint64_t phase, const char *what, pid_t home_pid, ddss_key
 	r = ddss_acquire_lock_ss(ctx, lock_key, DDSS_LOCK_SHARED);
 	TEST_CHECK(2, r == 0, "%s: shared acquire: %s", what, ddss_strerror(r));
 	if (home_pid) {
-		cut(home_pid, lock_key);
+		test_cut_by_timeout(ctx, me, (int)home_pid, lock_key);
 		if (idle_ms) /* the condition under test: silent to rank 1 for longer than T */
 			usleep((useconds_t)idle_ms * 1000);
 		signal_word(at_3, W_CUT, phase);
@@ -221,7 +201,7 @@ int main(void)
 		TEST_CHECK(1, ddss_get(ctx, at_2, 8 * W_PID_2, &pid_2, 8) == 0 && pid_2,
 			   "get of rank 2's pid");
 		await_word(at_1, W_HOLDING, 3);
-		cut((pid_t)pid_2, at_2);
+		test_cut_by_timeout(ctx, me, (int)pid_2, at_2);
 		signal_word(at_3, W_CUT, 3);
 	} else if (me == 2) {
 		requester(3, "C. the home's connection cut", 0, lock_key, at_1, at_3, at_2, 0);

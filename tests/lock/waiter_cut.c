@@ -30,9 +30,7 @@
 #include "lock/lock.h"
 #include "net/transport.h" /* ddss_now_ns */
 
-#include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,24 +116,6 @@ static void await_noted(unsigned base)
 	}
 }
 
-/* Fail our connection to the rank of @pid by an operation timeout while it is frozen:
- * a get of @at_it, homed there. */
-static void cut(pid_t pid, ddss_key_t at_it)
-{
-	uint64_t v;
-	int64_t t0;
-	int r;
-
-	TEST_CHECK(me, kill(pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-	TEST_CHECK(me, test_wait_stopped((int)pid, 10000), "the other rank did not stop");
-	t0 = ddss_now_ns();
-	r = ddss_get(ctx, at_it, 0, &v, 8);
-	TEST_CHECK(me, kill(pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
-	printf("rank %u: a get at the frozen rank: %d (%s) after %lld ms\n", me, r,
-	       ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
-	TEST_CHECK(me, r == -ETIMEDOUT, "the get at the frozen rank: %d, not -ETIMEDOUT", r);
-}
-
 struct phase {
 	uint64_t n;
 	const char *what;
@@ -197,9 +177,9 @@ static void waiter(const struct phase *p, const struct keys *k, pid_t pid_1, pid
 	}
 	await_word(k->at_3, W_QUEUED, p->n);
 	if (p->cut_rank == 2)
-		cut(pid_2, k->at_2);
+		test_cut_by_timeout(ctx, me, (int)pid_2, k->at_2);
 	else
-		cut(pid_1, k->pid_1);
+		test_cut_by_timeout(ctx, me, (int)pid_1, k->pid_1);
 	signal_word(p->cut_rank == 2 ? k->at_1 : k->at_2, W_CUT, p->n);
 	pthread_join(th, NULL);
 	releasing = read_word(k->at_3, W_RELEASING);
