@@ -409,3 +409,24 @@ void test_cut_by_timeout(struct ddss_ctx *ctx, uint32_t me, int pid, ddss_key_t 
 	       ddss_strerror(r), test_now_ms() - t0);
 	TEST_CHECK(me, r == -ETIMEDOUT, "the get at the frozen rank: %d, not -ETIMEDOUT", r);
 }
+
+ddss_key_t test_segment_at(struct ddss_ctx *ctx, uint32_t me, const char *name, uint32_t home,
+			   size_t len)
+{
+	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = home, .name = name };
+	ddss_key_t key;
+	int r = ddss_allocate_ss(ctx, len, &attr, &key);
+
+	if (r) {
+		printf("rank %u: FAIL: segment %s: %s\n", me, name, ddss_strerror(r));
+		exit(1);
+	}
+	return key;
+}
+
+void test_put_word(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w, uint64_t v)
+{
+	int r = ddss_put(ctx, key, 8 * w, &v, 8);
+
+	TEST_CHECK(me, r == 0, "put of word %u: %s", w, ddss_strerror(r));
+}

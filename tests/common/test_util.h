@@ -158,5 +158,11 @@ bool test_wait_stopped(int pid, int timeout_ms);
  * homed there, wake it (SIGCONT). Prints how long the get took; checks, as rank @me, that
  * it said -ETIMEDOUT. */
 void test_cut_by_timeout(struct ddss_ctx *ctx, uint32_t me, int pid, ddss_key_t at_it);
+/** A named segment of @len bytes homed at rank @home (every rank that asks gets the same),
+ * or exit(1) saying why, as rank @me. */
+ddss_key_t test_segment_at(struct ddss_ctx *ctx, uint32_t me, const char *name, uint32_t home,
+			   size_t len);
+/** Put @v into the 8-byte word @w of @key (a signal between ranks); checked as rank @me. */
+void test_put_word(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w, uint64_t v);
 
 #endif

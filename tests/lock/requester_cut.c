@@ -51,26 +51,6 @@ enum { W_CUT = 0, W_RELEASING = 1, W_ASKING = 0, W_PID_2 = 2, W_DONE_2 = 0, W_DO
 static ddss_ctx_t *ctx;
 static uint32_t me;
 
-static ddss_key_t segment(const char *name, uint32_t home)
-{
-	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = home, .name = name };
-	ddss_key_t key;
-	int r = ddss_allocate_ss(ctx, 64, &attr, &key);
-
-	if (r) {
-		printf("rank %u: FAIL: segment %s: %s\n", me, name, ddss_strerror(r));
-		exit(1);
-	}
-	return key;
-}
-
-static void signal_word(ddss_key_t key, unsigned w, uint64_t v)
-{
-	int r = ddss_put(ctx, key, 8 * w, &v, 8);
-
-	TEST_CHECK(me, r == 0, "put of word %u: %s", w, ddss_strerror(r));
-}
-
 /* Our own segment's word @w reaching @v (polled, bounded). */
 static void await_word(ddss_key_t key, unsigned w, uint64_t v)
 {
@@ -100,13 +80,13 @@ static void requester(uint64_t phase, const char *what, pid_t home_pid, ddss_key
 		test_cut_by_timeout(ctx, me, (int)home_pid, lock_key);
 		if (idle_ms) /* the condition under test: silent to rank 1 for longer than T */
 			usleep((useconds_t)idle_ms * 1000);
-		signal_word(at_3, W_CUT, phase);
+		test_put_word(ctx, me, at_3, W_CUT, phase);
 	} else {
-		signal_word(at_1, W_HOLDING, phase);
+		test_put_word(ctx, me, at_1, W_HOLDING, phase);
 	}
 	await_word(mine, W_ASKING, phase);
 	usleep(HOLD_MS * 1000); /* holding: rank 3's drain checks run meanwhile */
-	signal_word(at_3, W_RELEASING, phase);
+	test_put_word(ctx, me, at_3, W_RELEASING, phase);
 	r = ddss_release_lock_ss(ctx, lock_key);
 	printf("rank 2: %s: shared release: %d (%s)\n", what, r, ddss_strerror(r));
 	TEST_CHECK(2, r == 0, "%s: the shared release: %d, not 0", what, r);
@@ -121,7 +101,7 @@ static void phase_done(ddss_key_t at_1, uint64_t phase)
 		await_word(at_1, W_DONE_2, phase);
 		await_word(at_1, W_DONE_3, phase);
 	} else {
-		signal_word(at_1, me == 2 ? W_DONE_2 : W_DONE_3, phase);
+		test_put_word(ctx, me, at_1, me == 2 ? W_DONE_2 : W_DONE_3, phase);
 	}
 }
 
@@ -133,7 +113,7 @@ static void closer(uint64_t phase, const char *what, ddss_key_t lock_key, ddss_k
 	int r;
 
 	await_word(mine, W_CUT, phase);
-	signal_word(at_2, W_ASKING, phase);
+	test_put_word(ctx, me, at_2, W_ASKING, phase);
 	t0 = ddss_now_ns();
 	r = ddss_acquire_lock_timed_ss(ctx, lock_key, DDSS_LOCK_EXCLUSIVE, ASK_MS);
 	TEST_CHECK(3, ddss_get(ctx, mine, 8 * W_RELEASING, &releasing, 8) == 0, "get");
@@ -160,11 +140,11 @@ int main(void)
 		       me);
 		return 1;
 	}
-	pid_key = segment("rc-pid", 1);
-	lock_key = segment("rc-lock", 1);
-	at_1 = segment("rc-at-1", 1);
-	at_2 = segment("rc-at-2", 2);
-	at_3 = segment("rc-at-3", 3);
+	pid_key = test_segment_at(ctx, me, "rc-pid", 1, 64);
+	lock_key = test_segment_at(ctx, me, "rc-lock", 1, 64);
+	at_1 = test_segment_at(ctx, me, "rc-at-1", 1, 64);
+	at_2 = test_segment_at(ctx, me, "rc-at-2", 2, 64);
+	at_3 = test_segment_at(ctx, me, "rc-at-3", 3, 64);
 	if (me == 1)
 		TEST_CHECK(1, ddss_put(ctx, pid_key, 0, &pid, 8) == 0, "put of the pid");
 	test_ctx_barrier_or_exit(ctx);
@@ -206,7 +186,7 @@ int main(void)
 			   "get of rank 2's pid");
 		await_word(at_1, W_HOLDING, 3);
 		test_cut_by_timeout(ctx, me, (int)pid_2, at_2);
-		signal_word(at_3, W_CUT, 3);
+		test_put_word(ctx, me, at_3, W_CUT, 3);
 	} else if (me == 2) {
 		requester(3, "C. the home's connection cut", 0, lock_key, at_1, at_3, at_2, 0);
 	} else {

@@ -53,19 +53,6 @@
 static ddss_ctx_t *ctx;
 static uint32_t me;
 
-static ddss_key_t segment(const char *name)
-{
-	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = name };
-	ddss_key_t key;
-	int r = ddss_allocate_ss(ctx, 8, &attr, &key);
-
-	if (r) {
-		printf("rank %u: FAIL: segment %s: %s\n", me, name, ddss_strerror(r));
-		exit(1);
-	}
-	return key;
-}
-
 /* Rank 2: freeze rank 1, ask for @key's lock (@timed: a timed acquire, else a try), wake
  * rank 1 (unless @stay_frozen: the caller does). The request must fail: its compare&swap
  * waits in rank 1's socket. */
@@ -198,13 +185,13 @@ int main(void)
 
 	ctx = test_init_ranks_or_exit(2);
 	me = ddss_rank(ctx);
-	pid_key = segment("uo-pid");
-	phase_key = segment("uo-phase");
-	key_a = segment("uo-try");
-	key_b = segment("uo-timed");
-	key_c = segment("uo-try-2");
-	key_d = segment("uo-after");
-	key_e = segment("uo-try-only");
+	pid_key = test_segment_at(ctx, me, "uo-pid", 1, 8);
+	phase_key = test_segment_at(ctx, me, "uo-phase", 1, 8);
+	key_a = test_segment_at(ctx, me, "uo-try", 1, 8);
+	key_b = test_segment_at(ctx, me, "uo-timed", 1, 8);
+	key_c = test_segment_at(ctx, me, "uo-try-2", 1, 8);
+	key_d = test_segment_at(ctx, me, "uo-after", 1, 8);
+	key_e = test_segment_at(ctx, me, "uo-try-only", 1, 8);
 	if (me == 1)
 		TEST_CHECK(1, ddss_put(ctx, pid_key, 0, &pid, 8) == 0, "put of the pid");
 	test_ctx_barrier_or_exit(ctx);

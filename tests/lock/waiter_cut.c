@@ -58,26 +58,6 @@ static void hook(ddss_ctx_t *c, enum ddss_lock_test_point point)
 		__atomic_add_fetch(&noted, 1, __ATOMIC_RELEASE);
 }
 
-static ddss_key_t segment(const char *name, uint32_t home)
-{
-	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = home, .name = name };
-	ddss_key_t key;
-	int r = ddss_allocate_ss(ctx, 64, &attr, &key);
-
-	if (r) {
-		printf("rank %u: FAIL: segment %s: %s\n", me, name, ddss_strerror(r));
-		exit(1);
-	}
-	return key;
-}
-
-static void signal_word(ddss_key_t key, unsigned w, uint64_t v)
-{
-	int r = ddss_put(ctx, key, 8 * w, &v, 8);
-
-	TEST_CHECK(me, r == 0, "put of word %u: %s", w, ddss_strerror(r));
-}
-
 static uint64_t read_word(ddss_key_t key, unsigned w)
 {
 	uint64_t v = 0;
@@ -134,13 +114,13 @@ static void holder(const struct phase *p, const struct keys *k)
 	r = ddss_acquire_lock_ss(ctx, k->lock, DDSS_LOCK_EXCLUSIVE);
 	TEST_CHECK(2, r == 0, "%s: exclusive acquire: %s", p->what, ddss_strerror(r));
 	base = __atomic_load_n(&noted, __ATOMIC_ACQUIRE);
-	signal_word(k->at_3, W_HOLDING, p->n);
+	test_put_word(ctx, me, k->at_3, W_HOLDING, p->n);
 	await_noted(base); /* rank 3's request: its id in our record, and a notification */
-	signal_word(k->at_3, W_QUEUED, p->n);
+	test_put_word(ctx, me, k->at_3, W_QUEUED, p->n);
 	/* Never at the rank rank 3 freezes: our own connection there would time out too. */
 	await_word(p->cut_rank == 2 ? k->at_1 : k->at_2, W_CUT, p->n);
 	usleep(HOLD_MS * 1000); /* holding: rank 3 waits, reading the cut rank down */
-	signal_word(k->at_3, W_RELEASING, p->n);
+	test_put_word(ctx, me, k->at_3, W_RELEASING, p->n);
 	r = ddss_release_lock_ss(ctx, k->lock);
 	printf("rank 2: %s: release: %d (%s)\n", p->what, r, ddss_strerror(r));
 	TEST_CHECK(2, r == 0, "%s: the release: %d, not 0", p->what, r);
@@ -180,7 +160,7 @@ static void waiter(const struct phase *p, const struct keys *k, pid_t pid_1, pid
 		test_cut_by_timeout(ctx, me, (int)pid_2, k->at_2);
 	else
 		test_cut_by_timeout(ctx, me, (int)pid_1, k->pid_1);
-	signal_word(p->cut_rank == 2 ? k->at_1 : k->at_2, W_CUT, p->n);
+	test_put_word(ctx, me, p->cut_rank == 2 ? k->at_1 : k->at_2, W_CUT, p->n);
 	pthread_join(th, NULL);
 	releasing = read_word(k->at_3, W_RELEASING);
 	ddss_lock_recovery_stats(ctx, &after);
@@ -206,7 +186,7 @@ static void phase_done(const struct keys *k, uint64_t n)
 		await_word(k->at_1, W_DONE_2, n);
 		await_word(k->at_1, W_DONE_3, n);
 	} else {
-		signal_word(k->at_1, me == 2 ? W_DONE_2 : W_DONE_3, n);
+		test_put_word(ctx, me, k->at_1, me == 2 ? W_DONE_2 : W_DONE_3, n);
 	}
 }
 
@@ -229,11 +209,11 @@ int main(void)
 	}
 	if (me == 2)
 		ddss_lock_test_hook = hook;
-	k.pid_1 = segment("wc-pid", 1);
-	k.lock = segment("wc-lock", 1);
-	k.at_1 = segment("wc-at-1", 1);
-	k.at_2 = segment("wc-at-2", 2);
-	k.at_3 = segment("wc-at-3", 3);
+	k.pid_1 = test_segment_at(ctx, me, "wc-pid", 1, 64);
+	k.lock = test_segment_at(ctx, me, "wc-lock", 1, 64);
+	k.at_1 = test_segment_at(ctx, me, "wc-at-1", 1, 64);
+	k.at_2 = test_segment_at(ctx, me, "wc-at-2", 2, 64);
+	k.at_3 = test_segment_at(ctx, me, "wc-at-3", 3, 64);
 	if (me == 1)
 		TEST_CHECK(1, ddss_put(ctx, k.pid_1, 0, &pid, 8) == 0, "put of the pid");
 	if (me == 2)
