@@ -391,8 +391,10 @@ static int chan_connect(struct tcp_chan *ch)
 	}
 	tcp_set_sock_opts(fd);
 	gen = ddss_tp_peer_generation(&ch->tp->base, ch->peer);
-	/* A peer that should be there answers its handshake at once; a dead rank's listening
-	 * socket may outlive it (ddssrun keeps it), accepting connections nobody serves. */
+	/* A peer that should be there answers its handshake at once. A frozen rank's kernel
+	 * still accepts for it, and a dead rank's listening socket may outlive it in a
+	 * process that kept a copy (not one it started: tcp_serve_start makes an inherited
+	 * socket close-on-exec), accepting connections nobody serves. */
 	r = tcp_handshake_connect(ch->tp, ch->peer, fd, known ? known_deadline : deadline,
 				  &ch->peer_pool_len, &prot);
 	/* Readmitted as another process while we shook hands: which one answered is unclear,

@@ -47,6 +47,7 @@
 #include "core/tsan.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <netdb.h>
 #include <poll.h>
@@ -1041,6 +1042,15 @@ int tcp_serve_start(struct tcp_tp *t)
 			return -EBADF;
 		}
 		t->listen_fd = cfg->listen_fd;
+		/* A launcher passed it through exec; a process this rank starts must not keep
+		 * it, or the port would accept connections after this rank died, and a peer's
+		 * reconnect would wait out a handshake nobody answers. */
+		if (fcntl(t->listen_fd, F_SETFD, FD_CLOEXEC)) {
+			r = -errno;
+			DDSS_ERR("listen fd %d: cannot set close-on-exec: %s", t->listen_fd,
+				 strerror(-r));
+			return r;
+		}
 	} else {
 		r = listen_on(&t->base.nodes[cfg->rank - 1], &t->listen_fd);
 		if (r)
