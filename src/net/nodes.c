@@ -92,7 +92,7 @@ int ddss_nodes_parse(const char *text, struct ddss_tp_node **nodes_p, uint32_t *
 
 static char *read_file(const char *path)
 {
-	FILE *f = fopen(path, "r");
+	FILE *f = fopen(path, "re");
 	char *buf = NULL;
 	size_t len = 0, cap = 0, n;
 

@@ -28,7 +28,8 @@
  *    call said -EHOSTDOWN at once ("give up the key") in every run; now it connects again
  *    and takes the lock.
  * D. The same, but rank 1 stays frozen: the lock call must fail within the reconnect's
- *    bound (the 5 s handshake), not wait.
+ *    bound (the handshake's: the operation timeout, 1 s here; 5 s until 2026-12-06), not
+ *    wait.
  * E. Only try-locks. A try-lock times out as in A; then rank 1 only try-locks the same
  *    lock, again and again, for at most 10 s. Nobody queues behind the stray id, so
  *    nobody is failed behind it and asks the home to take the lock back: before the fix
@@ -48,7 +49,7 @@
 
 #define TAKE_MS 10000     /* rank 1's acquire behind the stray id */
 #define TIMED_MS 200      /* B's acquire: shorter than the operation timeout */
-#define FROZEN_BOUND_MS 7000 /* D: the 5 s handshake, and slack for a loaded machine */
+#define FROZEN_BOUND_MS 7000 /* D: the handshake (1 s), and slack for a loaded machine */
 
 static ddss_ctx_t *ctx;
 static uint32_t me;
@@ -151,7 +152,7 @@ static void try_only(ddss_key_t key)
 }
 
 /* Rank 2, D: the home still frozen after the timeout; a lock at it fails, bounded by the
- * handshake the reconnect waits for (5 s on tcp). */
+ * handshake the reconnect waits for (on tcp the operation timeout, at most 5 s). */
 static void lock_at_frozen(pid_t home_pid, ddss_key_t key)
 {
 	int64_t t0 = ddss_now_ns(), ms;

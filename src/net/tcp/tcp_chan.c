@@ -266,13 +266,24 @@ static void chan_teardown(struct tcp_chan *ch)
 /* How long a peer known to have been up gets to answer a new connection's handshake. */
 #define DEAD_HANDSHAKE_NS 5000000000LL
 
-/* The connect and handshake of a peer known to have been up: DEAD_HANDSHAKE_NS, or the
- * calling thread's shorter bound (ddss_tp_set_thread_connect_bound). */
-static int64_t known_bound_ns(void)
+/*
+ * The connect and handshake of a peer known to have been up: DEAD_HANDSHAKE_NS, cut to the
+ * operation timeout (a frozen rank's kernel accepts the connection for it, and a call must
+ * not wait longer for that than for an operation), but never below the time the peer's
+ * acceptor itself gives a handshake (TCP_HANDSHAKE_TIMEOUT_MS); or the calling thread's
+ * shorter bound (ddss_tp_set_thread_connect_bound).
+ */
+static int64_t known_bound_ns(const struct tcp_chan *ch)
 {
-	int64_t ms = ddss_tp_thread_connect_bound();
+	int64_t ns = DEAD_HANDSHAKE_NS, op_ns = (int64_t)ch->tp->base.cfg.op_timeout_ms * 1000000;
+	int64_t thread_ms = ddss_tp_thread_connect_bound();
 
-	return ms && ms * 1000000 < DEAD_HANDSHAKE_NS ? ms * 1000000 : DEAD_HANDSHAKE_NS;
+	if (op_ns > 0 && op_ns < ns)
+		ns = op_ns > TCP_HANDSHAKE_TIMEOUT_MS * 1000000LL ? op_ns
+								  : TCP_HANDSHAKE_TIMEOUT_MS * 1000000LL;
+	if (thread_ms && thread_ms * 1000000 < ns)
+		ns = thread_ms * 1000000;
+	return ns;
 }
 
 /* How often a connect that waits looks at the peer's refusal. */
@@ -366,7 +377,7 @@ static int chan_connect(struct tcp_chan *ch)
 	/* It was up, or every rank has been: if it does not answer now, it is gone. A rank
 	 * readmitted as a new process (tp_incarnation.c) may still be starting. */
 	bool known = ch->ever_up || (ddss_tp_formed(&ch->tp->base) && !ch->readmitted);
-	int64_t known_deadline = ddss_now_ns() + known_bound_ns();
+	int64_t known_deadline = ddss_now_ns() + known_bound_ns(ch);
 
 	if (ddss_tp_peer_refused(&ch->tp->base, ch->peer))
 		return -EHOSTDOWN;
