@@ -1,16 +1,22 @@
 /*
  * The tcp provider's connect to a rank whose host drops its SYNs (powered off, cut off):
- * bounded by the connect timeout, and ended by the rank's refusal.
+ * bounded by the connect timeout, and ended by the rank's refusal; and its handshake with
+ * a rank whose kernel accepts but which never answers (frozen), ended by the refusal too.
  *
- * One transport runs in this process as rank 1 of 2. "Rank 2" is a listening socket on
+ * One transport runs in this process as rank 1 of 3. "Rank 2" is a listening socket on
  * loopback with a backlog of 0 whose one place is taken and that never accepts: Linux
- * drops further SYNs to it, as a host that is gone would. Checked:
+ * drops further SYNs to it, as a host that is gone would. "Rank 3" is a listening socket
+ * that never accepts either, with room in its queue: the kernel completes our connect, and
+ * nobody answers our hello, as for a frozen process. Checked:
  *  1. a read of rank 2 fails with -ETIMEDOUT after the connect timeout (3 s), not after
  *     the kernel's SYN retries (about 2 minutes: a blocking connect(2), with the
  *     channel's connect_mu held, before the fix);
  *  2. a read of rank 2 that waits in its connect ends with -EHOSTDOWN soon after rank 2
  *     is refused (as the heartbeat thread refuses a rank it declares dead), and the
- *     refusal itself does not wait for the connect.
+ *     refusal itself does not wait for the connect;
+ *  3. a read of rank 3 that waits in its handshake ends with -EHOSTDOWN soon after rank 3
+ *     is refused, and the refusal does not wait for the handshake (before the fix both
+ *     waited out the handshake's bound, the connect timeout here: 3 s).
  * SKIP when this kernel answers SYNs to a full listener.
  */
 #include "common/test_util.h"
@@ -77,8 +83,9 @@ static bool fill_listener(int *fillers, unsigned max)
 	return false;
 }
 
-/* Whether a socket of ours is in SYN_SENT towards the full listener (/proc/net/tcp). */
-static bool syn_sent_seen(void)
+/* Whether a socket of ours to loopback @port is in @state (/proc/net/tcp: 1 established,
+ * 2 SYN_SENT). */
+static bool conn_seen(uint16_t port, unsigned state)
 {
 	char line[256], rem[16];
 	unsigned st;
@@ -87,18 +94,18 @@ static bool syn_sent_seen(void)
 
 	if (!f)
 		return false;
-	snprintf(rem, sizeof(rem), "0100007F:%04X", full_port);
+	snprintf(rem, sizeof(rem), "0100007F:%04X", port);
 	while (!seen && fgets(line, sizeof(line), f)) {
 		char local[32], remote[32];
 
 		if (sscanf(line, " %*u: %31s %31s %x", local, remote, &st) == 3)
-			seen = st == 2 && !strcmp(remote, rem);
+			seen = st == state && !strcmp(remote, rem);
 	}
 	fclose(f);
 	return seen;
 }
 
-/* A read of rank 2 in a thread of its own, so that a hang is seen, not waited out. */
+/* A read of a rank in a thread of its own, so that a hang is seen, not waited out. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static bool read_done;
@@ -109,9 +116,8 @@ static void *reader(void *arg)
 {
 	uint64_t v;
 	int64_t t0 = ddss_now_ns();
-	int r = ddss_tp_read(tp, 2, 0, &v, sizeof(v));
+	int r = ddss_tp_read(tp, (uint32_t)(uintptr_t)arg, 0, &v, sizeof(v));
 
-	(void)arg;
 	pthread_mutex_lock(&mu);
 	read_rc = r;
 	read_ns = ddss_now_ns() - t0;
@@ -121,10 +127,10 @@ static void *reader(void *arg)
 	return NULL;
 }
 
-static void start_read(pthread_t *th)
+static void start_read(pthread_t *th, uint32_t rank)
 {
 	read_done = false;
-	if (pthread_create(th, NULL, reader, NULL)) {
+	if (pthread_create(th, NULL, reader, (void *)(uintptr_t)rank)) {
 		printf("FAIL: pthread_create\n");
 		exit(1);
 	}
@@ -152,13 +158,14 @@ static int read_result(pthread_t th)
 
 int main(void)
 {
-	struct ddss_tp_node nodes[2] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 } };
+	struct ddss_tp_node nodes[3] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 },
+					 { "127.0.0.1", 0 } };
 	struct ddss_tp_config cfg = {
-		.rank = 1, .size = 2, .group = 0x77, .nodes = nodes,
+		.rank = 1, .size = 3, .group = 0x77, .nodes = nodes,
 		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = 30000,
 		.connect_timeout_ms = CONNECT_TIMEOUT_MS,
 	};
-	int fillers[8], full, lfd;
+	int fillers[8], full, lfd, silent;
 	void *pool = test_alloc_pool(POOL_LEN);
 	struct ddss_tp_mr *mr;
 	int64_t t0, refuse_ns;
@@ -167,7 +174,8 @@ int main(void)
 
 	full = loopback_socket(&full_port, 0);
 	lfd = loopback_socket(&nodes[0].port, 128);
-	if (full < 0 || lfd < 0) {
+	silent = loopback_socket(&nodes[2].port, 128);
+	if (full < 0 || lfd < 0 || silent < 0) {
 		printf("FAIL: loopback sockets\n");
 		return 1;
 	}
@@ -184,7 +192,7 @@ int main(void)
 	}
 
 	/* 1: the connect timeout ends it. */
-	start_read(&th);
+	start_read(&th, 2);
 	r = read_result(th);
 	printf("1. the read of a rank that drops SYNs: %d (%s) after %lld ms\n", r,
 	       ddss_strerror(r), (long long)(read_ns / 1000000));
@@ -192,11 +200,11 @@ int main(void)
 	TEST_CHECK(1, read_ns >= (CONNECT_TIMEOUT_MS - 100) * 1000000ll, "ended early");
 
 	/* 2: the refusal ends it. */
-	start_read(&th);
+	start_read(&th, 2);
 	t0 = ddss_now_ns();
-	while (!syn_sent_seen() && ddss_now_ns() - t0 < 2000000000ll)
+	while (!conn_seen(full_port, 2) && ddss_now_ns() - t0 < 2000000000ll)
 		usleep(1000); /* a bounded poll of the kernel's socket table */
-	TEST_CHECK(1, syn_sent_seen(), "no connect to rank 2 under way");
+	TEST_CHECK(1, conn_seen(full_port, 2), "no connect to rank 2 under way");
 	t0 = ddss_now_ns();
 	ddss_tp_peer_refuse(tp, 2);
 	refuse_ns = ddss_now_ns() - t0;
@@ -208,7 +216,25 @@ int main(void)
 	TEST_CHECK(1, refuse_ns < 1000000000ll, "the refusal waited for the connect");
 	TEST_CHECK(1, ddss_now_ns() - t0 < 1000000000ll, "the read outlived the refusal");
 
+	/* 3: the refusal ends a handshake nobody answers. */
+	start_read(&th, 3);
+	t0 = ddss_now_ns();
+	while (!conn_seen(nodes[2].port, 1) && ddss_now_ns() - t0 < 2000000000ll)
+		usleep(1000); /* a bounded poll of the kernel's socket table */
+	TEST_CHECK(1, conn_seen(nodes[2].port, 1), "no connection to rank 3");
+	t0 = ddss_now_ns();
+	ddss_tp_peer_refuse(tp, 3);
+	refuse_ns = ddss_now_ns() - t0;
+	r = read_result(th);
+	printf("3. refused while in the handshake: the refusal took %lld ms, the read ended with "
+	       "%d (%s) %lld ms after it\n", (long long)(refuse_ns / 1000000), r,
+	       ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
+	TEST_CHECK(1, r == -EHOSTDOWN, "read: %d, not -EHOSTDOWN", r);
+	TEST_CHECK(1, refuse_ns < 1000000000ll, "the refusal waited for the handshake");
+	TEST_CHECK(1, ddss_now_ns() - t0 < 1000000000ll, "the read outlived the refusal");
+
 	ddss_tp_close(tp);
+	close(silent);
 	close(full);
 	free(pool);
 	printf("%s\n", test_failures ? "FAILED" : "passed");

@@ -240,9 +240,14 @@ void tcp_set_sock_opts(int fd);
 void tcp_set_rcvtimeo(int fd, int64_t ms);
 /**
  * Receive exactly @len bytes before @deadline_ns (ddss_now_ns clock), whatever the pace
- * the peer sends them at: -ETIMEDOUT when the deadline passes, -ECONNRESET on EOF.
+ * the peer sends them at: -ETIMEDOUT when the deadline passes, -ECONNRESET on EOF. With
+ * @refused_of non-NULL, also -EHOSTDOWN within TCP_REFUSAL_SLICE_MS of the refusal of
+ * @peer (ddss_tp_peer_refuse), whose thread waits for the caller's connect_mu.
  */
-int tcp_recv_full(int fd, void *buf, size_t len, int64_t deadline_ns);
+int tcp_recv_full(int fd, void *buf, size_t len, int64_t deadline_ns,
+		  const struct ddss_tp *refused_of, uint32_t peer);
+/** How often a connect or handshake that waits looks at the peer's refusal. */
+#define TCP_REFUSAL_SLICE_MS 100
 
 /* tcp_chan.c */
 void tcp_chan_init(struct tcp_chan *ch, struct tcp_tp *t, uint32_t peer);

@@ -286,9 +286,6 @@ static int64_t known_bound_ns(const struct tcp_chan *ch)
 	return ns;
 }
 
-/* How often a connect that waits looks at the peer's refusal. */
-#define CONNECT_SLICE_MS 100
-
 /*
  * connect(2) on non-blocking @fd, given up at @deadline or once @ch's peer is refused:
  * against a host that drops SYNs (powered off, cut off) a blocking connect waits out the
@@ -311,7 +308,7 @@ static int connect_bounded(struct tcp_chan *ch, int fd, const struct addrinfo *a
 			return -EHOSTDOWN;
 		if (left_ms <= 0)
 			return -ETIMEDOUT;
-		n = poll(&pfd, 1, left_ms < CONNECT_SLICE_MS ? (int)left_ms : CONNECT_SLICE_MS);
+		n = poll(&pfd, 1, left_ms < TCP_REFUSAL_SLICE_MS ? (int)left_ms : TCP_REFUSAL_SLICE_MS);
 		if (n > 0)
 			break;
 		if (n < 0 && errno != EINTR)

@@ -56,12 +56,13 @@ static int decode_frame(const unsigned char buf[FRAME_LEN], uint8_t kind, int *s
 	return tcp_wire_decode_hello(buf + TCP_WIRE_HDR_LEN, hello) ? -EPROTO : 0;
 }
 
-/* Receive a frame of @kind: 0 with its status in *status_p, or -errno (-EPROTO: not ours). */
-static int recv_frame(int fd, uint8_t kind, int64_t deadline, int *status_p,
-		      struct tcp_wire_hello *hello)
+/* Receive a frame of @kind: 0 with its status in *status_p, or -errno (-EPROTO: not ours;
+ * -EHOSTDOWN: @peer refused meanwhile, as tcp_recv_full). */
+static int recv_frame(const struct tcp_tp *t, uint32_t peer, int fd, uint8_t kind,
+		      int64_t deadline, int *status_p, struct tcp_wire_hello *hello)
 {
 	unsigned char buf[FRAME_LEN];
-	int r = tcp_recv_full(fd, buf, sizeof(buf), deadline);
+	int r = tcp_recv_full(fd, buf, sizeof(buf), deadline, &t->base, peer);
 
 	return r ? r : decode_frame(buf, kind, status_p, hello);
 }
@@ -139,13 +140,14 @@ static int refusal(uint32_t peer, int status)
 /* ---- initiator ---- */
 
 /* Send @me as @kind and take the target's answer of kind @ack: 0, or why not. */
-static int ask(int fd, uint32_t peer, uint8_t kind, const struct tcp_wire_hello *me, uint8_t ack,
-	       int64_t deadline, struct tcp_wire_hello *them)
+static int ask(const struct tcp_tp *t, int fd, uint32_t peer, uint8_t kind,
+	       const struct tcp_wire_hello *me, uint8_t ack, int64_t deadline,
+	       struct tcp_wire_hello *them)
 {
 	int status, r = send_frame(fd, kind, 0, me);
 
 	if (!r)
-		r = recv_frame(fd, ack, deadline, &status, them);
+		r = recv_frame(t, peer, fd, ack, deadline, &status, them);
 	if (!r && status)
 		r = refusal(peer, status);
 	return r;
@@ -164,7 +166,7 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 		ddss_auth_nonce(me.nonce);
 	else
 		me.pool_len = t->pool_len;
-	r = ask(fd, peer, TCP_K_HELLO, &me, TCP_K_HELLO_ACK, deadline, &them);
+	r = ask(t, fd, peer, TCP_K_HELLO, &me, TCP_K_HELLO_ACK, deadline, &them);
 	if (r)
 		return r;
 	if (them.from_rank != peer || them.to_rank != cfg->rank || them.size != cfg->size ||
@@ -192,7 +194,7 @@ int tcp_handshake_connect(struct tcp_tp *t, uint32_t peer, int fd, int64_t deadl
 	}
 	ddss_auth_prove(cfg->auth, DDSS_AUTH_INITIATOR, &tr, me.proof);
 	me.pool_len = t->pool_len;
-	r = ask(fd, peer, TCP_K_AUTH, &me, TCP_K_AUTH_ACK, deadline, &them);
+	r = ask(t, fd, peer, TCP_K_AUTH, &me, TCP_K_AUTH_ACK, deadline, &them);
 	if (r)
 		return r;
 	*pool_len_p = them.pool_len;

@@ -45,7 +45,8 @@ void tcp_set_rcvtimeo(int fd, int64_t ms)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
-int tcp_recv_full(int fd, void *buf, size_t len, int64_t deadline_ns)
+int tcp_recv_full(int fd, void *buf, size_t len, int64_t deadline_ns,
+		  const struct ddss_tp *refused_of, uint32_t peer)
 {
 	size_t got = 0;
 
@@ -57,6 +58,12 @@ int tcp_recv_full(int fd, void *buf, size_t len, int64_t deadline_ns)
 		/* A deadline for the whole message: a peer trickling bytes cannot extend it. */
 		if (left_ms <= 0)
 			return -ETIMEDOUT;
+		if (refused_of) {
+			if (ddss_tp_peer_refused(refused_of, peer))
+				return -EHOSTDOWN;
+			if (left_ms > TCP_REFUSAL_SLICE_MS)
+				left_ms = TCP_REFUSAL_SLICE_MS;
+		}
 		n = poll(&pfd, 1, left_ms > INT32_MAX ? INT32_MAX : (int)left_ms);
 		if (n < 0 && errno != EINTR)
 			return -errno;
