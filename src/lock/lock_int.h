@@ -389,7 +389,7 @@ bool lock_peer_gone(struct ddss_lock *lk, uint32_t rank);
  * us is still open and it was heard from within the peer timeout, connect to it again.
  * True once it is up (or another thread brought it up meanwhile); false if it is gone as
  * far as we can tell, or the connect failed (bounded by the transport's connect and
- * handshake: at most 5 s each on tcp, 3 s plus a drain on verbs). */
+ * handshake: on tcp together the operation timeout, 1-5 s; 3 s plus a drain on verbs). */
 bool lock_peer_reconnect(struct ddss_lock *lk, uint32_t rank);
 /* This rank's id for its request in @slot (without the sleep bit). */
 uint32_t lock_own_id(const struct ddss_lock *lk, unsigned slot);

@@ -11,11 +11,12 @@
  *
  * So the heartbeat thread asks, once a round, for every peer that reads down but alive,
  * and this thread connects to it. A connect may block for seconds (the tcp handshake of a
- * peer that froze just now: 5 s), which the heartbeat thread must never do: it would miss
- * its rounds, and judge nobody meanwhile. This thread's connects are bounded by a
- * heartbeat interval on tcp (ddss_tp_set_thread_connect_bound): a refusal of the same peer
- * on the heartbeat thread waits for the connect's lock, and a peer that reads down but
- * alive answers at once; one that does not is asked again next round.
+ * peer that froze just now: the operation timeout, up to 5 s), which the heartbeat thread
+ * must never do: it would miss its rounds, and judge nobody meanwhile. This thread's
+ * connects are bounded by a heartbeat interval on tcp (ddss_tp_set_thread_connect_bound):
+ * a peer that reads down but alive answers at once, and one that does not is asked again
+ * next round. (A refusal of the same peer waits for the connect's lock, but at most 100 ms:
+ * the connect and the handshake look at the refusal.)
  */
 #include "core/log.h"
 #include "net/net_internal.h"

@@ -400,6 +400,10 @@ void test_cut_by_timeout(struct ddss_ctx *ctx, uint32_t me, int pid, ddss_key_t 
 	double t0;
 	int r;
 
+	if (pid <= 1) {
+		printf("rank %u: FAIL: no pid to freeze (%d)\n", me, pid);
+		exit(1); /* never kill(0) or kill(-1): it would stop us all */
+	}
 	TEST_CHECK(me, kill(pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
 	TEST_CHECK(me, test_wait_stopped(pid, 10000), "the other rank did not stop");
 	t0 = test_now_ms();

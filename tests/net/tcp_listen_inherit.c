@@ -32,23 +32,33 @@
 /* Start sleep(1) as a process of ours would; returns once it has exec'd (or -1). */
 static pid_t start_child(void)
 {
-	int p[2];
+	int p[2], err = 0, status;
 	pid_t pid;
-	char b;
+	ssize_t n;
 
-	/* The write end closes at exec: EOF on the read end says the exec is done. */
+	/* The write end closes at exec: EOF on the read end says the exec is done, and an
+	 * errno written there says it failed. */
 	if (pipe2(p, O_CLOEXEC))
 		return -1;
 	pid = fork();
 	if (pid == 0) {
 		close(p[0]);
-		execlp("sleep", "sleep", "30", (char *)NULL);
+		execl("/bin/sleep", "sleep", "30", (char *)NULL);
+		err = errno;
+		if (write(p[1], &err, sizeof(err)) < 0)
+			_exit(126);
 		_exit(127);
 	}
 	close(p[1]);
-	while (pid > 0 && read(p[0], &b, 1) < 0 && errno == EINTR)
-		;
+	do
+		n = read(p[0], &err, sizeof(err));
+	while (pid > 0 && n < 0 && errno == EINTR);
 	close(p[0]);
+	if (pid > 0 && n != 0) {
+		printf("the child could not exec /bin/sleep: %s\n", n > 0 ? strerror(err) : "?");
+		waitpid(pid, &status, 0);
+		return -1;
+	}
 	return pid;
 }
 

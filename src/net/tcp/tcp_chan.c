@@ -267,23 +267,24 @@ static void chan_teardown(struct tcp_chan *ch)
 #define DEAD_HANDSHAKE_NS 5000000000LL
 
 /*
- * The connect and handshake of a peer known to have been up: DEAD_HANDSHAKE_NS, cut to the
- * operation timeout (a frozen rank's kernel accepts the connection for it, and a call must
- * not wait longer for that than for an operation), but never below the time the peer's
- * acceptor itself gives a handshake (TCP_HANDSHAKE_TIMEOUT_MS); or the calling thread's
- * shorter bound (ddss_tp_set_thread_connect_bound).
+ * The connect and handshake of a peer known to have been up, together: DEAD_HANDSHAKE_NS,
+ * cut to the operation timeout (a frozen rank's kernel accepts the connection for it, and
+ * a call must not wait longer for that than for an operation), but to no less than 1 s (a
+ * handshake is two round trips with a proof each way, answered by the peer's acceptor
+ * thread, which a loaded machine may run late). A thread's own shorter bound
+ * (ddss_tp_set_thread_connect_bound) cuts it further; *by_thread_p says whether it did.
  */
-static int64_t known_bound_ns(const struct tcp_chan *ch)
+#define KNOWN_BOUND_MIN_NS 1000000000LL
+
+static int64_t known_bound_ns(const struct tcp_chan *ch, bool *by_thread_p)
 {
 	int64_t ns = DEAD_HANDSHAKE_NS, op_ns = (int64_t)ch->tp->base.cfg.op_timeout_ms * 1000000;
-	int64_t thread_ms = ddss_tp_thread_connect_bound();
+	int64_t thread_ns = (int64_t)ddss_tp_thread_connect_bound() * 1000000;
 
 	if (op_ns > 0 && op_ns < ns)
-		ns = op_ns > TCP_HANDSHAKE_TIMEOUT_MS * 1000000LL ? op_ns
-								  : TCP_HANDSHAKE_TIMEOUT_MS * 1000000LL;
-	if (thread_ms && thread_ms * 1000000 < ns)
-		ns = thread_ms * 1000000;
-	return ns;
+		ns = op_ns > KNOWN_BOUND_MIN_NS ? op_ns : KNOWN_BOUND_MIN_NS;
+	*by_thread_p = thread_ns > 0 && thread_ns < ns;
+	return *by_thread_p ? thread_ns : ns;
 }
 
 /*
@@ -361,8 +362,9 @@ static int connect_once(struct tcp_chan *ch, int64_t deadline, int *fd_p)
  * connect_mu held. A peer never seen up is retried until the connect timeout (it may not
  * have started yet); one that was up and went down, or any peer once the group has
  * formed (ddss_tp_formed), gets a single attempt, so operations on a dead rank fail fast.
+ * *by_thread_p: the calling thread's own bound cut the attempt short (known_bound_ns).
  */
-static int chan_connect(struct tcp_chan *ch)
+static int chan_connect(struct tcp_chan *ch, bool *by_thread_p)
 {
 	const struct ddss_tp_config *cfg = &ch->tp->base.cfg;
 	int64_t deadline = ddss_now_ns() + (int64_t)cfg->connect_timeout_ms * 1000000;
@@ -374,8 +376,9 @@ static int chan_connect(struct tcp_chan *ch)
 	/* It was up, or every rank has been: if it does not answer now, it is gone. A rank
 	 * readmitted as a new process (tp_incarnation.c) may still be starting. */
 	bool known = ch->ever_up || (ddss_tp_formed(&ch->tp->base) && !ch->readmitted);
-	int64_t known_deadline = ddss_now_ns() + known_bound_ns(ch);
+	int64_t known_deadline = ddss_now_ns() + known_bound_ns(ch, by_thread_p);
 
+	*by_thread_p = *by_thread_p && known; /* else the connect timeout bounds it */
 	if (ddss_tp_peer_refused(&ch->tp->base, ch->peer))
 		return -EHOSTDOWN;
 	for (;;) {
@@ -449,9 +452,11 @@ static int chan_connect(struct tcp_chan *ch)
 /*
  * Connect unless connected. Threads that wait for connect_mu while an attempt runs take
  * its failure as theirs: otherwise each would make its own attempt after it, one after the
- * other, and against a dead peer whose listening socket outlives it each attempt waits out
- * the handshake (DEAD_HANDSHAKE_NS): 8 threads of a daemon's fast lane waited 20-40 s for
- * their error (daemon_fault_lane). A thread that comes after an attempt ended tries anew.
+ * other, and against a peer whose port accepts with nobody serving it (frozen, or a dead
+ * rank's socket kept by another process) each attempt waits out the handshake's bound
+ * (known_bound_ns): 8 threads of a daemon's fast lane waited 20-40 s for their error
+ * (daemon_fault_lane). A failure cut short by the attempting thread's own bound is not
+ * shared: the waiter may wait longer. A thread that comes after an attempt ended tries anew.
  */
 int tcp_chan_ensure(struct tcp_chan *ch)
 {
@@ -468,9 +473,10 @@ int tcp_chan_ensure(struct tcp_chan *ch)
 		if (ch->connect_gen != gen && ch->connect_rc) {
 			r = ch->connect_rc;
 		} else {
-			r = chan_connect(ch);
-			/* A failure within this thread's own shorter bound is not shared. */
-			ch->connect_rc = ddss_tp_thread_connect_bound() ? 0 : r;
+			bool by_thread = false;
+
+			r = chan_connect(ch, &by_thread);
+			ch->connect_rc = by_thread ? 0 : r;
 			__atomic_store_n(&ch->connect_gen, ch->connect_gen + 1, __ATOMIC_RELEASE);
 		}
 	}

@@ -1041,16 +1041,16 @@ int tcp_serve_start(struct tcp_tp *t)
 			DDSS_ERR("listen fd %d is not a listening socket", cfg->listen_fd);
 			return -EBADF;
 		}
-		t->listen_fd = cfg->listen_fd;
-		/* A launcher passed it through exec; a process this rank starts must not keep
+		/* A launcher passed it through exec; a program this rank executes must not keep
 		 * it, or the port would accept connections after this rank died, and a peer's
 		 * reconnect would wait out a handshake nobody answers. */
-		if (fcntl(t->listen_fd, F_SETFD, FD_CLOEXEC)) {
+		if (fcntl(cfg->listen_fd, F_SETFD, FD_CLOEXEC)) {
 			r = -errno;
-			DDSS_ERR("listen fd %d: cannot set close-on-exec: %s", t->listen_fd,
+			DDSS_ERR("listen fd %d: cannot set close-on-exec: %s", cfg->listen_fd,
 				 strerror(-r));
 			return r;
 		}
+		t->listen_fd = cfg->listen_fd;
 	} else {
 		r = listen_on(&t->base.nodes[cfg->rank - 1], &t->listen_fd);
 		if (r)
