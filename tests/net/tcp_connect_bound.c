@@ -83,45 +83,28 @@ static bool fill_listener(int *fillers, unsigned max)
 	return false;
 }
 
-/* Whether a socket of ours to loopback @port is in @state (/proc/net/tcp: 1 established,
- * 2 SYN_SENT). */
-static bool conn_seen(uint16_t port, unsigned state)
+/*
+ * Whether /proc/net/tcp lists a socket in @state (1 established, 2 SYN_SENT) that goes to
+ * loopback @port (@at_port false: ours, connecting to it) or sits at it (@at_port true:
+ * the listener's side), with unread bytes queued if @rx (our hello, at a connection rank 3
+ * never accepts).
+ */
+static bool socket_seen(uint16_t port, bool at_port, unsigned state, bool rx)
 {
-	char line[256], rem[16];
-	unsigned st;
+	char line[256], want[16];
+	unsigned st, tx, rxq;
 	bool seen = false;
 	FILE *f = fopen("/proc/net/tcp", "r");
 
 	if (!f)
 		return false;
-	snprintf(rem, sizeof(rem), "0100007F:%04X", port);
+	snprintf(want, sizeof(want), "0100007F:%04X", port);
 	while (!seen && fgets(line, sizeof(line), f)) {
 		char local[32], remote[32];
 
-		if (sscanf(line, " %*u: %31s %31s %x", local, remote, &st) == 3)
-			seen = st == state && !strcmp(remote, rem);
-	}
-	fclose(f);
-	return seen;
-}
-
-/* Whether bytes wait unread on a socket at loopback @port (/proc/net/tcp's rx_queue): our
- * hello, at a connection rank 3 never accepts. */
-static bool bytes_waiting_at(uint16_t port)
-{
-	char line[256], loc[16];
-	unsigned st, tx, rx;
-	bool seen = false;
-	FILE *f = fopen("/proc/net/tcp", "r");
-
-	if (!f)
-		return false;
-	snprintf(loc, sizeof(loc), "0100007F:%04X", port);
-	while (!seen && fgets(line, sizeof(line), f)) {
-		char local[32], remote[32];
-
-		if (sscanf(line, " %*u: %31s %31s %x %x:%x", local, remote, &st, &tx, &rx) == 5)
-			seen = st == 1 && rx > 0 && !strcmp(local, loc);
+		if (sscanf(line, " %*u: %31s %31s %x %x:%x", local, remote, &st, &tx, &rxq) == 5)
+			seen = st == state && (!rx || rxq > 0) &&
+			       !strcmp(at_port ? local : remote, want);
 	}
 	fclose(f);
 	return seen;
@@ -224,9 +207,9 @@ int main(void)
 	/* 2: the refusal ends it. */
 	start_read(&th, 2);
 	t0 = ddss_now_ns();
-	while (!conn_seen(full_port, 2) && ddss_now_ns() - t0 < 2000000000ll)
+	while (!socket_seen(full_port, false, 2, false) && ddss_now_ns() - t0 < 2000000000ll)
 		usleep(1000); /* a bounded poll of the kernel's socket table */
-	TEST_CHECK(1, conn_seen(full_port, 2), "no connect to rank 2 under way");
+	TEST_CHECK(1, socket_seen(full_port, false, 2, false), "no connect to rank 2 under way");
 	t0 = ddss_now_ns();
 	ddss_tp_peer_refuse(tp, 2);
 	refuse_ns = ddss_now_ns() - t0;
@@ -241,9 +224,9 @@ int main(void)
 	/* 3: the refusal ends a handshake nobody answers. */
 	start_read(&th, 3);
 	t0 = ddss_now_ns();
-	while (!bytes_waiting_at(nodes[2].port) && ddss_now_ns() - t0 < 2000000000ll)
+	while (!socket_seen(nodes[2].port, true, 1, true) && ddss_now_ns() - t0 < 2000000000ll)
 		usleep(1000); /* a bounded poll of the kernel's socket table */
-	TEST_CHECK(1, bytes_waiting_at(nodes[2].port), "no hello waiting at rank 3");
+	TEST_CHECK(1, socket_seen(nodes[2].port, true, 1, true), "no hello waiting at rank 3");
 	t0 = ddss_now_ns();
 	ddss_tp_peer_refuse(tp, 3);
 	refuse_ns = ddss_now_ns() - t0;
