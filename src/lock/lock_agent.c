@@ -355,6 +355,14 @@ static uint64_t word_at(const uint8_t *rec, unsigned off)
 	return v;
 }
 
+/* A sealed word of a record we read: 0 if empty or still landing (lock_int.h). */
+static uint32_t sealed_at(const uint8_t *rec, unsigned off)
+{
+	uint32_t v;
+
+	return lock_unseal(word_at(rec, off), &v) ? v : 0;
+}
+
 /* Everything queued behind the agent @me, read from the records (see the top). */
 static int read_behind(struct ddss_lock *lk, uint32_t me, struct idset *behind)
 {
@@ -363,7 +371,8 @@ static int read_behind(struct ddss_lock *lk, uint32_t me, struct idset *behind)
 	int r = idset_add(behind, me);
 
 	for (unsigned steps = 0; !r && steps < CHAIN_MAX; steps++) {
-		uint64_t next, link;
+		uint32_t next;
+		uint64_t link;
 
 		r = lock_id_current(lk, cur) ?
 			    ddss_tp_read(lk->tp, LOCK_ID_RANK(cur),
@@ -376,7 +385,7 @@ static int read_behind(struct ddss_lock *lk, uint32_t me, struct idset *behind)
 		if (r && lock_id_down(lk, cur))
 			return 0;
 		for (unsigned k = 0; !r && k < REC_ENTRIES; k++) {
-			uint32_t id = (uint32_t)word_at(rec, REC_ENTRY + 8 * k);
+			uint32_t id = sealed_at(rec, REC_ENTRY + 8 * k);
 
 			if (id && !id_ok(lk, id))
 				return -EPROTO;
@@ -403,12 +412,12 @@ static int read_behind(struct ddss_lock *lk, uint32_t me, struct idset *behind)
 		}
 		if (r)
 			return r;
-		next = word_at(rec, REC_NEXT);
+		next = sealed_at(rec, REC_NEXT);
 		if (!next)
 			return 0;
-		if (!id_ok(lk, (uint32_t)next))
+		if (!id_ok(lk, next))
 			return -EPROTO;
-		cur = (uint32_t)next;
+		cur = next;
 		r = idset_add(behind, cur);
 	}
 	return r ? r : -ELOOP;

@@ -2,8 +2,8 @@
  * Handing a lock to the shared requests queued behind an exclusive waiter, all at once.
  *
  * Shared request k of an epoch registers in the exclusive waiter's record: k < 64 writes
- * [k+1 | id] into entry[k] (each entry is written once per epoch, so the owner clears it
- * with a plain store); k >= 64 pushes itself on the record's overflow stack with a remote
+ * its sealed id into entry[k] (lock_int.h; each entry is written once per epoch, so the
+ * owner clears it with a plain store); k >= 64 pushes itself on the record's overflow stack with a remote
  * CAS (its own record's link word holds the one below), which the owner empties with one
  * CAS through its loopback (never a CPU atomic on a word remote atomics touch).
  */
@@ -73,12 +73,13 @@ static int take_overflow(struct ddss_lock *lk, unsigned slot, struct fanout *f)
 static int collect(struct ddss_lock *lk, unsigned slot, struct fanout *f)
 {
 	for (uint32_t i = 0; i < REC_ENTRIES; i++) {
-		uint64_t e = lock_rec_load(lk, slot, REC_ENTRY + 8 * i);
+		uint32_t id;
 		int r;
 
-		if (!e)
+		/* Empty, or still landing: its notification makes us collect again. */
+		if (!lock_rec_sealed(lk, slot, REC_ENTRY + 8 * i, &id))
 			continue;
-		r = fanout_add(f, (uint32_t)e);
+		r = fanout_add(f, id);
 		if (r)
 			return r;
 		lock_rec_store(lk, slot, REC_ENTRY + 8 * i, 0);

@@ -42,14 +42,39 @@
 #define LOCK_WORD(t, s) (((uint64_t)(t) << 32) | (uint32_t)(s))
 
 /* A waiter record: REC_LEN bytes at pool offset slot * REC_LEN on the waiter's rank. */
-#define REC_NEXT_S 0u   /* shared requests between me and my successor */
-#define REC_NEXT 8u     /* my exclusive successor's id */
+#define REC_NEXT_S 0u   /* sealed: shared requests between me and my successor */
+#define REC_NEXT 8u     /* sealed: my exclusive successor's id */
 #define REC_GRANT 16u   /* nonzero: the lock is mine */
 #define REC_OVF 24u     /* id of the last shared request k >= 64 that queued behind me */
 #define REC_LINK 32u    /* mine, while I am on someone's overflow stack: the id below me */
-#define REC_ENTRY 64u   /* entry[k]: [k+1 : 32 | id : 32] of shared request k < 64 */
+#define REC_ENTRY 64u   /* entry[k], sealed: the id of shared request k < 64 */
 #define REC_ENTRIES 64u
 #define REC_LEN (REC_ENTRY + 8u * REC_ENTRIES)
+
+/*
+ * Sealed record words: a 32-bit value in the low half, its complement in the high half.
+ * A peer fills them with an RDMA write that a CPU of ours may read at any moment, and
+ * neither InfiniBand nor PCIe promises that the 8 bytes land together (Soft-RoCE in a TCG
+ * guest places them one at a time: a release read a successor id of 0x80ff, its rank
+ * bytes still missing). Each byte of the word either landed or still holds the 0 its
+ * owner cleared it to, and a byte pair (v_i, ~v_i) matches only once both landed (0 and
+ * ~0 differ), unless the missing byte already held its final value. So a word that
+ * unseals is whole; one that does not is empty or still arriving, and is read as empty.
+ * Words written by CPUs or NIC atomics only (grant, ovf, link) are not sealed: grant is 0
+ * or 1, and an atomic's write-back is one store.
+ */
+static inline uint64_t lock_seal(uint32_t v)
+{
+	return (uint64_t)~v << 32 | v;
+}
+
+static inline bool lock_unseal(uint64_t w, uint32_t *v_p)
+{
+	if ((uint32_t)(w >> 32) != (uint32_t)~w)
+		return false;
+	*v_p = (uint32_t)w;
+	return true;
+}
 
 /*
  * A waiter id: [rank : 16 | how : 1 | slot : 15]. "how" says how the waiter waits, so the
@@ -303,6 +328,8 @@ void lock_slot_put(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why
 void lock_slot_put_locked(struct ddss_lock *lk, unsigned slot, enum lock_slot_state why);
 void lock_on_notify(void *arg, uint32_t from, uint32_t value);
 uint64_t lock_rec_load(struct ddss_lock *lk, unsigned slot, unsigned field);
+/* A sealed word of our record: true with its value once it has landed whole. */
+bool lock_rec_sealed(struct ddss_lock *lk, unsigned slot, unsigned field, uint32_t *v_p);
 void lock_rec_store(struct ddss_lock *lk, unsigned slot, unsigned field, uint64_t v);
 /* Wait until record word @field of @slot is nonzero (returned in *v_p). */
 int lock_wait_rec(struct ddss_lock *lk, unsigned slot, unsigned field, uint32_t watch,
@@ -362,7 +389,7 @@ bool lock_srel_busy_locked(struct ddss_lock *lk, uint32_t home, uint64_t hdr);
 /* Wait for the successor of @rq (waiter @me), which swapped itself in, to announce itself
  * (its id in *next_p): -EHOSTDOWN once a census shows it is nowhere alive. */
 int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_t me,
-			int64_t deadline_ns, uint64_t *next_p);
+			int64_t deadline_ns, uint32_t *next_p);
 /* Count one event in lk->rstats. */
 #define LOCK_RSTAT(lk, field) __atomic_add_fetch(&(lk)->rstats.field, 1, __ATOMIC_RELAXED)
 /* lock_slot.c: whether this rank sees @rank down (its connection closed, or declared

@@ -175,6 +175,7 @@ int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cm
 		 * our wake_mark from before, when the slot was still ours alone.
 		 */
 		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the mark before the looks below */
+		/* Any byte of next at all: a successor is announcing (sealed words). */
 		bool quiet = __atomic_load_n(&sl->wake, __ATOMIC_SEQ_CST) == mark &&
 			     !lock_rec_load(lk, rq->slot, REC_NEXT);
 
@@ -259,7 +260,8 @@ static void fail_behind(struct ddss_lock *lk, unsigned slot)
 	/* Running before no longer queued: lock_reclaim.c frees the slot only after both. */
 	__atomic_add_fetch(&sl->fail_running, 1, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&sl->fail_queued, 0, __ATOMIC_SEQ_CST); /* before looking */
-	next = (uint32_t)lock_rec_load(lk, slot, REC_NEXT);
+	next = 0; /* not whole yet: its notification queues this job again */
+	lock_rec_sealed(lk, slot, REC_NEXT, &next);
 	if (next && next != __atomic_load_n(&sl->failed_next, __ATOMIC_ACQUIRE)) {
 		lock_fail(lk, next);
 		__atomic_store_n(&sl->failed_next, next, __ATOMIC_RELEASE);

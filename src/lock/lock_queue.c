@@ -263,7 +263,7 @@ static int x_acquire(struct ddss_lock *lk, struct lock_req *rq, int64_t deadline
 		if (rq->agent)
 			lock_agent_swapped(lk, rq);
 		if (rq->pred) {
-			uint64_t s = rq->count, me = my_id(lk, rq);
+			uint64_t s = lock_seal(rq->count), me = lock_seal(my_id(lk, rq));
 			uint32_t prank = LOCK_ID_RANK(rq->pred);
 			uint64_t at = (uint64_t)LOCK_ID_SLOT(rq->pred) * REC_LEN;
 
@@ -335,6 +335,28 @@ static void fence(const struct lock_req *rq)
 }
 
 /*
+ * Our successor's next_s, which it wrote before next: whole once next is on every NIC we
+ * know of, but a write that lands out of order is only a moment behind (sealed words,
+ * lock_int.h). A word that never unseals is a peer's bug, not a wait.
+ */
+static int wait_next_s(struct ddss_lock *lk, const struct lock_req *rq, uint32_t *x_p)
+{
+	int64_t deadline = 0;
+
+	while (!lock_rec_sealed(lk, rq->slot, REC_NEXT_S, x_p)) {
+		if (!deadline) {
+			deadline = transient_deadline(lk);
+		} else if (ddss_now_ns() >= deadline) {
+			DDSS_ERR("lock: our successor's shared count never landed whole (%#llx)",
+				 (unsigned long long)lock_rec_load(lk, rq->slot, REC_NEXT_S));
+			return -EPROTO;
+		}
+		sched_yield();
+	}
+	return 0;
+}
+
+/*
  * @first: the old value the first CAS (for [me | 0]) returned, when it was posted and
  * someone else finishes the release (lock_posted.c); NULL for a release from the start.
  */
@@ -342,10 +364,12 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq, const uint
 {
 	/* x: shared requests counted behind us (in W); settled: those of them granted, or
 	 * found dead before they registered (lock_grant_more). */
-	uint32_t me = my_id(lk, rq), x = 0, settled = 0;
-	uint64_t next = first ? 0 : lock_rec_load(lk, rq->slot, REC_NEXT), old;
+	uint32_t me = my_id(lk, rq), x = 0, settled = 0, next = 0;
+	uint64_t old;
 	int r;
 
+	if (!first)
+		lock_rec_sealed(lk, rq->slot, REC_NEXT, &next); /* still 0 if not whole yet */
 	if (!next) {
 		for (;;) {
 			if (first) {
@@ -401,12 +425,14 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq, const uint
 			return r;
 		}
 	}
-	if (!id_ok(lk, (uint32_t)next)) {
-		DDSS_ERR("lock: bad successor id %#llx in our record", (unsigned long long)next);
+	if (!id_ok(lk, next)) {
+		DDSS_ERR("lock: bad successor id %#x in our record", next);
 		return -EPROTO;
 	}
 	fence(rq);
-	x = (uint32_t)lock_rec_load(lk, rq->slot, REC_NEXT_S);
+	r = wait_next_s(lk, rq, &x);
+	if (r)
+		return r;
 	if (x < settled) {
 		DDSS_ERR("lock: successor counts %u shared requests, %u already granted", x,
 			 settled);
@@ -420,7 +446,7 @@ static int x_release(struct ddss_lock *lk, const struct lock_req *rq, const uint
 			 settled + (uint32_t)r, x);
 		return -EPROTO;
 	}
-	return lock_grant(lk, (uint32_t)next);
+	return lock_grant(lk, next);
 }
 
 /* ---- shared ---- */
@@ -463,7 +489,7 @@ static int s_register(struct ddss_lock *lk, struct lock_req *rq, int64_t deadlin
 {
 	uint32_t k = rq->count, prank = LOCK_ID_RANK(rq->pred);
 	uint64_t rec = (uint64_t)LOCK_ID_SLOT(rq->pred) * REC_LEN;
-	uint64_t val = LOCK_WORD(k + 1, my_id(lk, rq)), head = 0, old;
+	uint64_t val = lock_seal(my_id(lk, rq)), head = 0, old;
 	int r;
 
 	if (!lock_id_current(lk, rq->pred))

@@ -65,14 +65,14 @@ static bool fail_job_out(const struct lock_slot *sl)
 static bool successors_quiet(struct ddss_lock *lk, unsigned slot)
 {
 	const struct lock_slot *sl = &lk->slot[slot];
-	uint32_t next = (uint32_t)lock_rec_load(lk, slot, REC_NEXT);
+	uint32_t next, next_s;
 
-	if (!next || fail_job_out(sl))
+	if (!lock_rec_sealed(lk, slot, REC_NEXT, &next) || fail_job_out(sl))
 		return false;
 	if (__atomic_load_n(&sl->failed_next, __ATOMIC_ACQUIRE) != next)
 		return false;
-	return __atomic_load_n(&sl->regs_seen, __ATOMIC_ACQUIRE) >=
-	       lock_rec_load(lk, slot, REC_NEXT_S);
+	return lock_rec_sealed(lk, slot, REC_NEXT_S, &next_s) &&
+	       __atomic_load_n(&sl->regs_seen, __ATOMIC_ACQUIRE) >= next_s;
 }
 
 static void free_locked(struct ddss_lock *lk, unsigned slot)

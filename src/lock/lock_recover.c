@@ -447,7 +447,7 @@ static int successor_alive(struct ddss_lock *lk, const struct lock_req *rq, uint
  * lost, so what queued behind it fails and is recovered, lock_agent.c).
  */
 int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_t me,
-			int64_t deadline_ns, uint64_t *next_p)
+			int64_t deadline_ns, uint32_t *next_p)
 {
 	struct lock_slot *sl = &lk->slot[rq->slot];
 	int64_t next_census = ddss_now_ns() + CHECK_FIRST_NS;
@@ -457,14 +457,12 @@ int lock_wait_successor(struct ddss_lock *lk, const struct lock_req *rq, uint32_
 		uint32_t seen = __atomic_load_n(&sl->wake, __ATOMIC_ACQUIRE);
 		int r;
 
-		*next_p = lock_rec_load(lk, rq->slot, REC_NEXT);
-		if (*next_p)
+		if (lock_rec_sealed(lk, rq->slot, REC_NEXT, next_p))
 			return 0;
 		if (ddss_now_ns() >= next_census) {
 			int alive = successor_alive(lk, rq, me);
 
-			*next_p = lock_rec_load(lk, rq->slot, REC_NEXT);
-			if (*next_p)
+			if (lock_rec_sealed(lk, rq->slot, REC_NEXT, next_p))
 				return 0;
 			if (!alive) {
 				DDSS_WARN("lock: our successor at rank %u's lock died before it "

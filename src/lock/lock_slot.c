@@ -141,6 +141,11 @@ uint64_t lock_rec_load(struct ddss_lock *lk, unsigned slot, unsigned field)
 	return v;
 }
 
+bool lock_rec_sealed(struct ddss_lock *lk, unsigned slot, unsigned field, uint32_t *v_p)
+{
+	return lock_unseal(lock_rec_load(lk, slot, field), v_p);
+}
+
 /* Only for words no peer can be writing now (our own record before we publish it). */
 void lock_rec_store(struct ddss_lock *lk, unsigned slot, unsigned field, uint64_t v)
 {

@@ -28,7 +28,7 @@
  *  - Carry reset: the threshold 2^31 is the macro SHALF (default 2, so the path runs): a
  *    shared holder whose arrival saw S >= SHALF with T == 0 runs one exclusive acquire and
  *    release after its own release (part of the same round).
- *  - Entries hold the shared waiter's id (the [k+1 | ...] tag adds nothing here). The `ovf`
+ *  - Entries hold the shared waiter's id (sealed in the code, lock_int.h: nothing to model). The `ovf`
  *    stack for k >= 64 is NOT modelled: each record has KMAX = (NP - 1) * ITERS entries, enough
  *    for every arrival of the model, which asserts k < KMAX and that the entry is free.
  *  - Timeouts (a background thread finishes the acquire and releases at once) behave as an

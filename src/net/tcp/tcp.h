@@ -220,6 +220,7 @@ struct tcp_tp {
 	 * connections that hold replies. */
 	uint64_t round;
 	struct tcp_served *weak_list;
+	unsigned weak_tears; /* 8-byte writes placed byte by byte so far (store_word) */
 };
 
 static inline struct tcp_tp *tcp_tp_of(struct ddss_tp *tp)

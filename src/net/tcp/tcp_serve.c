@@ -32,7 +32,8 @@
  *    whole round has served every ready connection; a READ that a later request of its
  *    connection has overtaken (executed, or, a READ, sampled first) is held on until
  *    TCP_WEAK_HOLD_NS after that. Released READs sample the pool newest first: an earlier
- *    READ samples after a later one, which an unfenced READ may pass.
+ *    READ samples after a later one, which an unfenced READ may pass;
+ *  - an aligned 8-byte write lands one byte at a time (store_word).
  * Why overtaken READs wait so long: a missing fence shows only if a third party acts on
  * what overtook the READ before the READ samples. A lock's release CAS or message not
  * fenced behind a get's READ frees the lock; another rank must take it (an atomic's reply,
@@ -515,6 +516,38 @@ static int weak_on_request(struct tcp_tp *t, struct tcp_served *s)
  * used (its header checked, its bytes placed, a handler called). 0 = served, -EAGAIN =
  * need more input, -EBADMSG (it failed verification), else a protocol error.
  */
+/*
+ * An aligned 8-byte write into the pool. Strong order stores it at once, as NICs do in
+ * practice. Weak order places it one byte at a time, low byte first and high byte first by
+ * turns, and yields between bytes: neither InfiniBand nor PCIe promises that a write's
+ * bytes land together, and Soft-RoCE in a TCG guest copies them one by one (the kernel's
+ * memcpy is a rep movsb there). A CPU that spins on such a word must never trust what it
+ * sees mid-write: lock records are sealed for that (docs/locks.md, "Sealed words").
+ */
+static void store_word(struct tcp_tp *t, unsigned char *dst, const unsigned char *src)
+{
+	uint64_t v;
+
+	if (!weak(t)) {
+		memcpy(&v, src, 8);
+		DDSS_POOL_ACCESS_BEGIN();
+		__atomic_store_n((uint64_t *)dst, v, __ATOMIC_RELEASE);
+		DDSS_POOL_ACCESS_END();
+		return;
+	}
+	bool down = t->weak_tears++ & 1;
+
+	for (unsigned i = 0; i < 8; i++) {
+		unsigned at = down ? 7 - i : i;
+
+		if (i)
+			sched_yield();
+		DDSS_POOL_ACCESS_BEGIN();
+		__atomic_store_n(dst + at, src[at], __ATOMIC_RELEASE);
+		DDSS_POOL_ACCESS_END();
+	}
+}
+
 static int served_step_sealed(struct tcp_tp *t, struct tcp_served *s)
 {
 	uint64_t max = t->pool_len > DDSS_TP_MSG_MAX ? t->pool_len : DDSS_TP_MSG_MAX;
@@ -544,12 +577,7 @@ static int served_step_sealed(struct tcp_tp *t, struct tcp_served *s)
 		return r;
 	dst = len ? payload_dst(t, s) : NULL;
 	if (dst && s->cur.kind == TCP_K_WRITE && len == 8 && !((uintptr_t)dst & 7)) {
-		uint64_t v; /* one store, as below */
-
-		memcpy(&v, s->prx.buf + TCP_WIRE_HDR_LEN, 8);
-		DDSS_POOL_ACCESS_BEGIN();
-		__atomic_store_n((uint64_t *)dst, v, __ATOMIC_RELEASE);
-		DDSS_POOL_ACCESS_END();
+		store_word(t, dst, s->prx.buf + TCP_WIRE_HDR_LEN);
 	} else if (dst) {
 		DDSS_POOL_ACCESS_BEGIN();
 		memcpy(dst, s->prx.buf + TCP_WIRE_HDR_LEN, len);
@@ -593,15 +621,8 @@ static int served_step(struct tcp_tp *t, struct tcp_served *s)
 			n = avail;
 		if (n == 0)
 			return -EAGAIN;
-		/* An aligned 8-byte write lands as one store, like a NIC's: lock records are
-		 * read by spinning CPUs that must never see half of one (docs/locks.md). */
 		if (n == 8 && s->cur.len == 8 && dst && !((uintptr_t)dst & 7)) {
-			uint64_t v;
-
-			memcpy(&v, s->rxbuf + s->rx_start, 8);
-			DDSS_POOL_ACCESS_BEGIN();
-			__atomic_store_n((uint64_t *)dst, v, __ATOMIC_RELEASE);
-			DDSS_POOL_ACCESS_END();
+			store_word(t, dst, s->rxbuf + s->rx_start);
 		} else if (s->cur.len == 8 && n < 8) {
 			return -EAGAIN; /* wait for all 8 bytes */
 		} else if (dst) {
