@@ -182,28 +182,26 @@ static void *janitor(void *arg)
 static void abandon(struct ddss_lock *lk, const struct lock_req *rq)
 {
 	struct janitor_job *job = malloc(sizeof(*job));
-	pthread_attr_t attr;
-	pthread_t th;
+	int e = -ENOMEM;
 
 	if (job) {
 		job->lk = lk;
 		job->rq = *rq;
 		pthread_mutex_lock(&lk->mu);
-		lk->janitors++;
 		lk->slot[rq->slot].state = SLOT_ABANDONED;
 		pthread_mutex_unlock(&lk->mu);
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		if (!pthread_create(&th, &attr, janitor, job)) {
-			pthread_attr_destroy(&attr);
+		/* Counted only while the lock layer is not stopping: ddss_lock_stop waits for
+		 * the janitors it counted, and a later one would outlive the layer. */
+		e = lock_janitor_spawn(lk, janitor, job);
+		if (!e)
 			return;
-		}
-		pthread_attr_destroy(&attr);
-		lock_janitor_done(lk);
 		free(job);
 	}
-	/* Without a janitor the queue behind this request is stuck: say so loudly. */
-	DDSS_ERR("lock: cannot finish a timed-out request; its lock stays taken");
+	/* Without a janitor the queue behind this request is stuck: say so loudly (when
+	 * stopping, the whole lock layer goes, and the slot's loss fails what waits). */
+	if (e != -ESHUTDOWN)
+		DDSS_ERR("lock: cannot finish a timed-out request (%s); its lock stays taken",
+			 ddss_strerror(e));
 	lock_slot_put(lk, rq->slot, SLOT_LOST);
 }
 
@@ -216,6 +214,8 @@ static void abandon(struct ddss_lock *lk, const struct lock_req *rq)
  * has not moved, i.e. no segment was invalidated since the key was found.
  */
 #define WORD_MEMOS 4
+_Static_assert(WORD_MEMOS == 2 || WORD_MEMOS == 4 || WORD_MEMOS == 8,
+	       "core_unit's ddss_key_spread test covers these sizes");
 struct word_memo {
 	uint64_t cache_id, key, epoch;
 	uint64_t hdr;

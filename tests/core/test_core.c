@@ -802,26 +802,30 @@ static void test_cache_epoch(void)
 /* ---- keys ---- */
 
 /*
- * A thread's first few segments, all generation 1, fall in different entries of a
- * four-entry cache indexed by ddss_key_spread (the lock layer's word memo): neighbouring
- * slots at one home, or one slot at neighbouring homes. Indexed by the generation, as
- * before, all four shared one entry and a thread alternating two keys missed every time.
+ * A thread's first few segments, all generation 1, fall in different entries of an
+ * n-entry cache indexed by ddss_key_spread (the lock layer's word memo, WORD_MEMOS in
+ * lock_api.c, which asserts it is one of the sizes checked here): neighbouring slots at
+ * one home, or one slot at neighbouring homes. Indexed by the generation, as before, all
+ * shared one entry and a thread alternating two keys missed every time.
  */
 static void test_key_spread(void)
 {
-	unsigned seen_slot = 0, seen_rank = 0;
+	for (uint32_t n = 2; n <= 8; n *= 2) {
+		unsigned seen_slot = 0, seen_rank = 0;
 
-	for (uint32_t i = 0; i < 4; i++) {
-		uint64_t by_slot = ddss_key_make(2, 16 + i, 1), by_rank = ddss_key_make(1 + i, 0, 1);
+		for (uint32_t i = 0; i < n; i++) {
+			uint64_t by_slot = ddss_key_make(2, 16 + i, 1);
+			uint64_t by_rank = ddss_key_make(1 + i, 0, 1);
 
-		seen_slot |= 1u << (ddss_key_spread(by_slot) % 4);
-		seen_rank |= 1u << (ddss_key_spread(by_rank) % 4);
+			seen_slot |= 1u << (ddss_key_spread(by_slot) % n);
+			seen_rank |= 1u << (ddss_key_spread(by_rank) % n);
+		}
+		CU_ASSERT_EQUAL(seen_slot, (1u << n) - 1);
+		CU_ASSERT_EQUAL(seen_rank, (1u << n) - 1);
+		/* A slot's next segment takes its predecessor's entry, whatever the generation. */
+		CU_ASSERT_EQUAL(ddss_key_spread(ddss_key_make(2, 17, 1)) % n,
+				ddss_key_spread(ddss_key_make(2, 17, 0x5a5a5)) % n);
 	}
-	CU_ASSERT_EQUAL(seen_slot, 0xfu);
-	CU_ASSERT_EQUAL(seen_rank, 0xfu);
-	/* A slot's next segment takes its predecessor's entry, whatever the generation. */
-	CU_ASSERT_EQUAL(ddss_key_spread(ddss_key_make(2, 17, 1)) % 4,
-			ddss_key_spread(ddss_key_make(2, 17, 0x5a5a5)) % 4);
 }
 
 int main(void)
