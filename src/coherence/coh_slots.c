@@ -5,9 +5,17 @@
  *
  * The home keeps x+1 copies (x = 0 for write, the parameter for delta). Version v lives in
  * copy v mod (x+1). A put, holding the lock: add 1 to the word (now odd: "version v+1 is
- * being written"), write copy (v+1) mod (x+1), write the word 2(v+1). The mark is a
+ * being written"), write copy (v+1) mod (x+1), add 1 again (2(v+1)). The mark is a
  * compare&swap from the even word, so a put never touches the mark of one that died
  * between its steps (mark_writing).
+ *
+ * Only atomics change the word. It was once written with an RDMA write, and a reader that
+ * sampled it while the write's bytes were landing (Soft-RoCE in a TCG guest and the tcp
+ * weak mode place them one at a time) saw 0x800 between 0x8ff and 0x900: version 1024 for
+ * 1151, and its check, torn the same way, passed, so a delta get returned version 1023
+ * holding 1151's data (CI34, coh_models_tcp_weak). An atomic's write-back is one store, and
+ * where atomics fetch a word sooner than a read (tcp, rxe) readers fetch it with one, which
+ * the NIC orders against the writers' atomics.
  *
  * A get of version u = v - back (v read from the word) reads copy u mod (x+1), then reads
  * the word again. That copy is next overwritten by the put of version u+x+1, which marks
@@ -26,6 +34,7 @@
  * that version serves it without moving the data.
  */
 #include "coherence/model.h"
+#include "core/log.h"
 #include "lock/lock.h"
 
 #include <errno.h>
@@ -65,20 +74,27 @@ static uint64_t started(uint64_t word)
  */
 static int read_and_check(struct coh_call *c, uint32_t copy, uint64_t *after_p)
 {
+	struct ddss_tp *tp = c->ctx->tp;
+	uint64_t off = c->hdr + COH_VERSION_OFF;
+	bool by_fadd = coh_word_by_fadd(c);
 	struct coh_pending p;
+	unsigned at = 0;
 	int r, r2;
 
 	coh_count(&coh_of(c)->fetches);
 	coh_pending_init(c, &p);
 	r = coh_post_copy(c, &p, copy, false);
 	if (!r) {
-		/* Fenced: a READ does not keep a later one back (net/transport.h). */
-		r = ddss_tp_post_read_fenced(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF,
-					     after_p, 8, &p.req[p.n]);
+		/* Fenced: a READ does not keep a later request back (net/transport.h). */
+		at = p.n;
+		r = by_fadd ? ddss_tp_post_fadd_fenced(tp, c->d->home, off, 0, &p.req[at]) :
+			      ddss_tp_post_read_fenced(tp, c->d->home, off, after_p, 8, &p.req[at]);
 		if (!r)
 			p.n++;
 	}
 	r2 = coh_pending_wait(&p); /* even after a failed post: the first may be in flight */
+	if (!r && !r2 && by_fadd)
+		*after_p = p.req[at].result;
 	return r2 ? r2 : r;
 }
 
@@ -190,9 +206,16 @@ static int merge_with_previous(struct coh_call *c, uint32_t from, unsigned char 
 	return 0;
 }
 
-static int write_version(struct coh_call *c, uint64_t word)
+/* Take our mark back (nothing of the put landed): version v is still the newest. */
+static void unmark(struct coh_call *c, uint64_t old)
 {
-	return ddss_tp_write(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, &word, 8);
+	uint64_t was;
+	int r = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, old | COH_WRITING,
+			    old, &was);
+
+	if (r || was != (old | COH_WRITING))
+		DDSS_WARN("coherence: taking back the mark of a failed put: %s (word %#llx)",
+			  r ? ddss_strerror(r) : "moved", (unsigned long long)was);
 }
 
 /*
@@ -256,16 +279,16 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 		r = coh_post_copy(&all, p, copy, true);
 	if (r) {
 		/* Nothing was written: version v is still the newest complete one. */
-		write_version(c, old);
+		unmark(c, old);
 		return r;
 	}
-	p->word = old + 2;
-	note_word(c, p->word);
-	r = coh_post_write_at(c, p, c->hdr + COH_VERSION_OFF, &p->word, 8);
+	note_word(c, old + 2);
+	/* Behind the copy's write (RC executes them in order): 2v+1 -> 2(v+1). */
+	r = coh_post_fadd_at(c, p, c->hdr + COH_VERSION_OFF, 1);
 	if (r) {
 		/* The copy is in flight: let it land, then take the mark back. */
 		coh_pending_wait(p);
-		write_version(c, old);
+		unmark(c, old);
 	}
 	return r;
 }
@@ -291,11 +314,13 @@ static bool delta_param_ok(uint32_t x)
 }
 
 const struct coh_model coh_write = {
-	.param_ok = coh_param_zero, .copies = 1, .name = "write", .needs_atomics = true,
+	.param_ok = coh_param_zero, .copies = 1, .word_atomic = true, .name = "write",
+	.needs_atomics = true,
 	.get = slots_get, .put = slots_put,
 };
 
 const struct coh_model coh_delta = {
-	.param_ok = delta_param_ok, .copies = 0, .name = "delta", .needs_atomics = true,
+	.param_ok = delta_param_ok, .copies = 0, .word_atomic = true, .name = "delta",
+	.needs_atomics = true,
 	.get = slots_get, .put = slots_put,
 };

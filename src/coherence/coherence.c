@@ -225,6 +225,18 @@ int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, co
 	return r;
 }
 
+int coh_post_fadd_at(struct coh_call *c, struct coh_pending *p, uint64_t at, uint64_t add)
+{
+	int r;
+
+	if (p->n == COH_PENDING_MAX)
+		return -EOVERFLOW;
+	r = ddss_tp_post_fadd(p->tp, c->d->home, at, add, &p->req[p->n]);
+	if (!r)
+		p->n++;
+	return r;
+}
+
 int coh_post_copy(struct coh_call *c, struct coh_pending *p, uint32_t copy, bool write)
 {
 	uint64_t at = coh_copy_off(c->d, copy) + c->off;
@@ -294,8 +306,15 @@ int coh_write_copy(struct coh_call *c, uint32_t copy)
 			     c->len);
 }
 
+bool coh_word_by_fadd(const struct coh_call *c)
+{
+	return c->ctx->tp->fetch_by_fadd && model_of(c->d->coherence)->word_atomic;
+}
+
 int coh_read_version(struct coh_call *c, uint64_t *word_p)
 {
+	if (coh_word_by_fadd(c))
+		return ddss_tp_fadd(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, 0, word_p);
 	return ddss_tp_read(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, word_p, 8);
 }
 
@@ -304,7 +323,7 @@ int coh_version_read_with_copy(struct coh_call *c, uint64_t *word_p, bool *have_
 {
 	static const struct coh_want any = { .fetched_after = INT64_MIN };
 	struct ddss_tp *tp = c->ctx->tp;
-	bool by_fadd = tp->fetch_by_fadd && model_of(c->d->coherence)->word_atomic;
+	bool by_fadd = coh_word_by_fadd(c);
 	uint64_t off = c->hdr + COH_VERSION_OFF;
 	struct ddss_tp_req req;
 	int r = by_fadd ? ddss_tp_post_fadd(tp, c->d->home, off, 0, &req) :

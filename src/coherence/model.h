@@ -30,7 +30,7 @@ struct coh_model {
 	bool (*param_ok)(uint32_t param);
 	uint32_t copies;   /* copies of the data the home keeps; 0: the parameter + 1 */
 	bool plain;        /* get/put are single RDMA operations */
-	bool word_atomic;  /* the version word changes only by fetch&add (ddss_tp.fetch_by_fadd) */
+	bool word_atomic;  /* the version word changes only by atomics (ddss_tp.fetch_by_fadd) */
 	const char *name;  /* for messages */
 	/* Puts change the version word with NIC atomics: refused without them (ddss_tp.atomics) */
 	bool needs_atomics;
@@ -79,7 +79,6 @@ struct coh_pending {
 	unsigned n;
 	bool waited;
 	int status;    /* the first transfer error, once waited */
-	uint64_t word; /* a version word being written (must outlive the transfer) */
 };
 
 void coh_pending_init(struct coh_call *c, struct coh_pending *p);
@@ -92,6 +91,8 @@ void coh_pending_init(struct coh_call *c, struct coh_pending *p);
 int coh_post_copy(struct coh_call *c, struct coh_pending *p, uint32_t copy, bool write);
 int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, const void *buf,
 		      size_t len);
+/* Post a fetch&add of @add to the word at pool offset @at (its doorbell rings at once). */
+int coh_post_fadd_at(struct coh_call *c, struct coh_pending *p, uint64_t at, uint64_t add);
 /* Wait for every posted transfer (once); their first error. */
 int coh_pending_wait(struct coh_pending *p);
 /*
@@ -108,6 +109,9 @@ int coh_write_copy(struct coh_call *c, uint32_t copy);
 /* Where copy @copy of the segment starts in the home's pool. */
 uint64_t coh_copy_off(const struct ddss_seg_desc *d, uint32_t copy);
 
+/* Whether the version word is fetched with a fetch&add of 0 (ddss_tp.fetch_by_fadd, and a
+ * model whose word changes only by atomics), else read. */
+bool coh_word_by_fadd(const struct coh_call *c);
 int coh_read_version(struct coh_call *c, uint64_t *word_p);
 /*
  * Read the version word into *word_p and, while that read is in flight, copy the cached

@@ -506,6 +506,12 @@ static inline int ddss_tp_post_cas_fenced(struct ddss_tp *tp, uint32_t peer, uin
 	return tp->ops->post_ex(tp, DDSS_TP_OP_CAS, peer, off, NULL, 0, compare, swap,
 				DDSS_TP_FENCE, req);
 }
+static inline int ddss_tp_post_fadd_fenced(struct ddss_tp *tp, uint32_t peer, uint64_t off,
+					   uint64_t add, struct ddss_tp_req *req)
+{
+	return tp->ops->post_ex(tp, DDSS_TP_OP_FADD, peer, off, NULL, 0, add, 0, DDSS_TP_FENCE,
+				req);
+}
 static inline int ddss_tp_post_cas(struct ddss_tp *tp, uint32_t peer, uint64_t off, uint64_t compare,
 				   uint64_t swap, struct ddss_tp_req *req)
 {

@@ -519,10 +519,11 @@ static int weak_on_request(struct tcp_tp *t, struct tcp_served *s)
 /*
  * An aligned 8-byte write into the pool. Strong order stores it at once, as NICs do in
  * practice. Weak order places it one byte at a time, low byte first and high byte first by
- * turns, and yields between bytes: neither InfiniBand nor PCIe promises that a write's
- * bytes land together, and Soft-RoCE in a TCG guest copies them one by one (the kernel's
- * memcpy is a rep movsb there). A CPU that spins on such a word must never trust what it
- * sees mid-write: lock records are sealed for that (docs/locks.md, "Sealed words").
+ * turns, pausing TCP_WEAK_TEAR_NS after the first byte: neither InfiniBand nor PCIe
+ * promises that a write's bytes land together, and Soft-RoCE in a TCG guest copies them
+ * one by one (the kernel's memcpy is a rep movsb there). A CPU that reads such a word must
+ * never trust what it sees mid-write: lock records are sealed (docs/locks.md, "Sealed
+ * words"), and version words change only by atomics (docs/coherence.md).
  */
 static void store_word(struct tcp_tp *t, unsigned char *dst, const unsigned char *src)
 {
@@ -540,8 +541,13 @@ static void store_word(struct tcp_tp *t, unsigned char *dst, const unsigned char
 	for (unsigned i = 0; i < 8; i++) {
 		unsigned at = down ? 7 - i : i;
 
-		if (i)
+		if (i == 1) { /* a window wide enough for a reader to land in */
+			struct timespec ts = { 0, TCP_WEAK_TEAR_NS };
+
+			nanosleep(&ts, NULL);
+		} else if (i) {
 			sched_yield();
+		}
 		DDSS_POOL_ACCESS_BEGIN();
 		__atomic_store_n(dst + at, src[at], __ATOMIC_RELEASE);
 		DDSS_POOL_ACCESS_END();
