@@ -259,11 +259,24 @@ static bool sweep(struct ddss_lane *ln, bool stopping)
 	return moved;
 }
 
+/*
+ * The lane's posts never wait for a reconnect. take_call looks at the home first
+ * (home_up), but the connection can fail right after; the post would then reconnect, one
+ * handshake of up to 5 s with every lent channel stalled behind it. A worker that then
+ * served the next call made its own attempt: 10 s until the last thread of
+ * daemon_fault_lane heard of the dead home (CI34). So the lane's attempt is cut short, its
+ * call answered with the error, and the worker (which blocks only its own channel) makes
+ * the one real attempt. A failure cut by a thread's own bound is that thread's alone
+ * (ddss_tp_set_thread_connect_bound).
+ */
+#define LANE_CONNECT_BOUND_MS 1
+
 static void *lane_main(void *arg)
 {
 	struct ddss_lane *ln = arg;
 	bool stopping = false;
 
+	ddss_tp_set_thread_connect_bound(LANE_CONNECT_BOUND_MS);
 	for (;;) {
 		pthread_mutex_lock(&ln->mu);
 		while (!ln->held && !ln->inbox && !ln->stopping)
