@@ -4,10 +4,10 @@
  * reader whether what it read can have been overwritten meanwhile.
  *
  * The home keeps x+1 copies (x = 0 for write, the parameter for delta). Version v lives in
- * copy v mod (x+1). A put, holding the lock: add 1 to the word (now odd: "version v+1 is
- * being written"), write copy (v+1) mod (x+1), add 1 again (2(v+1)). The mark is a
- * compare&swap from the even word, so a put never touches the mark of one that died
- * between its steps (mark_writing).
+ * copy v mod (x+1). A put, holding the lock: mark the word odd ("version v+1 is being
+ * written") with a compare&swap from 2v, write copy (v+1) mod (x+1), add 1 (2(v+1)). A
+ * compare&swap, so a put never touches the mark of one that died between its steps
+ * (mark_writing).
  *
  * Only atomics change the word. It was once written with an RDMA write, and a reader that
  * sampled it while the write's bytes were landing (Soft-RoCE in a TCG guest and the tcp

@@ -260,16 +260,18 @@ static bool sweep(struct ddss_lane *ln, bool stopping)
 }
 
 /*
- * The lane's posts never wait for a reconnect. take_call looks at the home first
- * (home_up), but the connection can fail right after; the post would then reconnect, one
- * handshake of up to 5 s with every lent channel stalled behind it. A worker that then
- * served the next call made its own attempt: 10 s until the last thread of
- * daemon_fault_lane heard of the dead home (CI34). So the lane's attempt is cut short, its
- * call answered with the error, and the worker (which blocks only its own channel) makes
- * the one real attempt. A failure cut by a thread's own bound is that thread's alone
- * (ddss_tp_set_thread_connect_bound).
+ * The lane's own reconnects are short. take_call looks at the home first (home_up), but
+ * the connection can fail right after; the post then reconnects, which took one handshake
+ * of up to 5 s with every lent channel stalled behind it, and a worker that then served
+ * the next call made its own attempt: 10 s until the last thread of daemon_fault_lane
+ * heard of the dead home (CI34, by reading the code; not reproduced here in 12 runs). So
+ * the lane's attempt is cut at 100 ms (tcp; a first connect to a home is not cut), its
+ * call answered with the error, and a worker (which blocks only its own channel) makes the
+ * real attempt. A failure cut by a thread's own bound is that thread's alone
+ * (ddss_tp_set_thread_connect_bound). Still: a post that finds a worker's attempt under
+ * way waits for it (the channel's connect lock).
  */
-#define LANE_CONNECT_BOUND_MS 1
+#define LANE_CONNECT_BOUND_MS 100
 
 static void *lane_main(void *arg)
 {

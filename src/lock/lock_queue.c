@@ -84,10 +84,13 @@ static int acq_fadd(struct ddss_lock *lk, struct lock_req *rq, unsigned word, ui
 }
 
 /* A wait that only lasts while a peer is between two steps of its own: bounded by the
- * operation timeout, so a peer dying there gives an error instead of a hang. */
+ * operation timeout, so a peer dying there gives an error instead of a hang (0: no
+ * operation timeout, as tcp allows: no bound, where it used to give up at once). */
 static int64_t transient_deadline(const struct ddss_lock *lk)
 {
-	return ddss_now_ns() + (int64_t)lk->tp->cfg.op_timeout_ms * 1000000ll;
+	int ms = lk->tp->cfg.op_timeout_ms;
+
+	return ms > 0 ? ddss_now_ns() + (int64_t)ms * 1000000ll : INT64_MAX;
 }
 
 /* ---- fair mode: tickets ---- */

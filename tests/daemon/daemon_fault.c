@@ -53,8 +53,8 @@
 /* The lane's home killed: a thread whose call comes after the connection failed tries to
  * reconnect, and the listening socket the test keeps open accepts: one handshake nobody
  * answers (5 s), shared by every thread that waits for it (tcp_chan_ensure), plus slack.
- * The lane thread's own posts never wait for one (lane.c, LANE_CONNECT_BOUND_MS): when
- * they did, a worker's attempt could follow the lane's, 10 s in all (CI34). */
+ * The lane thread's own reconnect is cut at 100 ms (lane.c, LANE_CONNECT_BOUND_MS): when
+ * it was not, a worker's attempt could follow the lane's, 10 s in all (CI34). */
 #define BOUND_LANE_MS 8000
 #define WAIT_MS 30000
 /* Its directory (alloc/names.c) is rank 1: a name kept by the victim would die with it. */

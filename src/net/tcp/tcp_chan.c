@@ -272,7 +272,9 @@ static void chan_teardown(struct tcp_chan *ch)
  * a call must not wait longer for that than for an operation), but to no less than 1 s (a
  * handshake is two round trips with a proof each way, answered by the peer's acceptor
  * thread, which a loaded machine may run late). A thread's own shorter bound
- * (ddss_tp_set_thread_connect_bound) cuts it further; *by_thread_p says whether it did.
+ * (ddss_tp_set_thread_connect_bound) cuts it further, for a reconnect only (our channel was
+ * up before): a first connect to a home that reads up because it connected to us is a
+ * healthy one, and gets the full bound; *by_thread_p says whether it was cut.
  */
 #define KNOWN_BOUND_MIN_NS 1000000000LL
 
@@ -283,7 +285,7 @@ static int64_t known_bound_ns(const struct tcp_chan *ch, bool *by_thread_p)
 
 	if (op_ns > 0 && op_ns < ns)
 		ns = op_ns > KNOWN_BOUND_MIN_NS ? op_ns : KNOWN_BOUND_MIN_NS;
-	*by_thread_p = thread_ns > 0 && thread_ns < ns;
+	*by_thread_p = thread_ns > 0 && thread_ns < ns && ch->ever_up;
 	return *by_thread_p ? thread_ns : ns;
 }
 
