@@ -23,8 +23,8 @@
  *                         ddss_tp_fadd, and a raw 8-byte read of the same word, the cost
  *                         floor of a version check);
  *   put, get per model    a put is the model's whole protocol (strict: lock, write, unlock;
- *                         version: write, fetch&add; write and delta: lock, fetch&add,
- *                         write, 8-byte write, unlock). Gets are repeated without a put in
+ *                         version: write, fetch&add; write and delta: lock, compare&swap,
+ *                         write, fetch&add, unlock). Gets are repeated without a put in
  *                         between except before the first of each block, so the median is
  *                         the steady state of an unchanged segment: the cache path for the
  *                         models that cache (write, version, delta: one version read;
