@@ -74,7 +74,6 @@ static uint64_t started(uint64_t word)
  */
 static int read_and_check(struct coh_call *c, uint32_t copy, uint64_t *after_p)
 {
-	struct ddss_tp *tp = c->ctx->tp;
 	uint64_t off = c->hdr + COH_VERSION_OFF;
 	bool by_fadd = coh_word_by_fadd(c);
 	struct coh_pending p;
@@ -87,10 +86,8 @@ static int read_and_check(struct coh_call *c, uint32_t copy, uint64_t *after_p)
 	if (!r) {
 		/* Fenced: a READ does not keep a later request back (net/transport.h). */
 		at = p.n;
-		r = by_fadd ? ddss_tp_post_fadd_fenced(tp, c->d->home, off, 0, &p.req[at]) :
-			      ddss_tp_post_read_fenced(tp, c->d->home, off, after_p, 8, &p.req[at]);
-		if (!r)
-			p.n++;
+		r = by_fadd ? coh_post(c, &p, DDSS_TP_OP_FADD, off, NULL, 0, 0, DDSS_TP_FENCE) :
+			      coh_post(c, &p, DDSS_TP_OP_READ, off, after_p, 8, 0, DDSS_TP_FENCE);
 	}
 	r2 = coh_pending_wait(&p); /* even after a failed post: the first may be in flight */
 	if (!r && !r2 && by_fadd)
@@ -253,6 +250,33 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p)
 }
 
 /*
+ * The copy is posted but the fetch&add that completes it could not be (@r). The copy may
+ * have landed, over version v-x's bytes (delta) or the only copy (write), so the mark must
+ * not be taken back: the word would then label those bytes v-x (a delta get x back
+ * returned the new data as the oldest version) or v. Once the copy's write completed, a
+ * compare&swap finishes the put (2v+1 -> 2(v+1)) and it succeeds; otherwise the mark stays,
+ * as a dead writer's, and the segment's gets and puts fail with -EIO until it is recovered
+ * (docs/coherence.md, "Errors and failures").
+ */
+static int finish_or_keep_mark(struct coh_call *c, struct coh_pending *p, uint64_t old, int r)
+{
+	uint64_t was = 0;
+	int r2 = coh_pending_wait(p);
+
+	if (!r2)
+		r2 = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF,
+				 old | COH_WRITING, old + 2, &was);
+	if (!r2 && was == (old | COH_WRITING)) {
+		note_word(c, old + 2);
+		return 0;
+	}
+	DDSS_WARN("coherence: a put of %#llx could not complete its version (%s); the word "
+		  "stays marked, and the segment fails with -EIO until recovered",
+		  (unsigned long long)c->d->key, ddss_strerror(r2 ? r2 : r));
+	return r;
+}
+
+/*
  * Holding the lock: mark the word, then post the new copy and the new word back to back
  * (executed in that order at the home) and leave them in flight for the release.
  * *whole_p: a merged copy to free once the transfers are done.
@@ -282,15 +306,12 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 		unmark(c, old);
 		return r;
 	}
-	note_word(c, old + 2);
 	/* Behind the copy's write (RC executes them in order): 2v+1 -> 2(v+1). */
 	r = coh_post_fadd_at(c, p, c->hdr + COH_VERSION_OFF, 1);
-	if (r) {
-		/* The copy is in flight: let it land, then take the mark back. */
-		coh_pending_wait(p);
-		unmark(c, old);
-	}
-	return r;
+	if (r)
+		return finish_or_keep_mark(c, p, old, r);
+	note_word(c, old + 2);
+	return 0;
 }
 
 static int slots_put(struct coh_call *c)

@@ -212,44 +212,42 @@ void coh_pending_init(struct coh_call *c, struct coh_pending *p)
 	p->status = 0;
 }
 
-int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, const void *buf,
-		      size_t len)
+int coh_post(struct coh_call *c, struct coh_pending *p, enum ddss_tp_op op, uint64_t at,
+	     void *buf, size_t len, uint64_t add, unsigned flags)
 {
 	int r;
 
 	if (p->n == COH_PENDING_MAX)
 		return -EOVERFLOW; /* a bug: every caller posts at most two */
-	r = ddss_tp_post_write_more(p->tp, c->d->home, at, buf, len, &p->req[p->n]);
+	r = p->tp->ops->post_ex(p->tp, op, c->d->home, at, buf, len, add, 0, flags,
+				&p->req[p->n]);
 	if (!r)
 		p->n++;
 	return r;
 }
 
+int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, const void *buf,
+		      size_t len)
+{
+	return coh_post(c, p, DDSS_TP_OP_WRITE, at, (void *)buf, len, 0, DDSS_TP_MORE);
+}
+
+int (*ddss_coh_complete_hook)(ddss_ctx_t *ctx, ddss_key_t key);
+
 int coh_post_fadd_at(struct coh_call *c, struct coh_pending *p, uint64_t at, uint64_t add)
 {
-	int r;
+	int r = ddss_coh_complete_hook ? ddss_coh_complete_hook(c->ctx, c->d->key) : 0;
 
-	if (p->n == COH_PENDING_MAX)
-		return -EOVERFLOW;
-	r = ddss_tp_post_fadd(p->tp, c->d->home, at, add, &p->req[p->n]);
-	if (!r)
-		p->n++;
-	return r;
+	/* Held like the copy's write: both leave with the release (one sendmsg on tcp). */
+	return r ? r : coh_post(c, p, DDSS_TP_OP_FADD, at, NULL, 0, add, DDSS_TP_MORE);
 }
 
 int coh_post_copy(struct coh_call *c, struct coh_pending *p, uint32_t copy, bool write)
 {
 	uint64_t at = coh_copy_off(c->d, copy) + c->off;
-	int r;
 
-	if (write)
-		return coh_post_write_at(c, p, at, c->buf, c->len);
-	if (p->n == COH_PENDING_MAX)
-		return -EOVERFLOW;
-	r = ddss_tp_post_read_more(p->tp, c->d->home, at, c->buf, c->len, &p->req[p->n]);
-	if (!r)
-		p->n++;
-	return r;
+	return coh_post(c, p, write ? DDSS_TP_OP_WRITE : DDSS_TP_OP_READ, at, c->buf, c->len, 0,
+			DDSS_TP_MORE);
 }
 
 int coh_pending_wait(struct coh_pending *p)

@@ -83,4 +83,11 @@ void ddss_coh_set_clock(ddss_ctx_t *ctx, int64_t (*now_ns)(void *arg), void *arg
  */
 extern void (*ddss_coh_inside_hook)(ddss_ctx_t *ctx, ddss_key_t key, bool is_put, bool enter);
 
+/*
+ * Called, when set, where a write or delta put posts the fetch&add that completes its
+ * version: a nonzero return fails that post with it, as a transport would (the copy's write
+ * is already posted). Tests only: set it between calls.
+ */
+extern int (*ddss_coh_complete_hook)(ddss_ctx_t *ctx, ddss_key_t key);
+
 #endif /* DDSS_COHERENCE_COHERENCE_H */

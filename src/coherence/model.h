@@ -91,8 +91,12 @@ void coh_pending_init(struct coh_call *c, struct coh_pending *p);
 int coh_post_copy(struct coh_call *c, struct coh_pending *p, uint32_t copy, bool write);
 int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, const void *buf,
 		      size_t len);
-/* Post a fetch&add of @add to the word at pool offset @at (its doorbell rings at once). */
+/* Post a fetch&add of @add to the word at pool offset @at, held the same way (a hint on
+ * verbs, which posts an atomic at once). */
 int coh_post_fadd_at(struct coh_call *c, struct coh_pending *p, uint64_t at, uint64_t add);
+/* Any of them: post_ex of @op to the home into @p's next request (-EOVERFLOW if full). */
+int coh_post(struct coh_call *c, struct coh_pending *p, enum ddss_tp_op op, uint64_t at,
+	     void *buf, size_t len, uint64_t add, unsigned flags);
 /* Wait for every posted transfer (once); their first error. */
 int coh_pending_wait(struct coh_pending *p);
 /*

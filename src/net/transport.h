@@ -78,8 +78,7 @@ enum ddss_tp_op {
 
 /* Flags of post_ex. */
 enum ddss_tp_post_flags {
-	/* Reads and writes only: the doorbell waits for this thread's next operation to the
-	 * peer (see post_ex). */
+	/* The doorbell may wait for this thread's next operation to the peer (see post_ex). */
 	DDSS_TP_MORE = 1u << 0,
 	/* Start only once every earlier READ and atomic of this rank to the peer has
 	 * completed (IBV_SEND_FENCE): the READ sampled its bytes, the atomic executed. */
@@ -221,11 +220,12 @@ struct ddss_tp_ops {
 	/**
 	 * Post any one-sided operation (@op) with @flags (enum ddss_tp_post_flags): a read or
 	 * write of @len bytes at @local as above, a cas (@a = compare, @b = swap) or a fadd
-	 * (@a = add; @local and @len unused). DDSS_TP_MORE (reads and writes): the doorbell
-	 * waits for this thread's next operation to @peer, so both go out in one system call
+	 * (@a = add; @local and @len unused). DDSS_TP_MORE: the doorbell may wait
+	 * for this thread's next operation to @peer, so both go out in one system call
 	 * (tcp) or one chain of work requests (verbs); the calling thread must follow it with
 	 * another post to @peer or a wait or test on a request to @peer; anyone else's send to
-	 * @peer takes it along too. DDSS_TP_FENCE: see the flag. The stub (a provider without
+	 * @peer takes it along too (verbs posts an atomic at once: a hint there).
+	 * DDSS_TP_FENCE: see the flag. The stub (a provider without
 	 * it) posts at once, unfenced: only for providers that run everything in order.
 	 */
 	int (*post_ex)(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, uint64_t remote_off,
@@ -492,6 +492,13 @@ static inline int ddss_tp_post_write_more(struct ddss_tp *tp, uint32_t peer, uin
 {
 	return tp->ops->post_ex(tp, DDSS_TP_OP_WRITE, peer, off, (void *)local, len, 0, 0,
 				DDSS_TP_MORE, req);
+}
+/* A fetch&add held the same way on tcp; on verbs it goes at once (post_ex). */
+static inline int ddss_tp_post_fadd_more(struct ddss_tp *tp, uint32_t peer, uint64_t off,
+					 uint64_t add, struct ddss_tp_req *req)
+{
+	return tp->ops->post_ex(tp, DDSS_TP_OP_FADD, peer, off, NULL, 0, add, 0, DDSS_TP_MORE,
+				req);
 }
 /* Operations that must not pass an earlier READ or atomic to @peer (DDSS_TP_FENCE). */
 static inline int ddss_tp_post_read_fenced(struct ddss_tp *tp, uint32_t peer, uint64_t off,

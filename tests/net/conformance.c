@@ -499,6 +499,35 @@ static void test_held_posts(void)
 	EXPECT_RC(ddss_tp_read(tp, peer, off, back, sizeof(back)), 0);
 	CU_ASSERT_EQUAL(test_check(back, sizeof(back), 80), SIZE_MAX);
 
+	/* Atomics held too (the write and delta put's copy, fetch&add, release): a write,
+	 * a fetch&add and a compare&swap held back to back, then a read behind them. Each
+	 * runs in turn at the home and returns what the one before left. */
+	{
+		uint64_t w0 = 0x5151, now = 0;
+		struct ddss_tp_req f, c, rd;
+
+		CU_ASSERT_EQUAL_FATAL(ddss_tp_post_write_more(tp, peer, off, &w0, 8, &r1), 0);
+		CU_ASSERT_EQUAL_FATAL(ddss_tp_post_fadd_more(tp, peer, off, 2, &f), 0);
+		CU_ASSERT_EQUAL_FATAL(tp->ops->post_ex(tp, DDSS_TP_OP_CAS, peer, off, NULL, 0,
+						       w0 + 2, 0x7777, DDSS_TP_MORE, &c), 0);
+		CU_ASSERT_EQUAL_FATAL(ddss_tp_post_read(tp, peer, off, &now, 8, &rd), 0);
+		EXPECT_RC(ddss_tp_wait(tp, &rd, WAIT_MS), 0);
+		EXPECT_RC(ddss_tp_wait(tp, &c, WAIT_MS), 0);
+		EXPECT_RC(ddss_tp_wait(tp, &f, WAIT_MS), 0);
+		EXPECT_RC(ddss_tp_wait(tp, &r1, WAIT_MS), 0);
+		CU_ASSERT_EQUAL(r1.status | f.status | c.status | rd.status, 0);
+		CU_ASSERT_EQUAL(f.result, w0);
+		CU_ASSERT_EQUAL(c.result, w0 + 2);
+		CU_ASSERT_EQUAL(now, 0x7777);
+		/* A held atomic alone: the wait rings it. */
+		CU_ASSERT_EQUAL_FATAL(ddss_tp_post_fadd_more(tp, peer, off, 1, &f), 0);
+		EXPECT_RC(ddss_tp_wait(tp, &f, WAIT_MS), 0);
+		CU_ASSERT_EQUAL(f.status, 0);
+		CU_ASSERT_EQUAL(f.result, 0x7777);
+		EXPECT_RC(ddss_tp_post_fadd_more(tp, peer, off + 4, 1, &f), -EINVAL);
+		EXPECT_RC(ddss_tp_write(tp, peer, off, a, sizeof(a)), 0);
+	}
+
 	/* Bad input: the same errors as post_write, and nothing is left held. */
 	EXPECT_RC(ddss_tp_post_write_more(tp, peer, pool_len, a, 8, &r1), -ERANGE);
 	EXPECT_RC(ddss_tp_post_read_more(tp, peer, off, NULL, 8, &r1), -EINVAL);

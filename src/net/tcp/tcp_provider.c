@@ -365,7 +365,8 @@ static int tcp_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, ui
 		return post(tp, peer, op, off, local, len, 0, 0, req, flags);
 	case DDSS_TP_OP_CAS:
 	case DDSS_TP_OP_FADD:
-		if ((flags & DDSS_TP_MORE) || !req)
+		/* MORE holds the header-only frame like a read's; the result is req's. */
+		if (!req)
 			return -EINVAL;
 		return post(tp, peer, op, off, &req->result, 8, a, op == DDSS_TP_OP_CAS ? b : 0, req,
 			    flags);

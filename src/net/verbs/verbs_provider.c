@@ -749,8 +749,8 @@ static int verbs_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, 
 		return post_rw(vt, peer, op, off, local, len, req, flags);
 	case DDSS_TP_OP_CAS:
 	case DDSS_TP_OP_FADD:
-		if (flags & DDSS_TP_MORE)
-			return -EINVAL;
+		/* MORE: a hint here. The atomic goes at once, in one chain behind this
+		 * thread's held WR (post_wr), so nothing is left for the caller to push. */
 		return post_atomic(vt, peer, op, off, a, op == DDSS_TP_OP_CAS ? b : 0, req, flags);
 	}
 	return -EINVAL;

@@ -1,0 +1,155 @@
+/*
+ * A delta put whose copy was posted but whose completing fetch&add could not be
+ * (src/coherence/coh_slots.c, finish_or_keep_mark).
+ *
+ *   ddssrun -n 2 --transport tcp coh_failed_put
+ *
+ * Rank 1 homes a delta segment (x = 2); rank 2 puts versions 1..3, then a fourth whose
+ * fetch&add post fails (ddss_coh_complete_hook, as a transport would fail it). Its copy
+ * has landed over version 1's bytes. The put must finish (a compare&swap completes the
+ * version) and every version it reports must hold that version's bytes.
+ *
+ * (The put once took its mark back instead: the word said version 3 again, and a get of
+ * 2 back returned the fourth put's bytes labelled version 1.)
+ *
+ * Then, on a second segment, the fourth put's post fails and the channel to the home is
+ * closed under it, so its copy may or may not have landed: the mark must stay, later puts
+ * fail with -EIO and change nothing, and the versions that cannot have been touched are
+ * still served.
+ */
+#include "common/test_util.h"
+#include "coherence/coherence.h"
+#include "core/ctx.h"
+#include "ddss/ddss.h"
+#include "net/transport.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#define SEG_LEN 64
+#define X 2
+
+static ddss_ctx_t *ctx;
+static uint32_t me;
+static unsigned hook_calls;
+static bool hook_cut; /* also close the channel to the home (its copy fails with it) */
+
+static int fail_completion(ddss_ctx_t *c, ddss_key_t key)
+{
+	hook_calls++;
+	if (hook_cut)
+		ddss_tp_peer_disconnect(c->tp, 1);
+	return -ECONNRESET;
+}
+
+static unsigned char byte_of(uint64_t version)
+{
+	return (unsigned char)(0x10 * version + 0x01);
+}
+
+static int put_version(ddss_key_t key, uint64_t version)
+{
+	unsigned char v[SEG_LEN];
+
+	memset(v, byte_of(version), sizeof(v));
+	return ddss_put(ctx, key, 0, v, sizeof(v));
+}
+
+/* A get @back versions back: 0, or -errno. Checks that it holds version @want's bytes. */
+static int check_back(ddss_key_t key, unsigned back, uint64_t want)
+{
+	unsigned char buf[SEG_LEN];
+	uint64_t version = 0;
+	unsigned whole = 0;
+	int r = ddss_get_versioned(ctx, key, 0, buf, sizeof(buf), back, &version);
+
+	if (r)
+		return r;
+	for (unsigned i = 0; i < SEG_LEN; i++)
+		whole += buf[i] == byte_of(version);
+	printf("rank 2: %u back: version %llu, first byte %#x\n", back,
+	       (unsigned long long)version, buf[0]);
+	TEST_CHECK(2, version == want, "%u back: version %llu, expected %llu", back,
+		   (unsigned long long)version, (unsigned long long)want);
+	TEST_CHECK(2, whole == SEG_LEN, "%u back: version %llu holds byte %#x, not %#x", back,
+		   (unsigned long long)version, buf[0], byte_of(version));
+	return 0;
+}
+
+static void finished(ddss_key_t key)
+{
+	int r;
+
+	for (uint64_t v = 1; v <= 3; v++)
+		TEST_CHECK(2, put_version(key, v) == 0, "put of version %llu",
+			   (unsigned long long)v);
+	ddss_coh_complete_hook = fail_completion;
+	r = put_version(key, 4);
+	ddss_coh_complete_hook = NULL;
+	printf("rank 2: the put whose fetch&add failed returned %d\n", r);
+	TEST_CHECK(2, hook_calls == 1, "the hook ran %u times", hook_calls);
+	TEST_CHECK(2, r == 0, "the put whose copy landed returned %d (%s)", r, ddss_strerror(r));
+	for (unsigned back = 0; back <= X; back++) {
+		r = check_back(key, back, 4 - back);
+		TEST_CHECK(2, r == 0, "%u back: %s", back, ddss_strerror(r));
+	}
+	/* And the segment goes on. */
+	TEST_CHECK(2, put_version(key, 5) == 0, "the put after it");
+	TEST_CHECK(2, check_back(key, X, 3) == 0, "%u back after the next put", X);
+}
+
+static void kept_mark(ddss_key_t key)
+{
+	int r;
+
+	for (uint64_t v = 1; v <= 3; v++)
+		TEST_CHECK(2, put_version(key, v) == 0, "put of version %llu",
+			   (unsigned long long)v);
+	hook_calls = 0;
+	hook_cut = true;
+	ddss_coh_complete_hook = fail_completion;
+	r = put_version(key, 4);
+	ddss_coh_complete_hook = NULL;
+	printf("rank 2: the put whose copy failed with its channel returned %d\n", r);
+	TEST_CHECK(2, hook_calls == 1, "the hook ran %u times", hook_calls);
+	TEST_CHECK(2, r != 0, "a put whose copy failed returned 0");
+	r = put_version(key, 5);
+	TEST_CHECK(2, r == -EIO, "a put on the kept mark returned %d, not -EIO", r);
+	/* Versions 3 and 2 live in copies the failed put did not write. */
+	TEST_CHECK(2, check_back(key, 0, 3) == 0, "the newest complete version");
+	TEST_CHECK(2, check_back(key, 1, 2) == 0, "1 back");
+	/* Version 1's copy is the one the failed put wrote: never served as version 1. */
+	r = check_back(key, X, 1);
+	printf("rank 2: %u back on the kept mark: %d\n", X, r);
+	TEST_CHECK(2, r == -EIO || r == -ETIMEDOUT, "%u back returned %d", X, r);
+}
+
+int main(void)
+{
+	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1,
+				      .coherence = DDSS_COHERENCE_DELTA, .delta = X };
+	ddss_key_t key_a, key_b;
+	int r;
+
+	ctx = test_init_ranks_or_exit(2);
+	me = ddss_rank(ctx);
+	attr.name = "failed-put-a";
+	r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key_a);
+	attr.name = "failed-put-b";
+	if (!r)
+		r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key_b);
+	if (r) {
+		fprintf(stderr, "rank %u: segment: %s\n", me, ddss_strerror(r));
+		return 1;
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2) {
+		finished(key_a);
+		kept_mark(key_b);
+	}
+	test_ctx_barrier_or_exit(ctx);
+	ddss_finalize(ctx);
+	printf("rank %u: %s\n", me, test_failures ? "FAILED" : "passed");
+	return test_failures ? 1 : 0;
+}
