@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "daemon/chan.h"
+#include "daemon/client.h"
 #include "net/auth.h"
 #include "net/nodes.h"
 #include "net/spin.h"
@@ -482,6 +483,8 @@ static const struct var vars[] = {
 	      "(a private directory: $XDG_RUNTIME_DIR/ddss/, /run/ddss/ for root, /tmp/ddss-UID/)"),
 	NUM("DDSS_DAEMON_CLIENTS", r_long, 0, 1000000, 0, "(those that attach)"),
 	NUM("DDSS_CHAN_SPIN_NS", r_long, 0, 1000000000l, DDSS_CHAN_SPIN_NS, NULL),
+	NUM("DDSS_DAEMON_STALL_MS", r_long, 0, 3600000, DDSS_DAEMON_STALL_MS_DEFAULT,
+	    "10000 (0: wait for a frozen daemon for ever)"),
 	NUM("DDSS_DAEMON_LANE", r_long, 0, 1, 1, "1 (the fast lane serves plain gets and puts)"),
 	NUM("DDSS_HOME_SPIN_US", r_long, 0, DDSS_SPIN_US_MAX, 0,
 	    "50 (poll), 2 x the spin bound, >= 50 (adaptive), 0 (event)"),

@@ -110,7 +110,8 @@ DDSS_API void ddss_attr_init(struct ddss_attr *attr);
  * -ENOENT (a transport this build lacks, an unreadable DDSS_NODES_FILE), -ETIMEDOUT, or
  * the system's error (-EADDRINUSE...); in daemon mode -ENOENT / -ECONNREFUSED (no daemon at
  * the socket), -EPROTO (a daemon of another version), and every later call -ENOTCONN once
- * the daemon is gone. In daemon mode the call only attaches to the daemon (it
+ * the daemon is gone (a call that found it frozen for DDSS_DAEMON_STALL_MS returns
+ * -ETIMEDOUT, and the client detaches). In daemon mode the call only attaches to the daemon (it
  * is not collective: the daemons' own start was).
  */
 DDSS_API int ddss_init(const struct ddss_attr *attr, ddss_ctx_t **ctx_p);

@@ -444,6 +444,17 @@ bool ddss_chan_closed(const struct ddss_chan *c)
 	return chan_is_closed(c);
 }
 
+void ddss_chan_beat(struct ddss_chan *c)
+{
+	if (c->daemon)
+		__atomic_add_fetch(&c->hdr->beat, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t ddss_chan_beats(const struct ddss_chan *c)
+{
+	return __atomic_load_n(&c->hdr->beat, __ATOMIC_RELAXED);
+}
+
 int ddss_chan_req_slot(struct ddss_chan *c, void **slot_p)
 {
 	return c->daemon ? -EINVAL : ring_slot(c, &c->req, slot_p);

@@ -71,6 +71,18 @@ void ddss_chan_close(struct ddss_chan *c);
 bool ddss_chan_closed(const struct ddss_chan *c);
 
 /*
+ * The daemon's heartbeat. A thread of the daemon of its own bumps every channel's beat
+ * each DDSS_CHAN_BEAT_MS while the process runs, so a client can tell a daemon that is busy
+ * for a long call (a lock wait, a barrier) from one that is frozen (SIGSTOP) or not
+ * scheduled: only the second stops beating.
+ */
+#define DDSS_CHAN_BEAT_MS 100
+/** Daemon: bump the beat. */
+void ddss_chan_beat(struct ddss_chan *c);
+/** Client: the beat's value now. */
+uint64_t ddss_chan_beats(const struct ddss_chan *c);
+
+/*
  * Messages. A producer asks for a free slot, fills it, and posts it; the consumer waits for
  * the oldest message, reads (copies) it, and marks it done, which frees the slot.
  * Requests are posted by the client (req_slot, req_post) and consumed by the daemon
@@ -135,7 +147,7 @@ int ddss_chan_data_peer(struct ddss_chan *c, uint64_t off, uint64_t len, void **
  * tail - head messages are in a ring.
  */
 #define DDSS_CHAN_MAGIC 0x314e484353534444ull /* "DDSSCHN1" */
-#define DDSS_CHAN_VERSION 1u
+#define DDSS_CHAN_VERSION 2u /* 2: the heartbeat */
 #define DDSS_CHAN_SLOTS_OFF 4096u
 #define DDSS_CHAN_DATA_OFF 12288u
 
@@ -153,7 +165,8 @@ struct ddss_chan_hdr {
 	uint32_t version;       /* DDSS_CHAN_VERSION */
 	uint32_t closed;        /* set once by either end */
 	uint64_t data_len;      /* the data area's length; the client grows the memfd first */
-	uint8_t pad0[40];
+	uint64_t beat;          /* the daemon's heartbeat: bumped every DDSS_CHAN_BEAT_MS */
+	uint8_t pad0[32];
 	struct ddss_chan_ring req;
 	struct ddss_chan_ring resp;
 };

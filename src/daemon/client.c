@@ -2,10 +2,12 @@
  * Daemon mode, the client's side (client.h): the socket to the daemon and the channels.
  */
 #include "daemon/client.h"
+#include "core/config.h"
 #include "core/log.h"
 #include "daemon/chan.h"
 #include "daemon/local.h"
 #include "daemon/sock.h"
+#include "net/transport.h" /* ddss_now_ns */
 
 #include <errno.h>
 #include <poll.h>
@@ -31,6 +33,7 @@ struct ddss_client {
 	struct client_chan **all; /* every channel, for detach */
 	unsigned nall, cap;
 	bool gone;                /* atomic: the daemon hung up (or we are a fork's copy) */
+	int stall_ms;             /* a daemon that beats no more for this long is given up */
 	bool forked;              /* a fork's copy: the channels are the parent's */
 	struct ddss_local *local; /* the daemon's pool, read-only (NULL: no local reads) */
 	struct ddss_client *next_attached; /* on the process's list (fork handling) */
@@ -93,10 +96,37 @@ static void list_del(struct ddss_client *cl)
 	pthread_mutex_unlock(&attached_mu);
 }
 
+/*
+ * Give up a daemon that has not run for cl->stall_ms (frozen, or never scheduled): every
+ * call of ours then returns -ENOTCONN, as for a dead one. The hang-up is also our goodbye:
+ * once the daemon runs again it drops our channels and releases our locks, so a lock its
+ * worker grants us after we gave up does not stay held (server.c, client_gone).
+ */
+static void give_up(struct ddss_client *cl, const char *waiting_for)
+{
+	if (__atomic_exchange_n(&cl->gone, true, __ATOMIC_ACQ_REL))
+		return;
+	shutdown(cl->sock, SHUT_RDWR); /* not close: other threads may poll it */
+	DDSS_WARN("daemon mode: ddssd did not run for %d ms (frozen?) while we waited for %s: "
+		  "detached, calls now return -ENOTCONN (DDSS_DAEMON_STALL_MS)", cl->stall_ms,
+		  waiting_for);
+}
+
+/* What a wait for an answer on one channel knows of the daemon's heartbeat. */
+struct daemon_watch {
+	struct ddss_client *cl;
+	const struct ddss_chan *chan;
+	uint64_t beat;     /* the last beat seen */
+	int64_t since_ns;  /* when it was first seen */
+};
+
 static int daemon_alive(void *arg)
 {
-	struct ddss_client *cl = arg;
+	struct daemon_watch *dw = arg;
+	struct ddss_client *cl = dw->cl;
 	struct pollfd p = { .fd = cl->sock, .events = POLLIN };
+	uint64_t beat;
+	int64_t now;
 
 	if (__atomic_load_n(&cl->gone, __ATOMIC_ACQUIRE))
 		return -ENOTCONN;
@@ -104,6 +134,17 @@ static int daemon_alive(void *arg)
 	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLNVAL))) {
 		__atomic_store_n(&cl->gone, true, __ATOMIC_RELEASE);
 		return -ENOTCONN;
+	}
+	if (cl->stall_ms <= 0)
+		return 0;
+	beat = ddss_chan_beats(dw->chan);
+	now = ddss_now_ns();
+	if (beat != dw->beat) {
+		dw->beat = beat;
+		dw->since_ns = now;
+	} else if (now - dw->since_ns > (int64_t)cl->stall_ms * 1000000) {
+		give_up(cl, "an answer");
+		return -ETIMEDOUT;
 	}
 	return 0;
 }
@@ -137,6 +178,7 @@ int ddss_client_attach(const char *path, int timeout_ms, struct ddss_client **cl
 	struct dsock_welcome w;
 	struct ddss_client *cl;
 	int r, pool_fd = -1;
+	long stall;
 
 	if (!path || !path[0] || strlen(path) >= sizeof(a.sun_path))
 		return -EINVAL;
@@ -145,6 +187,11 @@ int ddss_client_attach(const char *path, int timeout_ms, struct ddss_client **cl
 	if (!cl)
 		return -ENOMEM;
 	pthread_mutex_init(&cl->mu, NULL);
+	if (ddss_env_long("DDSS_DAEMON_STALL_MS", 0, 3600000, DDSS_DAEMON_STALL_MS_DEFAULT,
+			  &stall) == 0)
+		cl->stall_ms = (int)stall;
+	else
+		cl->stall_ms = DDSS_DAEMON_STALL_MS_DEFAULT;
 	cl->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (cl->sock < 0 || connect(cl->sock, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		r = -errno;
@@ -250,7 +297,10 @@ static int open_chan(struct ddss_client *cl, struct client_chan **cc_p)
 	}
 	r = ddss_sock_send(cl->sock, &m, sizeof(m), ddss_chan_fd(cc->chan));
 	if (!r)
-		r = ddss_sock_recv(cl->sock, &m, sizeof(m), NULL, -1);
+		r = ddss_sock_recv(cl->sock, &m, sizeof(m), NULL,
+				   cl->stall_ms > 0 ? cl->stall_ms : -1);
+	if (r == -ETIMEDOUT) /* its listener answers at once when it runs */
+		give_up(cl, "a new channel");
 	if (!r && m.op != DSOCK_CHAN_OK)
 		r = -EPROTO;
 	if (!r)
@@ -319,7 +369,10 @@ static int exchange(struct ddss_client *cl, struct client_chan *cc, struct dmsg_
 	memcpy(slot, req, sizeof(*req));
 	*posted = true;
 	ddss_chan_req_post(cc->chan);
-	r = ddss_chan_wait_resp(cc->chan, -1, daemon_alive, cl, &msg);
+	struct daemon_watch dw = { .cl = cl, .chan = cc->chan, .beat = ddss_chan_beats(cc->chan),
+				   .since_ns = ddss_now_ns() };
+
+	r = ddss_chan_wait_resp(cc->chan, -1, daemon_alive, &dw, &msg);
 	if (r)
 		return r == -EPIPE ? -ENOTCONN : r;
 	memcpy(resp, msg, sizeof(*resp));

@@ -14,6 +14,9 @@
 
 struct ddss_client;
 
+/* DDSS_DAEMON_STALL_MS's default: a daemon that has not run for 10 s is given up. */
+#define DDSS_DAEMON_STALL_MS_DEFAULT 10000
+
 /*
  * Attach to the daemon listening at @path, waiting up to @timeout_ms for it to answer.
  * -ENOENT / -ECONNREFUSED (no daemon there), -EPROTO (another build), -ETIMEDOUT, -ENOMEM.
@@ -32,7 +35,8 @@ struct ddss_local *ddss_client_local(const struct ddss_client *cl);
  * One call: send @req (its data_off is set here), with @put_len bytes of @put_data as the
  * payload, and wait for the answer in @resp. A GET's answer payload (req->len bytes) is
  * copied to @get_buf when the call succeeded. Returns the transport's error (-ENOTCONN
- * once the daemon is gone, -ENOMEM), else resp->rc.
+ * once the daemon is gone, -ETIMEDOUT for the call that found it frozen for
+ * DDSS_DAEMON_STALL_MS, and gave it up, -ENOMEM), else resp->rc.
  */
 int ddss_client_call(struct ddss_client *cl, struct dmsg_req *req, const void *put_data,
 		     size_t put_len, void *get_buf, struct dmsg_resp *resp);

@@ -61,6 +61,7 @@ struct ddss_server {
 	int lsock, stop_fd;
 	int pool_ro_fd;              /* the pool memfd opened read-only: what clients get */
 	pthread_t listener;
+	pthread_t beater;            /* the channels' heartbeat (beat_main) */
 	struct ddss_lane *lane;      /* NULL: every call runs in its channel's worker */
 	unsigned serving;            /* workers in a call now (atomic) */
 	pthread_mutex_t mu;          /* clients, workers, barrier */
@@ -465,6 +466,28 @@ static void *listener_main(void *arg)
 	return NULL;
 }
 
+/*
+ * The heartbeat: every DDSS_CHAN_BEAT_MS, every channel's beat goes up (chan.h). A thread of
+ * its own, so that no call a worker or the listener makes, however long, holds it back;
+ * only a daemon that does not run at all (frozen, not scheduled) stops it.
+ */
+static void *beat_main(void *arg)
+{
+	struct ddss_server *srv = arg;
+	struct pollfd stop = { .fd = srv->stop_fd, .events = POLLIN };
+
+	while (!__atomic_load_n(&srv->stopping, __ATOMIC_ACQUIRE)) {
+		if (poll(&stop, 1, DDSS_CHAN_BEAT_MS) > 0)
+			break;
+		pthread_mutex_lock(&srv->mu);
+		for (struct srv_client *cl = srv->clients; cl; cl = cl->next)
+			for (struct srv_worker *w = cl->workers; w; w = w->next)
+				ddss_chan_beat(w->chan);
+		pthread_mutex_unlock(&srv->mu);
+	}
+	return NULL;
+}
+
 static int listen_at(const char *path, int *s_p)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
@@ -526,7 +549,14 @@ int ddss_server_start(ddss_ctx_t *ctx, const struct ddss_server_conf *conf,
 	if (!r && lane_wanted())
 		r = ddss_lane_start(ctx, DDSS_LANE_IDLE_NS, &srv->lane);
 	if (!r)
+		r = -pthread_create(&srv->beater, NULL, beat_main, srv);
+	if (!r) {
 		r = -pthread_create(&srv->listener, NULL, listener_main, srv);
+		if (r) {
+			__atomic_store_n(&srv->stopping, true, __ATOMIC_RELEASE);
+			pthread_join(srv->beater, NULL); /* it sees `stopping` within a beat */
+		}
+	}
 	if (r) {
 		ddss_lane_stop(srv->lane);
 		if (srv->lsock >= 0)
@@ -568,6 +598,7 @@ int ddss_server_stop(struct ddss_server *srv, int timeout_ms)
 	if (write(srv->stop_fd, &one, sizeof(one)) != sizeof(one))
 		DDSS_WARN("daemon: waking the listener failed");
 	pthread_join(srv->listener, NULL);
+	pthread_join(srv->beater, NULL);
 	while (srv->clients)
 		client_gone(srv->clients);
 	close(srv->lsock);

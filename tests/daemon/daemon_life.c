@@ -2,7 +2,8 @@
  * The daemon's own life, seen from a client: one instance per socket, a forked child's
  * copy of an attachment is dead there and harmless to the parent, a daemon that is
  * killed turns the calls of its clients (one of them blocked inside the daemon) into
- * -ENOTCONN quickly, a crashed daemon's successor starts on the same socket, SIGTERM stops
+ * -ENOTCONN quickly, a frozen one is given up within DDSS_DAEMON_STALL_MS, a crashed
+ * daemon's successor starts on the same socket, SIGTERM stops
  * a daemon cleanly (exit 0) with a client still attached and holding a lock.
  *
  *   daemon_life PATH/TO/ddssd
@@ -153,6 +154,7 @@ struct blocked {
 	int started; /* atomic */
 	int rc;
 	double returned_ms;
+	int done;    /* atomic: rc and returned_ms are set */
 };
 
 static void *block_in_lock(void *p)
@@ -162,7 +164,18 @@ static void *block_in_lock(void *p)
 	__atomic_store_n(&b->started, 1, __ATOMIC_RELEASE);
 	b->rc = ddss_acquire_lock_ss(b->ctx, b->key, DDSS_LOCK_EXCLUSIVE);
 	b->returned_ms = test_now_ms();
+	__atomic_store_n(&b->done, 1, __ATOMIC_RELEASE);
 	return NULL;
+}
+
+/* Whether @b's call returned within @ms (looked at every 10 ms). */
+static bool returned_within(struct blocked *b, double ms)
+{
+	double until = test_now_ms() + ms;
+
+	while (!__atomic_load_n(&b->done, __ATOMIC_ACQUIRE) && test_now_ms() < until)
+		usleep(10000);
+	return __atomic_load_n(&b->done, __ATOMIC_ACQUIRE);
 }
 
 static void test_no_daemon(void)
@@ -236,6 +249,74 @@ static void test_killed(void)
 	EXPECT_RC(ddss_release_lock_ss(b.ctx, key), -ENOTCONN);
 	EXPECT_RC(ddss_barrier(b.ctx), -ENOTCONN);
 	EXPECT_RC(ddss_finalize(b.ctx), 0);
+}
+
+/*
+ * A frozen daemon (SIGSTOP). While it runs, a lock wait longer than the stall bound is not
+ * cut (its heartbeat goes on). Frozen, the call blocked in it returns -ETIMEDOUT within the
+ * bound and the client is detached (-ENOTCONN at once). Running again, the daemon has
+ * dropped that client and its locks: another client takes the lock. (Until 2026-12-06 the
+ * blocked call waited for as long as the daemon was stopped.)
+ */
+#define STALL_MS 1000
+#define STALL_SLACK_MS 2000 /* a beat is 100 ms; a loaded 2-core machine */
+
+static void test_frozen(void)
+{
+	struct blocked b = { 0 };
+	ddss_ctx_t *other;
+	ddss_key_t key;
+	double frozen;
+	pthread_t th;
+	uint64_t v = 7;
+	pid_t d;
+	int st, r = -EBUSY;
+
+	setenv("DDSS_DAEMON_STALL_MS", "1000", 1);
+	d = start_daemon(&st);
+	CU_ASSERT_FATAL(d > 0);
+	b.ctx = attach();
+	other = attach();
+	CU_ASSERT_FATAL(b.ctx && other);
+	EXPECT_RC(ddss_allocate_ss(b.ctx, 64, NULL, &key), 0);
+	EXPECT_RC(ddss_put(b.ctx, key, 0, &v, 8), 0);
+	EXPECT_RC(ddss_acquire_lock_ss(b.ctx, key, DDSS_LOCK_EXCLUSIVE), 0);
+	b.key = key;
+	CU_ASSERT_FATAL(pthread_create(&th, NULL, block_in_lock, &b) == 0);
+	/* The daemon runs: its heartbeat keeps the long wait alive past the bound. */
+	CU_ASSERT_FALSE(returned_within(&b, 2.5 * STALL_MS));
+	CU_ASSERT_EQUAL(kill(d, SIGSTOP), 0);
+	CU_ASSERT(test_wait_stopped(d, 5000));
+	frozen = test_now_ms();
+	if (!returned_within(&b, STALL_MS + STALL_SLACK_MS)) {
+		CU_FAIL("a call blocked in a frozen daemon did not return");
+		kill(d, SIGKILL); /* a dead one ends it (test_killed) */
+	} else {
+		printf("\n    blocked lock call in a frozen daemon: %d (%s) after %.1f ms", b.rc,
+		       ddss_strerror(b.rc), b.returned_ms - frozen);
+		CU_ASSERT_EQUAL(b.rc, -ETIMEDOUT);
+		EXPECT_RC(ddss_get(b.ctx, key, 0, &v, 8), -ENOTCONN);
+	}
+	pthread_join(th, NULL);
+	kill(d, SIGCONT);
+	/* Running again: the given-up client's hold (and its queued request) are released. */
+	for (double until = test_now_ms() + 5000; test_now_ms() < until;) {
+		r = ddss_try_lock_ss(other, key, DDSS_LOCK_EXCLUSIVE);
+		if (r != -EBUSY && r != -EAGAIN)
+			break;
+		usleep(10000);
+	}
+	EXPECT_RC(r, 0);
+	v = 0;
+	EXPECT_RC(ddss_get(other, key, 0, &v, 8), 0);
+	CU_ASSERT_EQUAL(v, 7);
+	if (!r)
+		EXPECT_RC(ddss_release_lock_ss(other, key), 0);
+	EXPECT_RC(ddss_finalize(b.ctx), 0);
+	EXPECT_RC(ddss_finalize(other), 0);
+	unsetenv("DDSS_DAEMON_STALL_MS");
+	kill(d, SIGTERM);
+	CU_ASSERT_EQUAL(waitpid(d, &st, 0), d);
 }
 
 static void test_sigterm(void)
@@ -709,6 +790,8 @@ int main(int argc, char **argv)
 	s = CU_add_suite("daemon life", NULL, NULL);
 	CU_add_test(s, "no daemon at the socket: clear error", test_no_daemon);
 	CU_add_test(s, "killed daemon: blocked and later calls give -ENOTCONN", test_killed);
+	CU_add_test(s, "frozen daemon: a blocked call returns, the client is detached",
+		    test_frozen);
 	CU_add_test(s, "SIGTERM: clean stop with a client attached", test_sigterm);
 	CU_add_test(s, "only the daemon's own user may attach", test_other_user);
 	CU_add_test(s, "a squatted socket: the client refuses a server of another user",
