@@ -260,19 +260,28 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p)
  */
 static int finish_or_keep_mark(struct coh_call *c, struct coh_pending *p, uint64_t old, int r)
 {
-	uint64_t was = 0;
+	uint64_t off = c->hdr + COH_VERSION_OFF, was = 0, now = 0;
 	int r2 = coh_pending_wait(p);
 
-	if (!r2)
-		r2 = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF,
-				 old | COH_WRITING, old + 2, &was);
-	if (!r2 && was == (old | COH_WRITING)) {
+	if (!r2) {
+		r2 = ddss_tp_cas(c->ctx->tp, c->d->home, off, old | COH_WRITING, old + 2, &was);
+		if (!r2)
+			now = was == (old | COH_WRITING) ? old + 2 : was;
+		else if (coh_read_version(c, &now) == 0)
+			r2 = 0; /* the swap failed in transport but may have landed: look */
+	}
+	if (!r2 && now == old + 2) {
 		note_word(c, old + 2);
 		return 0;
 	}
-	DDSS_WARN("coherence: a put of %#llx could not complete its version (%s); the word "
-		  "stays marked, and the segment fails with -EIO until recovered",
-		  (unsigned long long)c->d->key, ddss_strerror(r2 ? r2 : r));
+	if (!r2 && now != (old | COH_WRITING))
+		DDSS_WARN("coherence: the version word of %#llx moved under a put's lock (%#llx, "
+			  "the put's mark %#llx): a peer misbehaves", (unsigned long long)c->d->key,
+			  (unsigned long long)now, (unsigned long long)(old | COH_WRITING));
+	else
+		DDSS_WARN("coherence: a put of %#llx could not complete its version (%s); the "
+			  "word stays marked, and the segment fails with -EIO until recovered",
+			  (unsigned long long)c->d->key, ddss_strerror(r2 ? r2 : r));
 	return r;
 }
 

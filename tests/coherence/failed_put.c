@@ -15,7 +15,8 @@
  * Then, on a second segment, the fourth put's post fails and the channel to the home is
  * closed under it, so its copy may or may not have landed: the mark must stay, later puts
  * fail with -EIO and change nothing, and the versions that cannot have been touched are
- * still served.
+ * still served. On a third, the channel is closed and the fetch&add posted all the same
+ * (cut_then_posted).
  */
 #include "common/test_util.h"
 #include "coherence/coherence.h"
@@ -33,14 +34,15 @@
 static ddss_ctx_t *ctx;
 static uint32_t me;
 static unsigned hook_calls;
-static bool hook_cut; /* also close the channel to the home (its copy fails with it) */
+static bool hook_cut;  /* also close the channel to the home (its copy fails with it) */
+static bool hook_post; /* ... and let the fetch&add be posted after all */
 
 static int fail_completion(ddss_ctx_t *c, ddss_key_t key)
 {
 	hook_calls++;
 	if (hook_cut)
 		ddss_tp_peer_disconnect(c->tp, 1);
-	return -ECONNRESET;
+	return hook_post ? 0 : -ECONNRESET;
 }
 
 static unsigned char byte_of(uint64_t version)
@@ -125,11 +127,44 @@ static void kept_mark(ddss_key_t key)
 	TEST_CHECK(2, r == -EIO || r == -ETIMEDOUT, "%u back returned %d", X, r);
 }
 
+/*
+ * The channel closed between the copy's post and the fetch&add's, which is then posted:
+ * the fetch&add must not go out on a new connection without the copy (tcp dropped the
+ * held copy with the old one). Either both land (verbs: the held write goes with the
+ * atomic) and the put succeeds, or the put fails and keeps its mark; no get may ever
+ * report a version whose copy holds other bytes. (Before the fix, on tcp, the fetch&add
+ * reconnected and completed version 4 over version 1's bytes.)
+ */
+static void cut_then_posted(ddss_key_t key)
+{
+	int r;
+
+	for (uint64_t v = 1; v <= 3; v++)
+		TEST_CHECK(2, put_version(key, v) == 0, "put of version %llu",
+			   (unsigned long long)v);
+	hook_calls = 0;
+	hook_cut = hook_post = true;
+	ddss_coh_complete_hook = fail_completion;
+	r = put_version(key, 4);
+	ddss_coh_complete_hook = NULL;
+	printf("rank 2: the put whose channel closed before its fetch&add returned %d\n", r);
+	TEST_CHECK(2, hook_calls == 1, "the hook ran %u times", hook_calls);
+	if (r == 0) {
+		for (unsigned back = 0; back <= X; back++)
+			TEST_CHECK(2, check_back(key, back, 4 - back) == 0, "%u back", back);
+	} else {
+		TEST_CHECK(2, check_back(key, 0, 3) == 0, "the newest complete version");
+		TEST_CHECK(2, check_back(key, 1, 2) == 0, "1 back");
+		r = put_version(key, 5);
+		TEST_CHECK(2, r == -EIO, "a put on the kept mark returned %d, not -EIO", r);
+	}
+}
+
 int main(void)
 {
 	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1,
 				      .coherence = DDSS_COHERENCE_DELTA, .delta = X };
-	ddss_key_t key_a, key_b;
+	ddss_key_t key_a, key_b, key_c;
 	int r;
 
 	ctx = test_init_ranks_or_exit(2);
@@ -139,6 +174,9 @@ int main(void)
 	attr.name = "failed-put-b";
 	if (!r)
 		r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key_b);
+	attr.name = "failed-put-c";
+	if (!r)
+		r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key_c);
 	if (r) {
 		fprintf(stderr, "rank %u: segment: %s\n", me, ddss_strerror(r));
 		return 1;
@@ -147,6 +185,7 @@ int main(void)
 	if (me == 2) {
 		finished(key_a);
 		kept_mark(key_b);
+		cut_then_posted(key_c);
 	}
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);

@@ -258,6 +258,12 @@ void tcp_chan_destroy(struct tcp_chan *ch);
 /** Connect and handshake if needed (reconnects after a failure). Blocks. */
 int tcp_chan_ensure(struct tcp_chan *ch);
 /**
+ * tcp_chan_ensure for a frame posted "more" (DDSS_TP_MORE): -ECONNRESET, without
+ * reconnecting, if this thread's previous "more" frame on @ch went into a connection that
+ * has failed since (tcp_chan.c, "chain").
+ */
+int tcp_chan_ensure_chained(struct tcp_chan *ch);
+/**
  * Post a request that expects a reply; fills req's wire header. @flags: with DDSS_TP_MORE
  * the frame waits for the channel's next send (one system call for both), or for a wait or
  * test on the channel, whichever comes first; with DDSS_TP_WAITED it may wait the same way

@@ -780,6 +780,29 @@ static int send_sealed(struct tcp_chan *ch, const unsigned char *hdrs, size_t n,
 static __thread char this_thread;
 
 /*
+ * This thread's chain of frames posted "more" (DDSS_TP_MORE): the channel and connection
+ * (connect_gen) its last one went into. A chain goes out together, in order, so its next
+ * "more" frame must go into the same connection. If that connection failed meanwhile, the
+ * frames held in it were dropped (or may not have landed), and a reconnect would send the
+ * rest of the chain without its start: a write or delta put's fetch&add completed a copy
+ * whose write was lost (review of 956b9cb). The chain ends at a frame posted without "more",
+ * or at a wait or test on the channel. (A connection whose connect_gen was not yet counted
+ * when the frame went in reads as failed: a spurious -ECONNRESET, on a connect race only.)
+ */
+static __thread struct {
+	const struct tcp_chan *ch;
+	unsigned gen;
+} chain;
+
+int tcp_chan_ensure_chained(struct tcp_chan *ch)
+{
+	if (chain.ch == ch && (__atomic_load_n(&ch->fd, __ATOMIC_ACQUIRE) < 0 || chan_error(ch) ||
+			       __atomic_load_n(&ch->connect_gen, __ATOMIC_ACQUIRE) != chain.gen))
+		return -ECONNRESET; /* the chain stays broken until it ends */
+	return tcp_chan_ensure(ch);
+}
+
+/*
  * send_mu held: whether a frame of @n vectors posted with @flags waits in held. "More"
  * frames always do, if there is room; a waited one when others are in flight (@busy), so
  * that their threads' next frames go out with it (the top of the file).
@@ -813,6 +836,12 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
 	}
 	hdr.seq = req->seq = ch->next_seq++;
 	tcp_wire_encode_hdr(&hdr, req->hdr);
+	if (flags & DDSS_TP_MORE) {
+		chain.ch = ch;
+		chain.gen = __atomic_load_n(&ch->connect_gen, __ATOMIC_ACQUIRE);
+	} else if (chain.ch == ch) {
+		chain.ch = NULL;
+	}
 	/* Queue before sending: another thread may read the reply before send() returns. */
 	pthread_mutex_lock(&ch->q_mu);
 	/* Busy: requests in flight, and another thread posted last. A thread alone (say, its
@@ -857,6 +886,8 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
  */
 static void push_held(struct tcp_chan *ch)
 {
+	if (chain.ch == ch)
+		chain.ch = NULL; /* a wait or test ends this thread's chain */
 	if (!__atomic_load_n(&ch->nheld, __ATOMIC_ACQUIRE))
 		return;
 	pthread_mutex_lock(&ch->send_mu);
