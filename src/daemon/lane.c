@@ -268,8 +268,8 @@ static bool sweep(struct ddss_lane *ln, bool stopping)
  * the lane's attempt is cut at 100 ms (tcp; a first connect to a home is not cut), its
  * call answered with the error, and a worker (which blocks only its own channel) makes the
  * real attempt. A failure cut by a thread's own bound is that thread's alone
- * (ddss_tp_set_thread_connect_bound). Still: a post that finds a worker's attempt under
- * way waits for it (the channel's connect lock).
+ * (ddss_tp_set_thread_connect_bound). A post that finds a worker's attempt under way
+ * waits for it at most as long (tcp_chan.c, connect_lock).
  */
 #define LANE_CONNECT_BOUND_MS 100
 

@@ -560,7 +560,8 @@ int ddss_tp_thread_post_bound(void);
  * This thread's reconnects to a peer that was up (our connection to it was open before) get
  * at most @ms for the connect and the handshake together (0: the provider's own bound, the
  * default), and a failure past it is this thread's alone: threads that waited for the
- * attempt try anew. For the reconnect thread (net/reconnect.c): while it holds a peer's
+ * attempt try anew; and its wait for another thread's reconnect to such a peer gets @ms
+ * too (then -ETIMEDOUT). For the reconnect thread (net/reconnect.c): while it holds a peer's
  * connection lock, a refusal of that peer on the heartbeat thread waits for it; and for
  * the daemon's lane (daemon/lane.c). tcp only; verbs bounds its reconnect itself.
  */

@@ -74,7 +74,7 @@ struct tcp_chan {
 	enum tcp_ev_type ev_type; /* first: epoll data points here */
 	struct tcp_tp *tp;
 	uint32_t peer;
-	bool ever_up;             /* under connect_mu */
+	bool ever_up;             /* written under connect_mu; read atomically without it */
 	bool readmitted;          /* under connect_mu: a new incarnation, not up yet */
 	uint64_t peer_pool_len;   /* learned in the handshake */
 	/* The peer's generation (ddss_tp_peer_generation) the current connection was made

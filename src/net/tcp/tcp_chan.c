@@ -285,7 +285,8 @@ static int64_t known_bound_ns(const struct tcp_chan *ch, bool *by_thread_p)
 
 	if (op_ns > 0 && op_ns < ns)
 		ns = op_ns > KNOWN_BOUND_MIN_NS ? op_ns : KNOWN_BOUND_MIN_NS;
-	*by_thread_p = thread_ns > 0 && thread_ns < ns && ch->ever_up;
+	*by_thread_p = thread_ns > 0 && thread_ns < ns && __atomic_load_n(&ch->ever_up,
+									 __ATOMIC_RELAXED);
 	return *by_thread_p ? thread_ns : ns;
 }
 
@@ -377,7 +378,8 @@ static int chan_connect(struct tcp_chan *ch, bool *by_thread_p)
 	bool served;
 	/* It was up, or every rank has been: if it does not answer now, it is gone. A rank
 	 * readmitted as a new process (tp_incarnation.c) may still be starting. */
-	bool known = ch->ever_up || (ddss_tp_formed(&ch->tp->base) && !ch->readmitted);
+	bool known = __atomic_load_n(&ch->ever_up, __ATOMIC_RELAXED) ||
+		     (ddss_tp_formed(&ch->tp->base) && !ch->readmitted);
 	int64_t known_deadline = ddss_now_ns() + known_bound_ns(ch, by_thread_p);
 
 	*by_thread_p = *by_thread_p && known; /* else the connect timeout bounds it */
@@ -432,7 +434,7 @@ static int chan_connect(struct tcp_chan *ch, bool *by_thread_p)
 	pthread_mutex_unlock(&ch->send_mu);
 	tcp_protect_clear(&prot);
 	rx_release(ch);
-	ch->ever_up = true;
+	__atomic_store_n(&ch->ever_up, true, __ATOMIC_RELAXED);
 	ch->readmitted = false;
 	/* Under serve_state_mu: a served connection's close, or this channel's own close seen
 	 * by the progress thread, decides "down" from what it finds connected (tcp_chan_up);
@@ -452,6 +454,33 @@ static int chan_connect(struct tcp_chan *ch, bool *by_thread_p)
 }
 
 /*
+ * connect_mu for tcp_chan_ensure. A thread with a connect bound of its own
+ * (ddss_tp_set_thread_connect_bound) waits for another thread's reconnect at most that
+ * long, then fails with -ETIMEDOUT, as its own attempt would have been cut: the daemon's
+ * lane posted into a channel whose worker was in a handshake nobody answered, and waited
+ * out its 5 s with every lent channel stalled behind it (lane.c). A first connect waits
+ * like any other thread, as known_bound_ns gives it the full bound.
+ */
+static int connect_lock(struct tcp_chan *ch)
+{
+	int ms = ddss_tp_thread_connect_bound();
+	struct timespec until;
+
+	if (ms <= 0 || !__atomic_load_n(&ch->ever_up, __ATOMIC_RELAXED)) {
+		pthread_mutex_lock(&ch->connect_mu);
+		return 0;
+	}
+	clock_gettime(CLOCK_REALTIME, &until); /* pthread_mutex_timedlock's clock */
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000l;
+	if (until.tv_nsec >= 1000000000l) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000l;
+	}
+	return pthread_mutex_timedlock(&ch->connect_mu, &until) ? -ETIMEDOUT : 0;
+}
+
+/*
  * Connect unless connected. Threads that wait for connect_mu while an attempt runs take
  * its failure as theirs: otherwise each would make its own attempt after it, one after the
  * other, and against a peer whose port accepts with nobody serving it (frozen, or a dead
@@ -459,6 +488,7 @@ static int chan_connect(struct tcp_chan *ch, bool *by_thread_p)
  * (known_bound_ns): 8 threads of a daemon's fast lane waited 20-40 s for their error
  * (daemon_fault_lane). A failure cut short by the attempting thread's own bound is not
  * shared: the waiter may wait longer. A thread that comes after an attempt ended tries anew.
+ * A thread with a bound of its own waits for the lock at most that long (connect_lock).
  */
 int tcp_chan_ensure(struct tcp_chan *ch)
 {
@@ -468,7 +498,9 @@ int tcp_chan_ensure(struct tcp_chan *ch)
 	if (__atomic_load_n(&ch->fd, __ATOMIC_ACQUIRE) >= 0 && !chan_error(ch))
 		return 0;
 	gen = __atomic_load_n(&ch->connect_gen, __ATOMIC_ACQUIRE);
-	pthread_mutex_lock(&ch->connect_mu);
+	r = connect_lock(ch);
+	if (r)
+		return r;
 	if (chan_error(ch))
 		chan_teardown(ch);
 	if (ch->fd < 0) {
