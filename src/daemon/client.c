@@ -22,7 +22,7 @@
 struct client_chan {
 	struct ddss_chan *chan;
 	struct client_chan *next; /* on the free list */
-	bool broken;              /* a call on it failed in transport: never reused */
+	bool broken;              /* atomic: a call on it failed in transport: never reused */
 };
 
 struct ddss_client {
@@ -112,21 +112,57 @@ static void give_up(struct ddss_client *cl, const char *waiting_for)
 		  waiting_for);
 }
 
-/* What a wait for an answer on one channel knows of the daemon's heartbeat. */
+/* What a wait for the daemon knows of its heartbeat. */
 struct daemon_watch {
 	struct ddss_client *cl;
-	const struct ddss_chan *chan;
-	uint64_t beat;     /* the last beat seen */
-	int64_t since_ns;  /* when it was first seen */
+	const struct ddss_chan *chan; /* whose beat we watch (NULL: none yet, time alone) */
+	uint64_t beat;      /* the last beat seen */
+	int64_t since_ns;   /* when it was first seen */
+	int64_t checked_ns; /* the last look */
 };
+
+/* Looks come every 100 ms of waiting; a gap of this much means we did not run either. */
+#define WATCH_SLICE_MS 100
+#define WATCH_SELF_GAP_NS 1000000000LL
+
+static void watch_start(struct daemon_watch *dw, struct ddss_client *cl,
+			const struct ddss_chan *chan)
+{
+	*dw = (struct daemon_watch){ .cl = cl, .chan = chan, .since_ns = ddss_now_ns() };
+	dw->checked_ns = dw->since_ns;
+	if (chan)
+		dw->beat = ddss_chan_beats(chan);
+}
+
+/* 0, or -ETIMEDOUT once the daemon has not beaten for the stall bound (then given up). */
+static int watch_look(struct daemon_watch *dw, const char *waiting_for)
+{
+	int64_t now = ddss_now_ns();
+	uint64_t beat;
+
+	if (dw->cl->stall_ms <= 0)
+		return 0;
+	/* Stopped with it (a paused VM or container, a suspended job): our own silence is no
+	 * sign of the daemon's, and its beat thread may not have run since it went on. */
+	if (now - dw->checked_ns > WATCH_SELF_GAP_NS)
+		dw->since_ns = now;
+	dw->checked_ns = now;
+	beat = dw->chan ? ddss_chan_beats(dw->chan) : dw->beat;
+	if (beat != dw->beat) {
+		dw->beat = beat;
+		dw->since_ns = now;
+	} else if (now - dw->since_ns > (int64_t)dw->cl->stall_ms * 1000000) {
+		give_up(dw->cl, waiting_for);
+		return -ETIMEDOUT;
+	}
+	return 0;
+}
 
 static int daemon_alive(void *arg)
 {
 	struct daemon_watch *dw = arg;
 	struct ddss_client *cl = dw->cl;
 	struct pollfd p = { .fd = cl->sock, .events = POLLIN };
-	uint64_t beat;
-	int64_t now;
 
 	if (__atomic_load_n(&cl->gone, __ATOMIC_ACQUIRE))
 		return -ENOTCONN;
@@ -135,18 +171,7 @@ static int daemon_alive(void *arg)
 		__atomic_store_n(&cl->gone, true, __ATOMIC_RELEASE);
 		return -ENOTCONN;
 	}
-	if (cl->stall_ms <= 0)
-		return 0;
-	beat = ddss_chan_beats(dw->chan);
-	now = ddss_now_ns();
-	if (beat != dw->beat) {
-		dw->beat = beat;
-		dw->since_ns = now;
-	} else if (now - dw->since_ns > (int64_t)cl->stall_ms * 1000000) {
-		give_up(cl, "an answer");
-		return -ETIMEDOUT;
-	}
-	return 0;
+	return watch_look(dw, "an answer");
 }
 
 /*
@@ -271,10 +296,24 @@ struct ddss_local *ddss_client_local(const struct ddss_client *cl)
 	return __atomic_load_n(&cl->gone, __ATOMIC_ACQUIRE) ? NULL : cl->local;
 }
 
+/*
+ * mu held: the beat to watch while the daemon's listener answers for a new channel, one of
+ * our channels whose worker is there (not broken); NULL with none (then the bound alone).
+ * The listener may be busy for a while (a client that left releases its locks there).
+ */
+static const struct ddss_chan *beating_chan(const struct ddss_client *cl)
+{
+	for (unsigned i = 0; i < cl->nall; i++)
+		if (!__atomic_load_n(&cl->all[i]->broken, __ATOMIC_RELAXED))
+			return cl->all[i]->chan;
+	return NULL;
+}
+
 /* mu held: a new channel, handed to the daemon (which starts a worker for it). */
 static int open_chan(struct ddss_client *cl, struct client_chan **cc_p)
 {
 	struct dsock_chan m = { .op = DSOCK_CHAN, .index = cl->nall };
+	struct daemon_watch dw;
 	struct client_chan *cc;
 	int r;
 
@@ -295,12 +334,15 @@ static int open_chan(struct ddss_client *cl, struct client_chan **cc_p)
 		free(cc);
 		return r;
 	}
+	watch_start(&dw, cl, beating_chan(cl));
 	r = ddss_sock_send(cl->sock, &m, sizeof(m), ddss_chan_fd(cc->chan));
-	if (!r)
+	while (!r) {
 		r = ddss_sock_recv(cl->sock, &m, sizeof(m), NULL,
-				   cl->stall_ms > 0 ? cl->stall_ms : -1);
-	if (r == -ETIMEDOUT) /* its listener answers at once when it runs */
-		give_up(cl, "a new channel");
+				   cl->stall_ms > 0 ? WATCH_SLICE_MS : -1);
+		if (r != -ETIMEDOUT)
+			break;
+		r = watch_look(&dw, "a new channel");
+	}
 	if (!r && m.op != DSOCK_CHAN_OK)
 		r = -EPROTO;
 	if (!r)
@@ -334,7 +376,7 @@ static int take_chan(struct ddss_client *cl, struct client_chan **cc_p)
 
 static void give_chan(struct ddss_client *cl, struct client_chan *cc)
 {
-	if (cc->broken)
+	if (__atomic_load_n(&cc->broken, __ATOMIC_RELAXED))
 		return; /* stays in `all` until detach */
 	pthread_mutex_lock(&cl->mu);
 	cc->next = cl->free;
@@ -369,9 +411,9 @@ static int exchange(struct ddss_client *cl, struct client_chan *cc, struct dmsg_
 	memcpy(slot, req, sizeof(*req));
 	*posted = true;
 	ddss_chan_req_post(cc->chan);
-	struct daemon_watch dw = { .cl = cl, .chan = cc->chan, .beat = ddss_chan_beats(cc->chan),
-				   .since_ns = ddss_now_ns() };
+	struct daemon_watch dw;
 
+	watch_start(&dw, cl, cc->chan);
 	r = ddss_chan_wait_resp(cc->chan, -1, daemon_alive, &dw, &msg);
 	if (r)
 		return r == -EPIPE ? -ENOTCONN : r;
@@ -396,7 +438,7 @@ int ddss_client_call(struct ddss_client *cl, struct dmsg_req *req, const void *p
 		return r;
 	r = exchange(cl, cc, req, put_data, put_len, get_buf, resp, &posted);
 	if (r && posted)
-		cc->broken = true; /* its answer may still come: never reuse it */
+		__atomic_store_n(&cc->broken, true, __ATOMIC_RELAXED); /* its answer may come */
 	give_chan(cl, cc);
 	return r ? r : resp->rc;
 }

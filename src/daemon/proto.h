@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define DPROTO_MAGIC 0x64647373u /* "ddss" */
-#define DPROTO_VERSION 1u
+#define DPROTO_VERSION 2u /* 2: the channel heartbeat (chan.h) */
 
 /* ---- over the socket ---- */
 

@@ -91,6 +91,7 @@ struct tcp_chan {
 	 */
 	int fd;
 	int error; /* atomic; sticky failure of the current connection (0 = healthy) */
+	uint64_t conn_id; /* under send_mu: connections installed; set with fd (tcp_chan.c, chain) */
 
 	pthread_mutex_t send_mu; /* next_seq, the out queue, EPOLLOUT arming, prot.tx, ptx */
 	uint64_t next_seq;
@@ -257,12 +258,6 @@ void tcp_chan_init(struct tcp_chan *ch, struct tcp_tp *t, uint32_t peer);
 void tcp_chan_destroy(struct tcp_chan *ch);
 /** Connect and handshake if needed (reconnects after a failure). Blocks. */
 int tcp_chan_ensure(struct tcp_chan *ch);
-/**
- * tcp_chan_ensure for a frame posted "more" (DDSS_TP_MORE): -ECONNRESET, without
- * reconnecting, if this thread's previous "more" frame on @ch went into a connection that
- * has failed since (tcp_chan.c, "chain").
- */
-int tcp_chan_ensure_chained(struct tcp_chan *ch);
 /**
  * Post a request that expects a reply; fills req's wire header. @flags: with DDSS_TP_MORE
  * the frame waits for the channel's next send (one system call for both), or for a wait or

@@ -429,6 +429,7 @@ static int chan_connect(struct tcp_chan *ch, bool *by_thread_p)
 	ch->prot = prot;
 	ch->protect = prot.mode != DDSS_TP_PROTECT_OFF;
 	ch->gen = gen;
+	ch->conn_id++;
 	tcp_pframe_done(&ch->prx);
 	__atomic_store_n(&ch->fd, fd, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&ch->send_mu);
@@ -470,14 +471,18 @@ static int connect_lock(struct tcp_chan *ch)
 		pthread_mutex_lock(&ch->connect_mu);
 		return 0;
 	}
-	clock_gettime(CLOCK_REALTIME, &until); /* pthread_mutex_timedlock's clock */
+	/* The wall clock: pthread_mutex_clocklock(CLOCK_MONOTONIC) would not mind a step of
+	 * it, but ThreadSanitizer (GCC 12) does not know that call and then reports every
+	 * unlock. A step only ends this short wait early (an error the bound allows anyway)
+	 * or late. */
+	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += ms / 1000;
 	until.tv_nsec += (long)(ms % 1000) * 1000000l;
 	if (until.tv_nsec >= 1000000000l) {
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000l;
 	}
-	return pthread_mutex_timedlock(&ch->connect_mu, &until) ? -ETIMEDOUT : 0;
+	return -pthread_mutex_timedlock(&ch->connect_mu, &until);
 }
 
 /*
@@ -812,27 +817,21 @@ static int send_sealed(struct tcp_chan *ch, const unsigned char *hdrs, size_t n,
 static __thread char this_thread;
 
 /*
- * This thread's chain of frames posted "more" (DDSS_TP_MORE): the channel and connection
- * (connect_gen) its last one went into. A chain goes out together, in order, so its next
- * "more" frame must go into the same connection. If that connection failed meanwhile, the
- * frames held in it were dropped (or may not have landed), and a reconnect would send the
- * rest of the chain without its start: a write or delta put's fetch&add completed a copy
- * whose write was lost (review of 956b9cb). The chain ends at a frame posted without "more",
- * or at a wait or test on the channel. (A connection whose connect_gen was not yet counted
- * when the frame went in reads as failed: a spurious -ECONNRESET, on a connect race only.)
+ * This thread's chain of frames posted "more" (DDSS_TP_MORE): the channel and the
+ * connection (conn_id) its last one went into. An atomic posted "more" completes what the
+ * frames before it wrote (a write or delta put's fetch&add behind its copy), so it must go
+ * into their connection: if that one failed meanwhile, the frames held in it were dropped
+ * (or may not have landed), and the atomic, on a new connection, completed a version whose
+ * copy was lost (a review of 956b9cb). Such an atomic fails with -ECONNRESET instead. Reads
+ * and writes (the daemon's lane batches unrelated ones) and posts without "more" (a lock's
+ * release) go on as before. The chain ends at a post without "more" or at a wait or test
+ * on the channel. conn_id is compared under send_mu, where it is set with fd, so a
+ * reconnect in progress cannot slip between the check and the send.
  */
 static __thread struct {
 	const struct tcp_chan *ch;
-	unsigned gen;
+	uint64_t conn;
 } chain;
-
-int tcp_chan_ensure_chained(struct tcp_chan *ch)
-{
-	if (chain.ch == ch && (__atomic_load_n(&ch->fd, __ATOMIC_ACQUIRE) < 0 || chan_error(ch) ||
-			       __atomic_load_n(&ch->connect_gen, __ATOMIC_ACQUIRE) != chain.gen))
-		return -ECONNRESET; /* the chain stays broken until it ends */
-	return tcp_chan_ensure(ch);
-}
 
 /*
  * send_mu held: whether a frame of @n vectors posted with @flags waits in held. "More"
@@ -866,14 +865,19 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
 		pthread_mutex_unlock(&ch->send_mu);
 		return -ECONNRESET;
 	}
-	hdr.seq = req->seq = ch->next_seq++;
-	tcp_wire_encode_hdr(&hdr, req->hdr);
+	if ((flags & DDSS_TP_MORE) && (h->kind == TCP_K_CAS || h->kind == TCP_K_FADD) &&
+	    chain.ch == ch && chain.conn != ch->conn_id) {
+		pthread_mutex_unlock(&ch->send_mu);
+		return -ECONNRESET; /* the frames it completes went with a failed connection */
+	}
 	if (flags & DDSS_TP_MORE) {
 		chain.ch = ch;
-		chain.gen = __atomic_load_n(&ch->connect_gen, __ATOMIC_ACQUIRE);
+		chain.conn = ch->conn_id;
 	} else if (chain.ch == ch) {
 		chain.ch = NULL;
 	}
+	hdr.seq = req->seq = ch->next_seq++;
+	tcp_wire_encode_hdr(&hdr, req->hdr);
 	/* Queue before sending: another thread may read the reply before send() returns. */
 	pthread_mutex_lock(&ch->q_mu);
 	/* Busy: requests in flight, and another thread posted last. A thread alone (say, its

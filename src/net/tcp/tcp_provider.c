@@ -307,7 +307,7 @@ static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t 
 		return local_op(t, req);
 	}
 	ch = &t->peers[peer].chan;
-	r = flags & DDSS_TP_MORE ? tcp_chan_ensure_chained(ch) : tcp_chan_ensure(ch);
+	r = tcp_chan_ensure(ch);
 	if (r)
 		return r;
 	pool_len = __atomic_load_n(&t->peers[peer].pool_len, __ATOMIC_ACQUIRE);
