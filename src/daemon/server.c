@@ -576,16 +576,7 @@ int ddss_server_start(ddss_ctx_t *ctx, const struct ddss_server_conf *conf,
 
 static struct timespec deadline_in(int ms)
 {
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	t.tv_sec += ms / 1000;
-	t.tv_nsec += (long)(ms % 1000) * 1000000l;
-	if (t.tv_nsec >= 1000000000l) {
-		t.tv_sec++;
-		t.tv_nsec -= 1000000000l;
-	}
-	return t;
+	return ddss_time_after(CLOCK_MONOTONIC, (int64_t)ms * 1000000);
 }
 
 int ddss_server_stop(struct ddss_server *srv, int timeout_ms)

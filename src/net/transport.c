@@ -25,6 +25,20 @@ int64_t ddss_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+struct timespec ddss_time_after(clockid_t clock, int64_t ns)
+{
+	struct timespec t;
+
+	clock_gettime(clock, &t);
+	t.tv_sec += ns / 1000000000;
+	t.tv_nsec += ns % 1000000000;
+	if (t.tv_nsec >= 1000000000) {
+		t.tv_sec++;
+		t.tv_nsec -= 1000000000;
+	}
+	return t;
+}
+
 /* Stubs: one per signature, so callers never test for NULL. */
 static int stub_start(struct ddss_tp *tp) { return -EOPNOTSUPP; }
 static int stub_mem_register(struct ddss_tp *tp, void *a, size_t l, bool e, struct ddss_tp_mr **m)

@@ -42,6 +42,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "net/auth.h"
 
@@ -444,6 +445,8 @@ static inline bool ddss_tp_formed(const struct ddss_tp *tp)
 
 /** Monotonic clock in nanoseconds. */
 int64_t ddss_now_ns(void);
+/** @clock's time @ns from now, for the timed waits of pthreads (cond, mutex). */
+struct timespec ddss_time_after(clockid_t clock, int64_t ns);
 
 /* Thin wrappers, so callers read naturally and never see the table. */
 static inline int ddss_tp_start(struct ddss_tp *tp) { return tp->ops->start(tp); }

@@ -475,13 +475,7 @@ static int connect_lock(struct tcp_chan *ch)
 	 * it, but ThreadSanitizer (GCC 12) does not know that call and then reports every
 	 * unlock. A step only ends this short wait early (an error the bound allows anyway)
 	 * or late. */
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000l;
-	if (until.tv_nsec >= 1000000000l) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000l;
-	}
+	until = ddss_time_after(CLOCK_REALTIME, (int64_t)ms * 1000000);
 	return -pthread_mutex_timedlock(&ch->connect_mu, &until);
 }
 

@@ -125,12 +125,7 @@ static int wait_turn(struct verbs_out *o, unsigned ticket, int64_t deadline)
 			break;
 		}
 		/* Timed as a safety net and for @deadline: the turn passes with a broadcast. */
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_nsec += 10 * 1000000;
-		if (until.tv_nsec >= 1000000000) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000;
-		}
+		until = ddss_time_after(CLOCK_REALTIME, 10 * 1000000);
 		pthread_cond_timedwait(&o->guard_cv, &o->guard_mu, &until);
 	}
 	pthread_mutex_unlock(&o->guard_mu);
