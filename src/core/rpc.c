@@ -208,7 +208,13 @@ int ddss_rpc_call(struct ddss_rpc *rpc, uint32_t peer, uint16_t op, const void *
 		}
 		if (until > deadline)
 			until = deadline;
-		ts = ddss_time_after(CLOCK_MONOTONIC, until - now);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += (until - now) / 1000000000;
+		ts.tv_nsec += (until - now) % 1000000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
 		pthread_cond_timedwait(&c.cv, &rpc->mu, &ts);
 	}
 	if (!r)

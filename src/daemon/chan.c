@@ -190,7 +190,7 @@ static int ring_sleep(struct ddss_chan *c, struct chan_side *s, int64_t deadline
 {
 	struct ddss_chan_ring *r = s->r;
 	struct timespec ts;
-	int64_t left;
+	int64_t left, looked = now_ns();
 	uint32_t seen;
 	int rc;
 
@@ -209,13 +209,17 @@ static int ring_sleep(struct ddss_chan *c, struct chan_side *s, int64_t deadline
 			left = SLICE_NS;
 		ts.tv_sec = left / 1000000000ll;
 		ts.tv_nsec = left % 1000000000ll;
-		if (syscall(SYS_futex, &r->bell, FUTEX_WAIT, seen, &ts, NULL, 0) == 0 ||
-		    errno == EAGAIN || errno == EINTR)
-			continue; /* rung, or the bell had moved on, or a signal: look again */
+		/* Rung, or the bell had moved on, or a signal: look again, but ask @alive at
+		 * least every slice all the same (a process whose signals come faster than a
+		 * slice never had a quiet one, and never heard of a frozen daemon). */
+		if ((syscall(SYS_futex, &r->bell, FUTEX_WAIT, seen, &ts, NULL, 0) == 0 ||
+		     errno == EAGAIN || errno == EINTR) && now_ns() - looked < SLICE_NS)
+			continue;
 		/* A quiet slice (or a futex error, treated alike so it cannot spin hot). */
 		rc = ring_ready(c, s);
 		if (rc)
 			break;
+		looked = now_ns();
 		if (alive && (rc = alive(arg)) != 0) {
 			if (rc > 0)
 				rc = -EIO; /* a callback that broke its contract still ends the wait */

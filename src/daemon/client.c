@@ -121,9 +121,8 @@ struct daemon_watch {
 	int64_t checked_ns; /* the last look */
 };
 
-/* Looks come every 100 ms of waiting; a gap of this much means we did not run either. */
+/* Looks come every 100 ms of waiting (chan.c asks at least every slice). */
 #define WATCH_SLICE_MS 100
-#define WATCH_SELF_GAP_NS 1000000000LL
 
 static void watch_start(struct daemon_watch *dw, struct ddss_client *cl,
 			const struct ddss_chan *chan)
@@ -143,8 +142,11 @@ static int watch_look(struct daemon_watch *dw, const char *waiting_for)
 	if (dw->cl->stall_ms <= 0)
 		return 0;
 	/* Stopped with it (a paused VM or container, a suspended job): our own silence is no
-	 * sign of the daemon's, and its beat thread may not have run since it went on. */
-	if (now - dw->checked_ns > WATCH_SELF_GAP_NS)
+	 * sign of the daemon's, and its beat thread may not have run since it went on. A
+	 * pause shorter than half the bound cannot make us give up (the beat resumes within
+	 * a slice of it), so only a longer one starts the count again: a thread that is
+	 * merely late now and then still gives up a frozen daemon. */
+	if (now - dw->checked_ns > (int64_t)dw->cl->stall_ms * 500000)
 		dw->since_ns = now;
 	dw->checked_ns = now;
 	beat = dw->chan ? ddss_chan_beats(dw->chan) : dw->beat;

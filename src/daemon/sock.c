@@ -3,8 +3,10 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 int ddss_sock_send(int s, const void *m, size_t len, int fd)
@@ -37,6 +39,14 @@ int ddss_sock_send(int s, const void *m, size_t len, int fd)
 	return (size_t)n == len ? 0 : -EPROTO;
 }
 
+static int64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
 /* Room for a few descriptors: any beyond one are closed, none may stay open unseen. */
 #define RECV_FDS_MAX 8
 
@@ -55,9 +65,14 @@ int ddss_sock_recv(int s, void *m, size_t len, int *fd_p, int timeout_ms)
 
 	if (fd_p)
 		*fd_p = -1;
-	do
-		r = poll(&p, 1, timeout_ms);
-	while (r < 0 && errno == EINTR);
+	/* A signal resumes the wait with what is left of it, not all of it again. */
+	for (int64_t until = now_ms() + timeout_ms;;) {
+		int64_t left = until - now_ms();
+
+		r = poll(&p, 1, timeout_ms < 0 ? -1 : left > 0 ? (int)left : 0);
+		if (r >= 0 || errno != EINTR)
+			break;
+	}
 	if (r < 0)
 		return -errno;
 	if (r == 0)

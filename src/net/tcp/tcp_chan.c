@@ -819,8 +819,10 @@ static __thread char this_thread;
  * copy was lost (a review of 956b9cb). Such an atomic fails with -ECONNRESET instead. Reads
  * and writes (the daemon's lane batches unrelated ones) and posts without "more" (a lock's
  * release) go on as before. The chain ends at a post without "more" or at a wait or test
- * on the channel. conn_id is compared under send_mu, where it is set with fd, so a
- * reconnect in progress cannot slip between the check and the send.
+ * on the channel; until then a broken chain stays broken. conn_id is compared under
+ * send_mu, where it is set with fd, so a reconnect in progress cannot slip between the
+ * check and the send. One channel per thread: a chain that goes on to another peer and
+ * back starts again (no caller does that).
  */
 static __thread struct {
 	const struct tcp_chan *ch;
@@ -865,8 +867,10 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
 		return -ECONNRESET; /* the frames it completes went with a failed connection */
 	}
 	if (flags & DDSS_TP_MORE) {
-		chain.ch = ch;
-		chain.conn = ch->conn_id;
+		if (chain.ch != ch) { /* a chain starts: its connection is this one */
+			chain.ch = ch;
+			chain.conn = ch->conn_id;
+		}
 	} else if (chain.ch == ch) {
 		chain.ch = NULL;
 	}
