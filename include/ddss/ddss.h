@@ -236,8 +236,9 @@ DDSS_API int ddss_stat_ss(ddss_ctx_t *ctx, ddss_key_t key, struct ddss_seg_info 
  * (@offset + @len past the segment's end), -EHOSTDOWN / -ECONNRESET / -ETIMEDOUT (the home
  * is unreachable), -EDEADLK (a put that needs the exclusive lock while this context holds
  * the segment's lock shared), -ENOLCK (no waiter slot for an implicit lock), -EIO (a write
- * or delta segment was left mid-put by a writer that failed). On an error found before the
- * transfer nothing was written.
+ * or delta segment was left mid-put by a writer that failed; if that writer could still
+ * reach the home, the next put repairs it, of a write segment only a put of the whole
+ * segment). On an error found before the transfer nothing was written.
  */
 DDSS_API int ddss_get(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, void *buf, size_t len);
 DDSS_API int ddss_put(ddss_ctx_t *ctx, ddss_key_t key, size_t offset, const void *buf,

@@ -6,7 +6,7 @@
  *
  * In the pool, a segment is a 128-byte header followed by its bytes:
  *   [lock word 8 | version 8 | key 8 | size 8 | lock words 24 | model 4 | param 4]
- *   [lock generation 8 | reserved 56] [data ...]
+ *   [lock generation 8 | settled mark 8 | reserved 48] [data ...]
  * The lock word, version and generation are 8-byte aligned for the NIC's atomics. The
  * generation (fencing numbers, docs/locks.md) has a second cache line because the first
  * was full; it keeps the data 64-byte aligned. The data part holds as many copies of the
@@ -25,6 +25,8 @@
 #define DDSS_SEG_HDR_LOCK 0u
 #define DDSS_SEG_HDR_VERSION 8u
 #define DDSS_SEG_HDR_FENCE 64u /* the lock's generation: fetch&add only */
+/* write/delta: the mark of a failed put known to be final (src/coherence/coh_slots.c) */
+#define DDSS_SEG_HDR_SETTLED 72u
 
 struct ddss_segtab;
 

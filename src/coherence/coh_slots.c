@@ -203,16 +203,105 @@ static int merge_with_previous(struct coh_call *c, uint32_t from, unsigned char 
 	return 0;
 }
 
+/*
+ * The settled word (COH_SETTLED_OFF) names the one marked version word whose failed put is
+ * known to be over: every transfer of it has landed or been dropped at the home, and none
+ * can land later. Only then may another put take the mark over and rewrite the copy
+ * (mark_writing): a copy write or fetch&add of the failed put landing after that repair
+ * would overwrite the new version's bytes or complete, or mark, its word. Marks only grow,
+ * so a settled word left from an earlier failure never matches a later mark.
+ */
+static int read_settled(struct coh_call *c, uint64_t *settled_p)
+{
+	uint64_t off = c->hdr + COH_SETTLED_OFF;
+
+	if (coh_word_by_fadd(c))
+		return ddss_tp_fadd(c->ctx->tp, c->d->home, off, 0, settled_p);
+	return ddss_tp_read(c->ctx->tp, c->d->home, off, settled_p, 8);
+}
+
+/*
+ * A put that may have left its mark (@old | COH_WRITING) failed with @r, the outcome of its
+ * transfers unknown. Ask the home for the word: a round trip on a working connection, so
+ * on tcp a new one if the old failed, and the home then drops whatever of the old it had
+ * not served yet (tcp_serve.c, "Superseded connections"; verbs drains the old QP before it
+ * connects again). What the word says then is final:
+ *  - old + 2: the put landed whole (its copy goes before its fetch&add, on one connection):
+ *    it succeeded, 0;
+ *  - the mark: recorded as settled, so that the next put may repair it; @r;
+ *  - old (taken back), or moved: @r.
+ * If the home cannot be asked, the mark stays unsettled: puts on it fail with -EIO, and a
+ * late fetch&add of this put may still complete it with its own copy.
+ */
+static int settle(struct coh_call *c, uint64_t old, int r)
+{
+	uint64_t mark = old | COH_WRITING, now = 0, settled = 0, was = 0;
+	int r2 = coh_read_version(c, &now);
+
+	if (!r2 && now == old + 2) {
+		DDSS_INFO("coherence: a put of %#llx that failed in transport (%s) landed whole",
+			  (unsigned long long)c->d->key, ddss_strerror(r));
+		note_word(c, now);
+		return 0;
+	}
+	if (!r2 && now != mark) {
+		note_word(c, now);
+		if (now != old)
+			DDSS_WARN("coherence: the version word of %#llx moved under a put's lock "
+				  "(%#llx, the put's mark %#llx): a peer misbehaves",
+				  (unsigned long long)c->d->key, (unsigned long long)now,
+				  (unsigned long long)mark);
+		return r;
+	}
+	/* A compare&swap: a late write of an earlier settle can never tear this one. */
+	if (!r2)
+		r2 = read_settled(c, &settled);
+	if (!r2 && settled != mark)
+		r2 = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_SETTLED_OFF, settled, mark,
+				 &was);
+	if (!r2 && settled != mark && was != settled)
+		r2 = -EAGAIN; /* another settle raced ours: left unsettled, safe */
+	if (r2)
+		DDSS_WARN("coherence: a put of %#llx failed (%s) and its version word stays marked: "
+			  "the home could not confirm it (%s), and later puts fail with -EIO",
+			  (unsigned long long)c->d->key, ddss_strerror(r), ddss_strerror(r2));
+	else
+		DDSS_WARN("coherence: a put of %#llx failed (%s) before completing version %llu; "
+			  "the next put rewrites its copy", (unsigned long long)c->d->key,
+			  ddss_strerror(r), (unsigned long long)(old >> 1) + 1);
+	return r;
+}
+
+/* coh_pending's on_fail for a put whose copy and fetch&add were both posted. */
+static int settle_pending(struct coh_pending *p, int r)
+{
+	return settle(p->fail_call, p->fail_word, r);
+}
+
 /* Take our mark back (nothing of the put landed): version v is still the newest. */
-static void unmark(struct coh_call *c, uint64_t old)
+static void unmark(struct coh_call *c, uint64_t old, int r)
 {
 	uint64_t was;
-	int r = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, old | COH_WRITING,
-			    old, &was);
+	int r2 = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, old | COH_WRITING,
+			     old, &was);
 
-	if (r || was != (old | COH_WRITING))
-		DDSS_WARN("coherence: taking back the mark of a failed put: %s (word %#llx)",
-			  r ? ddss_strerror(r) : "moved", (unsigned long long)was);
+	if (r2)
+		settle(c, old, r); /* the swap's outcome is unknown: look */
+	else if (was != (old | COH_WRITING))
+		DDSS_WARN("coherence: taking back the mark of a failed put: moved (word %#llx)",
+			  (unsigned long long)was);
+}
+
+/*
+ * Whether this put may take over the mark of a put that failed (mark_writing). It rewrites
+ * the copy that put was writing, (v+1) mod (x+1), whole: with delta always, the rest of a
+ * partial put coming from version v's intact copy (merge_with_previous); with write only a
+ * put of the whole segment, since the one copy may hold part of the failed put's bytes
+ * where this one does not write.
+ */
+static bool may_repair(const struct coh_call *c)
+{
+	return extra_copies(c) > 0 || (c->off == 0 && c->len == c->d->size);
 }
 
 /*
@@ -221,13 +310,20 @@ static void unmark(struct coh_call *c, uint64_t old)
  * more compare&swap). A fetch&add of 1 could not tell: on the mark of a writer that died
  * between its steps it made the word read "version v+1 complete" until a second one took
  * it back, and a get in that round trip returned the dead writer's half-written copy.
- * *old_p: the word before. -EIO, and nothing changed, if the word is marked.
+ * *old_p: the word before, unmarked.
+ *
+ * A word found marked under our exclusive lock belongs to a put that failed. If its writer
+ * settled it (settle: none of its transfers can land any more) and this put rewrites the
+ * whole copy it was writing (may_repair), this put takes the mark over (*repair_p) and
+ * completes that version with its own bytes. Otherwise -EIO, and nothing changed: a writer
+ * that died, or could not reach the home, leaves an unsettled mark.
  */
 #define MARK_TRIES 3 /* the word moves under our exclusive lock only if a peer misbehaves */
 
-static int mark_writing(struct coh_call *c, uint64_t *old_p)
+static int mark_writing(struct coh_call *c, uint64_t *old_p, bool *repair_p)
 {
 	uint64_t guess = __atomic_load_n(word_hint(c), __ATOMIC_RELAXED) & ~COH_WRITING, old;
+	uint64_t settled = 0;
 
 	for (unsigned tries = 0; tries < MARK_TRIES; tries++) {
 		int r = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, guess,
@@ -239,10 +335,21 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p)
 			*old_p = old;
 			return 0;
 		}
-		/* A put died between its two steps (its lock was recovered): its copy is
-		 * unfinished and the word says so; both are left for the failure handling. */
-		if (old & COH_WRITING)
-			return -EIO;
+		if (old & COH_WRITING) {
+			if (!may_repair(c))
+				return -EIO;
+			r = read_settled(c, &settled);
+			if (r)
+				return r;
+			if (settled != old)
+				return -EIO;
+			DDSS_WARN("coherence: %#llx: repairing version %llu, whose put failed: "
+				  "this put rewrites its copy", (unsigned long long)c->d->key,
+				  (unsigned long long)(old >> 1) + 1);
+			*old_p = old & ~COH_WRITING;
+			*repair_p = true;
+			return 0;
+		}
 		guess = old;
 		note_word(c, old);
 	}
@@ -254,48 +361,47 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p)
  * have landed, over version v-x's bytes (delta) or the only copy (write), so the mark must
  * not be taken back: the word would then label those bytes v-x (a delta get x back
  * returned the new data as the oldest version) or v. Once the copy's write completed, a
- * compare&swap finishes the put (2v+1 -> 2(v+1)) and it succeeds; otherwise the mark stays,
- * as a dead writer's, and the segment's gets and puts fail with -EIO until it is recovered
- * (docs/coherence.md, "Errors and failures").
+ * compare&swap finishes the put (2v+1 -> 2(v+1)) and it succeeds; otherwise the put is
+ * settled (settle): a later put repairs the mark, and meanwhile gets of the copy it was
+ * writing fail with -EIO (docs/coherence.md, "Errors and failures").
  */
 static int finish_or_keep_mark(struct coh_call *c, struct coh_pending *p, uint64_t old, int r)
 {
-	uint64_t off = c->hdr + COH_VERSION_OFF, was = 0, now = 0;
+	uint64_t was = 0;
 	int r2 = coh_pending_wait(p);
 
 	if (!r2) {
-		r2 = ddss_tp_cas(c->ctx->tp, c->d->home, off, old | COH_WRITING, old + 2, &was);
-		if (!r2)
-			now = was == (old | COH_WRITING) ? old + 2 : was;
-		else if (coh_read_version(c, &now) == 0)
-			r2 = 0; /* the swap failed in transport but may have landed: look */
+		r2 = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF,
+				 old | COH_WRITING, old + 2, &was);
+		if (!r2 && was == (old | COH_WRITING)) {
+			note_word(c, old + 2);
+			return 0;
+		}
+		if (!r2) {
+			DDSS_WARN("coherence: the version word of %#llx moved under a put's lock "
+				  "(%#llx, the put's mark %#llx): a peer misbehaves",
+				  (unsigned long long)c->d->key, (unsigned long long)was,
+				  (unsigned long long)(old | COH_WRITING));
+			return r;
+		}
 	}
-	if (!r2 && now == old + 2) {
-		note_word(c, old + 2);
-		return 0;
-	}
-	if (!r2 && now != (old | COH_WRITING))
-		DDSS_WARN("coherence: the version word of %#llx moved under a put's lock (%#llx, "
-			  "the put's mark %#llx): a peer misbehaves", (unsigned long long)c->d->key,
-			  (unsigned long long)now, (unsigned long long)(old | COH_WRITING));
-	else
-		DDSS_WARN("coherence: a put of %#llx could not complete its version (%s); the "
-			  "word stays marked, and the segment fails with -EIO until recovered",
-			  (unsigned long long)c->d->key, ddss_strerror(r2 ? r2 : r));
-	return r;
+	return settle(c, old, r); /* the copy or the swap failed in transport: look */
 }
 
 /*
  * Holding the lock: mark the word, then post the new copy and the new word back to back
- * (executed in that order at the home) and leave them in flight for the release.
+ * (executed in that order at the home) and leave them in flight for the release. Should
+ * they fail, the put is settled (settle) when they are waited for, which is before the
+ * lock is handed to a waiter (coh_unlock's fence).
  * *whole_p: a merged copy to free once the transfers are done.
  */
 static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **whole_p)
 {
 	uint64_t x = extra_copies(c), old, v;
 	struct coh_call all = *c;
+	bool repair = false;
 	uint32_t copy;
-	int r = mark_writing(c, &old);
+	int r = mark_writing(c, &old, &repair);
 
 	if (r)
 		return r;
@@ -311,14 +417,19 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 	if (!r)
 		r = coh_post_copy(&all, p, copy, true);
 	if (r) {
-		/* Nothing was written: version v is still the newest complete one. */
-		unmark(c, old);
+		/* Nothing was written: version v is still the newest complete one. Unless the
+		 * mark was a settled one taken over: it stays settled for the next put. */
+		if (!repair)
+			unmark(c, old, r);
 		return r;
 	}
 	/* Behind the copy's write (RC executes them in order): 2v+1 -> 2(v+1). */
 	r = coh_post_fadd_at(c, p, c->hdr + COH_VERSION_OFF, 1);
 	if (r)
 		return finish_or_keep_mark(c, p, old, r);
+	p->on_fail = settle_pending;
+	p->fail_call = c;
+	p->fail_word = old;
 	note_word(c, old + 2);
 	return 0;
 }

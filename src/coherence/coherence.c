@@ -210,6 +210,7 @@ void coh_pending_init(struct coh_call *c, struct coh_pending *p)
 	p->n = 0;
 	p->waited = false;
 	p->status = 0;
+	p->on_fail = NULL;
 }
 
 int coh_post(struct coh_call *c, struct coh_pending *p, enum ddss_tp_op op, uint64_t at,
@@ -263,6 +264,8 @@ int coh_pending_wait(struct coh_pending *p)
 		if (r && !p->status)
 			p->status = r;
 	}
+	if (p->status && p->on_fail)
+		p->status = p->on_fail(p, p->status);
 	return p->status;
 }
 

@@ -56,6 +56,9 @@ struct ddss_coh {
 /* The version word, in every segment's header: [completed puts : 63 | a put is writing : 1]. */
 #define COH_VERSION_OFF DDSS_SEG_HDR_VERSION
 #define COH_WRITING 1ull
+/* Write and delta: a marked version word whose put failed and whose transfers are known to
+ * have landed or been dropped, which the next put may repair (coh_slots.c). Atomics only. */
+#define COH_SETTLED_OFF DDSS_SEG_HDR_SETTLED
 
 bool coh_param_zero(uint32_t param);
 
@@ -79,6 +82,11 @@ struct coh_pending {
 	unsigned n;
 	bool waited;
 	int status;    /* the first transfer error, once waited */
+	/* If set, called once with that error; what it returns becomes the status (a put
+	 * that failed in transport may learn from the home that it landed whole). */
+	int (*on_fail)(struct coh_pending *p, int r);
+	struct coh_call *fail_call; /* for on_fail */
+	uint64_t fail_word;         /* for on_fail */
 };
 
 void coh_pending_init(struct coh_call *c, struct coh_pending *p);

@@ -1,12 +1,17 @@
 /*
  * A write-model segment whose last writer died between its two steps (the version word
  * marked "writing", its copy half written; src/coherence/coh_slots.c): every later put
- * fails with -EIO and changes nothing, and no get returns the unfinished copy.
+ * fails with -EIO and changes nothing, and no get returns the unfinished copy. Once the
+ * mark is settled (known final, as the writer that failed records it when it can still
+ * reach the home), a put of part of the segment still fails with -EIO, and a put of the
+ * whole segment repairs it: the copy rewritten, the version completed.
  *
  *   ddssrun -n 2 --transport tcp coh_dead_writer
  *
  * Rank 1 homes the segment and plays the dead writer in its own pool. Rank 2 puts from one
- * thread while another gets, PUTS times; rank 1 then checks the word and the copy.
+ * thread while another gets, PUTS times; rank 1 then checks the word and the copy, and
+ * settles the mark. Rank 2 puts half, then all of the segment and gets it back; rank 1
+ * checks again.
  *
  * (A put took the mark with a fetch&add of 1 and, finding it set, gave it back with a
  * second one. In between, one round trip, the word said "version v+1 complete", and a get
@@ -35,8 +40,8 @@ static ddss_ctx_t *ctx;
 static ddss_key_t key;
 static uint32_t me;
 
-/* Rank 1: the segment's version word and copy in our pool. */
-static void find_home(uint64_t **word_p, unsigned char **copy_p)
+/* Rank 1: the segment's version word, settled word and copy in our pool. */
+static void find_home(uint64_t **word_p, uint64_t **settled_p, unsigned char **copy_p)
 {
 	const struct ddss_seg_desc *d;
 	char *base = ddss_pool_base(ctx->pool);
@@ -47,6 +52,7 @@ static void find_home(uint64_t **word_p, unsigned char **copy_p)
 		exit(1);
 	}
 	*word_p = (uint64_t *)(base + d->data_off - DDSS_SEG_HDR_LEN + DDSS_SEG_HDR_VERSION);
+	*settled_p = (uint64_t *)(base + d->data_off - DDSS_SEG_HDR_LEN + DDSS_SEG_HDR_SETTLED);
 	*copy_p = (unsigned char *)base + d->data_off; /* the write model's one copy */
 	ddss_seg_cache_put(d);
 }
@@ -102,12 +108,32 @@ static void rank2(void)
 	TEST_CHECK(2, gets > 0, "the reader never ran");
 }
 
+/* Rank 2, once rank 1 settled the mark: half the segment, then all of it. */
+static void rank2_repair(void)
+{
+	unsigned char v[SEG_LEN], back[SEG_LEN];
+	int r;
+
+	memset(v, PUT_BYTE, sizeof(v));
+	r = ddss_put(ctx, key, 0, v, SEG_LEN / 2);
+	TEST_CHECK(2, r == -EIO, "a put of half the segment on a settled mark returned %d, not "
+		   "-EIO", r);
+	r = ddss_put(ctx, key, 0, v, sizeof(v));
+	printf("rank 2: a put of the whole segment on the settled mark: %d\n", r);
+	TEST_CHECK(2, r == 0, "a put of the whole segment on the settled mark returned %d (%s)",
+		   r, ddss_strerror(r));
+	memset(back, 0, sizeof(back));
+	r = ddss_get(ctx, key, 0, back, sizeof(back));
+	TEST_CHECK(2, r == 0 && memcmp(back, v, SEG_LEN) == 0,
+		   "the get after the repair: %d, first byte %#x", r, back[0]);
+}
+
 int main(void)
 {
 	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1,
 				      .name = "dead-writer", .coherence = DDSS_COHERENCE_WRITE };
 	unsigned char v[SEG_LEN], *copy = NULL;
-	uint64_t *word = NULL, marked = 0;
+	uint64_t *word = NULL, *settled = NULL, marked = 0;
 	int r;
 
 	ctx = test_init_ranks_or_exit(2);
@@ -121,7 +147,7 @@ int main(void)
 		memset(v, DONE_BYTE, sizeof(v));
 		r = ddss_put(ctx, key, 0, v, sizeof(v));
 		TEST_CHECK(1, r == 0, "the first put: %d", r);
-		find_home(&word, &copy);
+		find_home(&word, &settled, &copy);
 		/* The dead writer: marked the word, wrote half its copy, never finished. */
 		marked = __atomic_add_fetch(word, 1, __ATOMIC_SEQ_CST);
 		memset(copy, TORN_BYTE, SEG_LEN / 2);
@@ -142,6 +168,24 @@ int main(void)
 		       (unsigned long long)now, (unsigned long long)marked);
 		TEST_CHECK(1, now == marked, "the version word moved");
 		TEST_CHECK(1, copy_kept, "the copy changed");
+		/* What the writer's settle would have recorded (coh_slots.c, settle). */
+		__atomic_store_n(settled, marked, __ATOMIC_SEQ_CST);
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2)
+		rank2_repair();
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 1) {
+		uint64_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+		bool rewritten = true;
+
+		for (unsigned i = 0; i < SEG_LEN; i++)
+			rewritten &= copy[i] == PUT_BYTE;
+		printf("rank 1: after the repair: version word %#llx\n", (unsigned long long)now);
+		TEST_CHECK(1, now == marked + 1, "the version word %#llx is not %#llx (the dead "
+			   "writer's version, completed)", (unsigned long long)now,
+			   (unsigned long long)(marked + 1));
+		TEST_CHECK(1, rewritten, "the copy was not rewritten whole");
 	}
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);

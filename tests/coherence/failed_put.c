@@ -13,10 +13,18 @@
  * 2 back returned the fourth put's bytes labelled version 1.)
  *
  * Then, on a second segment, the fourth put's post fails and the channel to the home is
- * closed under it, so its copy may or may not have landed: the mark must stay, later puts
- * fail with -EIO and change nothing, and the versions that cannot have been touched are
- * still served. On a third, the channel is closed and the fetch&add posted all the same
+ * closed under it, so its copy may or may not have landed: the mark must stay, the
+ * versions that cannot have been touched are still served, the copy it was writing is
+ * not, and the next put repairs the segment: the failed put settled its mark (it asked
+ * the home on a new connection, so nothing of it can land any more), and the next put
+ * rewrites that copy and completes the version (mark_writing), after which every version
+ * holds its bytes. (Before, the mark stayed for good: every later put failed with -EIO.)
+ * On a third, the channel is closed and the fetch&add posted all the same
  * (cut_then_posted).
+ *
+ * Last, a write segment (one copy) left marked the same way: a put of part of it cannot
+ * repair it (-EIO, the rest of the copy may hold the failed put's bytes); a put of the
+ * whole segment does.
  */
 #include "common/test_util.h"
 #include "coherence/coherence.h"
@@ -101,6 +109,21 @@ static void finished(ddss_key_t key)
 	TEST_CHECK(2, check_back(key, X, 3) == 0, "%u back after the next put", X);
 }
 
+/* The put after a failed one left its mark (versions 1..3 complete): it rewrites the copy
+ * and completes version 4, and every version back holds its own bytes again. */
+static void repaired(ddss_key_t key)
+{
+	int r = put_version(key, 4);
+
+	printf("rank 2: the put on the kept mark returned %d\n", r);
+	TEST_CHECK(2, r == 0, "the put on the kept mark returned %d (%s)", r, ddss_strerror(r));
+	for (unsigned back = 0; back <= X; back++)
+		TEST_CHECK(2, check_back(key, back, 4 - back) == 0, "%u back after the repair",
+			   back);
+	TEST_CHECK(2, put_version(key, 5) == 0, "the put after the repair");
+	TEST_CHECK(2, check_back(key, X, 3) == 0, "%u back after the next put", X);
+}
+
 static void kept_mark(ddss_key_t key)
 {
 	int r;
@@ -116,8 +139,6 @@ static void kept_mark(ddss_key_t key)
 	printf("rank 2: the put whose copy failed with its channel returned %d\n", r);
 	TEST_CHECK(2, hook_calls == 1, "the hook ran %u times", hook_calls);
 	TEST_CHECK(2, r != 0, "a put whose copy failed returned 0");
-	r = put_version(key, 5);
-	TEST_CHECK(2, r == -EIO, "a put on the kept mark returned %d, not -EIO", r);
 	/* Versions 3 and 2 live in copies the failed put did not write. */
 	TEST_CHECK(2, check_back(key, 0, 3) == 0, "the newest complete version");
 	TEST_CHECK(2, check_back(key, 1, 2) == 0, "1 back");
@@ -125,6 +146,7 @@ static void kept_mark(ddss_key_t key)
 	r = check_back(key, X, 1);
 	printf("rank 2: %u back on the kept mark: %d\n", X, r);
 	TEST_CHECK(2, r == -EIO || r == -ETIMEDOUT, "%u back returned %d", X, r);
+	repaired(key);
 }
 
 /*
@@ -155,16 +177,44 @@ static void cut_then_posted(ddss_key_t key)
 	} else {
 		TEST_CHECK(2, check_back(key, 0, 3) == 0, "the newest complete version");
 		TEST_CHECK(2, check_back(key, 1, 2) == 0, "1 back");
-		r = put_version(key, 5);
-		TEST_CHECK(2, r == -EIO, "a put on the kept mark returned %d, not -EIO", r);
+		repaired(key);
 	}
+}
+
+/* A write segment: one copy, which the failed put may have written in part. */
+static void write_model(ddss_key_t key)
+{
+	unsigned char part[SEG_LEN / 2];
+	int r;
+
+	TEST_CHECK(2, put_version(key, 1) == 0, "put of version 1");
+	hook_calls = 0;
+	hook_cut = true;
+	hook_post = false;
+	ddss_coh_complete_hook = fail_completion;
+	r = put_version(key, 2);
+	ddss_coh_complete_hook = NULL;
+	printf("rank 2: write model: the put whose copy failed with its channel returned %d\n", r);
+	TEST_CHECK(2, hook_calls == 1, "the hook ran %u times", hook_calls);
+	TEST_CHECK(2, r != 0, "a put whose copy failed returned 0");
+	memset(part, byte_of(2), sizeof(part));
+	r = ddss_put(ctx, key, 0, part, sizeof(part));
+	TEST_CHECK(2, r == -EIO, "a put of half the segment on the mark returned %d, not -EIO",
+		   r);
+	r = check_back(key, 0, 1);
+	TEST_CHECK(2, r == -EIO || r == -ETIMEDOUT, "a get on the mark returned %d", r);
+	r = put_version(key, 2);
+	printf("rank 2: write model: a put of the whole segment on the mark returned %d\n", r);
+	TEST_CHECK(2, r == 0, "a put of the whole segment on the mark returned %d (%s)", r,
+		   ddss_strerror(r));
+	TEST_CHECK(2, check_back(key, 0, 2) == 0, "the get after the repair");
 }
 
 int main(void)
 {
 	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1,
 				      .coherence = DDSS_COHERENCE_DELTA, .delta = X };
-	ddss_key_t key_a, key_b, key_c;
+	ddss_key_t key_a, key_b, key_c, key_d;
 	int r;
 
 	ctx = test_init_ranks_or_exit(2);
@@ -177,6 +227,11 @@ int main(void)
 	attr.name = "failed-put-c";
 	if (!r)
 		r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key_c);
+	attr.name = "failed-put-d";
+	attr.coherence = DDSS_COHERENCE_WRITE;
+	attr.delta = 0;
+	if (!r)
+		r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key_d);
 	if (r) {
 		fprintf(stderr, "rank %u: segment: %s\n", me, ddss_strerror(r));
 		return 1;
@@ -186,6 +241,7 @@ int main(void)
 		finished(key_a);
 		kept_mark(key_b);
 		cut_then_posted(key_c);
+		write_model(key_d);
 	}
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);

@@ -16,6 +16,7 @@
  * stopped going to the new process, and its locks took it for dead.
  */
 #include "common/test_util.h"
+#include "common/tp_hold.h"
 #include "net/tcp/tcp.h"
 #include "net/transport.h"
 
@@ -29,32 +30,12 @@
 
 #define POOL_LEN 65536
 #define TAG_HOLD 41
-#define WAIT_MS 10000
+#define WAIT_MS TP_HOLD_MS
 #define MARK 0x6e6577ull /* what the new process keeps in its pool */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static bool held, release;
 static unsigned downs_of_2; /* A's "rank 2 is down" reports, counted once readmitted */
 static bool counting;
-
-/* A's progress thread: the hold message parks it until the test lets it go (bounded). */
-static void on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len)
-{
-	struct timespec until;
-
-	(void)arg, (void)buf, (void)len;
-	if (from != 2 || tag != TAG_HOLD)
-		return;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += WAIT_MS / 1000;
-	pthread_mutex_lock(&mu);
-	held = true;
-	pthread_cond_broadcast(&cv);
-	while (!release && pthread_cond_timedwait(&cv, &mu, &until) == 0)
-		;
-	pthread_mutex_unlock(&mu);
-}
 
 static void on_peer(void *arg, uint32_t rank, enum ddss_tp_peer_state state)
 {
@@ -82,7 +63,8 @@ static void open_proc(struct proc *p, uint32_t rank, const struct ddss_tp_node *
 	struct ddss_tp_mr *mr;
 
 	if (handlers)
-		cfg.handlers = (struct ddss_tp_handlers){ .on_msg = on_msg, .on_peer = on_peer };
+		cfg.handlers = (struct ddss_tp_handlers){ .on_msg = tp_hold_on_msg,
+							  .on_peer = on_peer };
 	p->pool = test_alloc_pool(POOL_LEN);
 	if (ddss_tp_open("tcp", &cfg, &p->tp) ||
 	    ddss_tp_mem_register(p->tp, p->pool, POOL_LEN, true, &mr) || ddss_tp_start(p->tp)) {
@@ -112,19 +94,6 @@ static bool serves_rank_2(struct ddss_tp *tp)
 	pthread_mutex_unlock(&t->served_mu);
 	pthread_mutex_unlock(&t->serve_state_mu);
 	return found;
-}
-
-static bool wait_held(void)
-{
-	struct timespec until;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += WAIT_MS / 1000;
-	pthread_mutex_lock(&mu);
-	while (!held && pthread_cond_timedwait(&cv, &mu, &until) == 0)
-		;
-	pthread_mutex_unlock(&mu);
-	return held;
 }
 
 int main(void)
@@ -158,9 +127,10 @@ int main(void)
 	new2.pool[0] = MARK;
 
 	/* 1: the old process connects and parks A's progress thread. */
+	tp_hold_on(2, TAG_HOLD);
 	r = ddss_tp_msg_send(old2.tp, 1, TAG_HOLD, "h", 1);
 	TEST_CHECK(1, r == 0, "the old process's message: %d", r);
-	TEST_CHECK(1, wait_held(), "A's handler never got the message");
+	TEST_CHECK(1, tp_hold_wait_held(), "A's handler never got the message");
 	TEST_CHECK(1, state_of_2(a.tp) == DDSS_TP_PEER_UP, "rank 2 is not up at A: %d",
 		   state_of_2(a.tp));
 	if (test_failures)
@@ -180,10 +150,7 @@ int main(void)
 	TEST_CHECK(1, serves_rank_2(a.tp), "the old connection closed while A was held");
 
 	/* 3: the hold ends; the old connection is closed. */
-	pthread_mutex_lock(&mu);
-	release = true;
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
+	tp_hold_let_go();
 	give_up = ddss_now_ns() + (int64_t)WAIT_MS * 1000000;
 	while (serves_rank_2(a.tp) && ddss_now_ns() < give_up)
 		usleep(1000); /* a bounded poll of A's list of connections */

@@ -153,6 +153,10 @@ struct tcp_served {
 	int fd;
 	uint32_t peer;
 	uint32_t gen; /* the peer's generation its handshake was checked against */
+	/* Atomic: the rank has connected again (tcp_serve_add). Nothing more of this connection
+	 * is served: its requests not served by then were failed at the rank, and must not land
+	 * after the new connection's (tcp_serve.c, "Superseded connections"). */
+	bool superseded;
 	unsigned char rxbuf[TCP_RXBUF_LEN];
 	size_t rx_start, rx_end;
 	bool have_hdr;          /* cur holds a request whose payload may still be arriving */

@@ -15,6 +15,19 @@
  * batch is served is what any network may do to it; the order of execution and of replies
  * is unchanged. Protected connections and the weak test mode reply one by one.
  *
+ * Superseded connections. A rank opens a new connection only once it gave the old one up
+ * and failed what was outstanding on it (tcp_chan.c); the old one's writes and atomics
+ * that are still unread here, or read but not served, must then never land. Two sockets
+ * are not ordered: the old one's backlog (a large write ahead of them, a busy progress
+ * thread) could otherwise land after requests the rank sent on the new one, and overwrite
+ * a version word or copy that the rank, having confirmed its failed put on the new one,
+ * left for the next writer to repair (docs/coherence.md, "Errors and failures").
+ * tcp_serve_add marks the old connections superseded before the new one is watched; the
+ * progress thread, the only one that serves, checks the mark before each write or atomic
+ * acts on the pool, so every one of the old connection's that lands at all lands before
+ * the new one's first request is served. One-way frames (notifications, messages) are
+ * still delivered, as before, until the connection's end is read.
+ *
  * Weak order (DDSS_TCP_ORDER=weak, a test mode). InfiniBand RC executes a QP's requests in
  * order with one latitude: a READ may sample memory, and an atomic may return its result,
  * after later requests of the QP have executed; only a request posted with a fence waits
@@ -430,6 +443,30 @@ static int weak_release(struct tcp_tp *t, struct tcp_served *s, bool all)
 	return weak_send(t, s);
 }
 
+/* Whether @s may still act on the pool: -EHOSTDOWN once its rank was declared dead, -ESTALE
+ * once the rank connected again (see the top), else 0. */
+static int served_may_act(struct tcp_tp *t, const struct tcp_served *s)
+{
+	if (ddss_tp_peer_refused(&t->base, s->peer))
+		return -EHOSTDOWN;
+	if (__atomic_load_n(&s->superseded, __ATOMIC_ACQUIRE))
+		return -ESTALE;
+	return 0;
+}
+
+/* Why a connection is closed after serving it failed with @r. */
+static const char *serve_failure(int r)
+{
+	if (r == -EHOSTDOWN)
+		return "its rank was declared dead: the rest of what it sent is dropped";
+	return "cannot send a reply";
+}
+
+static bool changes_pool(uint8_t kind)
+{
+	return kind == TCP_K_WRITE || kind == TCP_K_CAS || kind == TCP_K_FADD;
+}
+
 /* Execute the fully received request in s->cur. */
 static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 {
@@ -440,10 +477,16 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 	/* Only formed once the request passed validation (cur_err == 0). */
 	uint64_t *word = s->cur_err ? NULL : (uint64_t *)(t->pool + c->off);
 	bool late = false, read = false;
+	int r = served_may_act(t, s);
 
 	/* Declared dead while its request was on the way: it may not touch the pool any more. */
-	if (ddss_tp_peer_refused(&t->base, s->peer))
-		return -EHOSTDOWN;
+	if (r == -EHOSTDOWN)
+		return r;
+	/* Superseded: its writes and atomics are dropped unanswered (the rank failed them; a
+	 * write's bytes went nowhere, payload_dst). Reads, notifications and messages are
+	 * served as before: they change no word another rank's requests rely on. */
+	if (r && changes_pool(c->kind))
+		return 0;
 	switch (c->kind) {
 	case TCP_K_READ:
 		if (!s->cur_err) {
@@ -490,9 +533,9 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 /* Destination of the next payload bytes of s->cur, or NULL to discard them. */
 static unsigned char *payload_dst(struct tcp_tp *t, struct tcp_served *s)
 {
-	/* A write of a rank declared dead meanwhile lands nowhere (serve_request refuses the
-	 * rest of what it sends). */
-	if (s->cur.kind == TCP_K_WRITE && !s->cur_err && !ddss_tp_peer_refused(&t->base, s->peer))
+	/* A write of a rank declared dead meanwhile, or of a superseded connection, lands
+	 * nowhere (serve_request refuses the rest of what it sends). */
+	if (s->cur.kind == TCP_K_WRITE && !s->cur_err && !served_may_act(t, s))
 		return t->pool + s->cur.off + s->payload_got;
 	if (s->cur.kind == TCP_K_MSG)
 		return s->msgbuf + s->payload_got;
@@ -670,7 +713,7 @@ static int served_steps(struct tcp_tp *t, struct tcp_served *s)
 			return -1;
 		}
 		if (r) {
-			served_close(t, s, "cannot send a reply");
+			served_close(t, s, serve_failure(r));
 			return -1;
 		}
 	}
@@ -730,7 +773,7 @@ static void served_input(struct tcp_tp *t, struct tcp_served *s)
 			s->have_hdr = false;
 			r = serve_request(t, s);
 			if (r) {
-				served_close(t, s, "cannot reply");
+				served_close(t, s, serve_failure(r));
 				return;
 			}
 		}
@@ -995,9 +1038,13 @@ int tcp_serve_add(struct tcp_tp *t, int fd, const struct tcp_accept_hs *hs,
 	/* A rank talks to us on one connection (its channel, tcp_chan.c); it opens another only
 	 * once it gave the old one up. So the older ones go: a rank has one connection here,
 	 * and one it no longer uses cannot be kept open for requests it would not own up to. */
-	for (struct tcp_served *o = t->served; o; o = o->next)
-		if (o->peer == peer)
-			shutdown(o->fd, SHUT_RDWR); /* the progress thread sees the end and closes */
+	for (struct tcp_served *o = t->served; o; o = o->next) {
+		if (o->peer != peer)
+			continue;
+		/* Before the new one is watched: nothing of the old is served after it (top). */
+		__atomic_store_n(&o->superseded, true, __ATOMIC_RELEASE);
+		shutdown(o->fd, SHUT_RDWR); /* the progress thread sees the end and closes */
+	}
 	s->next = t->served;
 	t->served = s;
 	pthread_mutex_unlock(&t->served_mu);

@@ -1,0 +1,64 @@
+/* Holding a transport's progress thread from a test: tp_hold.h. */
+#include "common/tp_hold.h"
+
+#include <pthread.h>
+#include <time.h>
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static bool held, release;
+static uint32_t hold_from;
+static uint16_t hold_tag;
+
+static struct timespec deadline(void)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += TP_HOLD_MS / 1000;
+	return until;
+}
+
+void tp_hold_on(uint32_t from, uint16_t tag)
+{
+	pthread_mutex_lock(&mu);
+	hold_from = from;
+	hold_tag = tag;
+	pthread_mutex_unlock(&mu);
+}
+
+void tp_hold_on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len)
+{
+	struct timespec until = deadline();
+
+	(void)arg, (void)buf, (void)len;
+	pthread_mutex_lock(&mu);
+	if (from == hold_from && tag == hold_tag) {
+		held = true;
+		pthread_cond_broadcast(&cv);
+		while (!release && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+			;
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+bool tp_hold_wait_held(void)
+{
+	struct timespec until = deadline();
+	bool r;
+
+	pthread_mutex_lock(&mu);
+	while (!held && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+		;
+	r = held;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+void tp_hold_let_go(void)
+{
+	pthread_mutex_lock(&mu);
+	release = true;
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&mu);
+}

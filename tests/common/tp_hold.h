@@ -1,0 +1,25 @@
+/*
+ * Holding a transport's progress thread from a test: a message with tag @tag from @rank
+ * parks the thread in its handler until the test lets it go (bounded by TP_HOLD_MS). The
+ * thread that serves requests then serves none, so a test can line up what it finds when
+ * it resumes (tests/net/tcp_stale_close.c, tcp_superseded.c). One hold per process.
+ */
+#ifndef DDSS_TESTS_TP_HOLD_H
+#define DDSS_TESTS_TP_HOLD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TP_HOLD_MS 10000
+
+/* Which message holds: from rank @from with tag @tag. */
+void tp_hold_on(uint32_t from, uint16_t tag);
+/* The on_msg handler to install (struct ddss_tp_handlers). */
+void tp_hold_on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len);
+/* Wait until the handler holds (at most TP_HOLD_MS): whether it does. */
+bool tp_hold_wait_held(void);
+/* Let the held thread go. */
+void tp_hold_let_go(void);
+
+#endif
