@@ -431,6 +431,8 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 	p->fail_call = c;
 	p->fail_word = old;
 	note_word(c, old + 2);
+	if (ddss_coh_posted_hook)
+		ddss_coh_posted_hook(c->ctx, c->d->key);
 	return 0;
 }
 

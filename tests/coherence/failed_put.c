@@ -22,19 +22,31 @@
  * On a third, the channel is closed and the fetch&add posted all the same
  * (cut_then_posted).
  *
- * Last, a write segment (one copy) left marked the same way: a put of part of it cannot
+ * Then a write segment (one copy) left marked the same way: a put of part of it cannot
  * repair it (-EIO, the rest of the copy may hold the failed put's bytes); a put of the
  * whole segment does.
+ *
+ * Last, handed_over: rank 1 queues for the lock of a delta segment while rank 2's put holds
+ * it, and rank 2's channel is closed under the put's transfers in flight. The lock then
+ * goes to rank 1 without a word to the home (a hand-over), so rank 2 must settle its mark
+ * before it hands over (the release's fence): rank 1's put, in its hold, repairs the
+ * segment at once.
  */
 #include "common/test_util.h"
+#include "alloc/pool.h"
+#include "alloc/segtab.h"
 #include "coherence/coherence.h"
 #include "core/ctx.h"
+#include "core/seg_cache.h"
 #include "ddss/ddss.h"
 #include "net/transport.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SEG_LEN 64
 #define X 2
@@ -210,11 +222,105 @@ static void write_model(ddss_key_t key)
 	TEST_CHECK(2, check_back(key, 0, 2) == 0, "the get after the repair");
 }
 
+/* ---- handed_over ---- */
+
+#define HAND_OVER_MS 10000
+
+/* The segment's header: its offset in the home's pool. */
+static uint64_t header_of(ddss_key_t key)
+{
+	const struct ddss_seg_desc *d;
+	uint64_t hdr;
+
+	if (ddss_ctx_desc(ctx, key, &d)) {
+		printf("rank %u: FAIL: no descriptor\n", me);
+		exit(1);
+	}
+	hdr = d->data_off - DDSS_SEG_HDR_LEN;
+	ddss_seg_cache_put(d);
+	return hdr;
+}
+
+static ddss_key_t hand_key;
+static bool waiter_queued;
+
+/* Rank 2, holding the lock as its put starts: wait for rank 1 to queue behind it (the lock
+ * word changes), reading it at the home before anything of the put is posted. */
+static void wait_for_waiter(ddss_ctx_t *c, ddss_key_t key, bool is_put, bool enter)
+{
+	uint64_t hdr, first = 0, now = 0;
+	int64_t give_up = ddss_now_ns() + (int64_t)HAND_OVER_MS * 1000000;
+
+	if (key != hand_key || !is_put || !enter)
+		return;
+	hdr = header_of(key);
+	if (ddss_tp_read(c->tp, 1, hdr + DDSS_SEG_HDR_LOCK, &first, 8))
+		return;
+	do {
+		usleep(1000); /* a bounded poll of the lock word */
+		if (ddss_tp_read(c->tp, 1, hdr + DDSS_SEG_HDR_LOCK, &now, 8))
+			return;
+	} while (now == first && ddss_now_ns() < give_up);
+	waiter_queued = now != first;
+}
+
+/* Rank 2, with the copy and the fetch&add posted: the channel goes. */
+static void cut_posted(ddss_ctx_t *c, ddss_key_t key)
+{
+	if (key == hand_key)
+		ddss_tp_peer_disconnect(c->tp, 1);
+}
+
+static void handed_over(ddss_key_t key)
+{
+	unsigned char v[SEG_LEN];
+	int r = 0;
+
+	hand_key = key;
+	if (me == 2)
+		for (uint64_t ver = 1; ver <= 3; ver++)
+			TEST_CHECK(2, put_version(key, ver) == 0, "put of version %llu",
+				   (unsigned long long)ver);
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2) {
+		ddss_coh_inside_hook = wait_for_waiter;
+		ddss_coh_posted_hook = cut_posted;
+		r = put_version(key, 4);
+		ddss_coh_inside_hook = NULL;
+		ddss_coh_posted_hook = NULL;
+		printf("rank 2: the put cut with a waiter queued returned %d\n", r);
+		TEST_CHECK(2, waiter_queued, "rank 1 never queued for the lock");
+		TEST_CHECK(2, r != 0, "the put whose channel was cut under it returned 0");
+	} else {
+		uint64_t *word = (uint64_t *)((char *)ddss_pool_base(ctx->pool) + header_of(key));
+		int64_t give_up = ddss_now_ns() + (int64_t)HAND_OVER_MS * 1000000;
+
+		/* Rank 2's put holds the lock (its word is ours): queue behind it. */
+		while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == 0 && ddss_now_ns() < give_up)
+			sched_yield(); /* a bounded poll of our own pool */
+		r = ddss_acquire_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);
+		TEST_CHECK(1, r == 0, "the waiter's lock: %d (%s)", r, ddss_strerror(r));
+		if (!r) {
+			memset(v, byte_of(4), sizeof(v));
+			r = ddss_put(ctx, key, 0, v, sizeof(v));
+			printf("rank 1: the put in the handed-over hold returned %d\n", r);
+			TEST_CHECK(1, r == 0, "the put after the hand-over returned %d (%s): the "
+				   "failed put was not settled before it handed the lock on", r,
+				   ddss_strerror(r));
+			TEST_CHECK(1, ddss_release_lock_ss(ctx, key) == 0, "the waiter's release");
+		}
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2)
+		for (unsigned back = 0; back <= X; back++)
+			TEST_CHECK(2, check_back(key, back, 4 - back) == 0, "%u back", back);
+}
+
 int main(void)
 {
 	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1,
 				      .coherence = DDSS_COHERENCE_DELTA, .delta = X };
-	ddss_key_t key_a, key_b, key_c, key_d;
+	ddss_key_t key_a, key_b, key_c, key_d, key_e;
 	int r;
 
 	ctx = test_init_ranks_or_exit(2);
@@ -232,6 +338,11 @@ int main(void)
 	attr.delta = 0;
 	if (!r)
 		r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key_d);
+	attr.name = "failed-put-e";
+	attr.coherence = DDSS_COHERENCE_DELTA;
+	attr.delta = X;
+	if (!r)
+		r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key_e);
 	if (r) {
 		fprintf(stderr, "rank %u: segment: %s\n", me, ddss_strerror(r));
 		return 1;
@@ -243,6 +354,8 @@ int main(void)
 		cut_then_posted(key_c);
 		write_model(key_d);
 	}
+	test_ctx_barrier_or_exit(ctx);
+	handed_over(key_e);
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);
 	printf("rank %u: %s\n", me, test_failures ? "FAILED" : "passed");
