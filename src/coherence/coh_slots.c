@@ -231,7 +231,9 @@ static int read_settled(struct coh_call *c, uint64_t *settled_p)
  *  - the mark: recorded as settled, so that the next put may repair it; @r;
  *  - old (taken back), or moved: @r.
  * If the home cannot be asked, the mark stays unsettled: puts on it fail with -EIO, and a
- * late fetch&add of this put may still complete it with its own copy.
+ * late fetch&add of this put may still complete it with its own copy. Only this put's own
+ * fetch&add can make the word old + 2: nobody repairs a mark while it is unsettled, and a
+ * put that takes a settled mark over unsettles it first (mark_writing).
  */
 static int settle(struct coh_call *c, uint64_t old, int r)
 {
@@ -315,8 +317,10 @@ static bool may_repair(const struct coh_call *c)
  * A word found marked under our exclusive lock belongs to a put that failed. If its writer
  * settled it (settle: none of its transfers can land any more) and this put rewrites the
  * whole copy it was writing (may_repair), this put takes the mark over (*repair_p) and
- * completes that version with its own bytes. Otherwise -EIO, and nothing changed: a writer
- * that died, or could not reach the home, leaves an unsettled mark.
+ * completes that version with its own bytes. It unsettles the mark first, so that should
+ * it fail in turn, the next put waits for its settle as for any other. Otherwise -EIO, and
+ * nothing changed: a writer that died, or could not reach the home, leaves an unsettled
+ * mark.
  */
 #define MARK_TRIES 3 /* the word moves under our exclusive lock only if a peer misbehaves */
 
@@ -343,6 +347,14 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p, bool *repair_p)
 				return r;
 			if (settled != old)
 				return -EIO;
+			/* Unsettle it first: this put's own transfers are in flight from now on,
+			 * and only its own settle may declare them over (settle). */
+			r = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_SETTLED_OFF, old, 0,
+					&settled);
+			if (r)
+				return settle(c, old & ~COH_WRITING, r);
+			if (settled != old)
+				return -EIO; /* another repairer: a peer misbehaves */
 			DDSS_WARN("coherence: %#llx: repairing version %llu, whose put failed: "
 				  "this put rewrites its copy", (unsigned long long)c->d->key,
 				  (unsigned long long)(old >> 1) + 1);

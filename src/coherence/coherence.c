@@ -230,7 +230,8 @@ int coh_post(struct coh_call *c, struct coh_pending *p, enum ddss_tp_op op, uint
 int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, const void *buf,
 		      size_t len)
 {
-	return coh_post(c, p, DDSS_TP_OP_WRITE, at, (void *)buf, len, 0, DDSS_TP_MORE);
+	return coh_post(c, p, DDSS_TP_OP_WRITE, at, (void *)buf, len, 0,
+			DDSS_TP_MORE | DDSS_TP_BOUND);
 }
 
 int (*ddss_coh_complete_hook)(ddss_ctx_t *ctx, ddss_key_t key);
@@ -241,15 +242,17 @@ int coh_post_fadd_at(struct coh_call *c, struct coh_pending *p, uint64_t at, uin
 	int r = ddss_coh_complete_hook ? ddss_coh_complete_hook(c->ctx, c->d->key) : 0;
 
 	/* Held like the copy's write: both leave with the release (one sendmsg on tcp). */
-	return r ? r : coh_post(c, p, DDSS_TP_OP_FADD, at, NULL, 0, add, DDSS_TP_MORE);
+	return r ? r : coh_post(c, p, DDSS_TP_OP_FADD, at, NULL, 0, add,
+				DDSS_TP_MORE | DDSS_TP_BOUND);
 }
 
 int coh_post_copy(struct coh_call *c, struct coh_pending *p, uint32_t copy, bool write)
 {
 	uint64_t at = coh_copy_off(c->d, copy) + c->off;
 
+	/* A put's data never lands after its failure was settled (DDSS_TP_BOUND, coh_slots.c). */
 	return coh_post(c, p, write ? DDSS_TP_OP_WRITE : DDSS_TP_OP_READ, at, c->buf, c->len, 0,
-			DDSS_TP_MORE);
+			write ? DDSS_TP_MORE | DDSS_TP_BOUND : DDSS_TP_MORE);
 }
 
 int coh_pending_wait(struct coh_pending *p)

@@ -89,6 +89,14 @@ enum ddss_tp_post_flags {
 	 * the same system call (tcp, docs/transport.md "Combined sends"). A hint: ignoring it
 	 * is correct. */
 	DDSS_TP_WAITED = 1u << 2,
+	/* A write or atomic whose caller would rather it never landed than landed late: once
+	 * the rank has given its connection to the peer up (the request failed to its poster)
+	 * and connected again, the peer drops it instead of serving it after the new
+	 * connection's requests (tcp: docs/transport.md "A rank's new connection supersedes
+	 * its old one"; verbs drains the old QP before it connects again). A put's copy and
+	 * version word use it (coherence.md, "Errors and failures"). Requests without it keep
+	 * landing from the old connection's backlog, as lock hand-overs need. */
+	DDSS_TP_BOUND = 1u << 3,
 };
 
 enum ddss_tp_peer_state {

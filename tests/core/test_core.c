@@ -617,15 +617,22 @@ static void test_wire_hdr_rejects(void)
 	buf[0] = TCP_K_MAX_ - 1; /* the last valid kind */
 	CU_ASSERT_EQUAL(tcp_wire_decode_hdr(buf, &out), 0);
 
-	/* The flags byte: the fence bit only, and only on a one-sided request. */
+	/* The flags byte: the fence and bound bits only, and only on a one-sided request. */
 	tcp_wire_encode_hdr(&good, buf);
 	buf[1] = TCP_WIRE_F_FENCE;
 	CU_ASSERT_EQUAL(tcp_wire_decode_hdr(buf, &out), 0);
 	CU_ASSERT_EQUAL(out.flags, TCP_WIRE_F_FENCE);
+	buf[1] = TCP_WIRE_F_FENCE | TCP_WIRE_F_BOUND;
+	CU_ASSERT_EQUAL(tcp_wire_decode_hdr(buf, &out), 0);
+	CU_ASSERT_EQUAL(out.flags, TCP_WIRE_F_FENCE | TCP_WIRE_F_BOUND);
 	buf[1] = 0x80;
+	CU_ASSERT_EQUAL(tcp_wire_decode_hdr(buf, &out), -EPROTO);
+	buf[1] = 0x04;
 	CU_ASSERT_EQUAL(tcp_wire_decode_hdr(buf, &out), -EPROTO);
 	buf[0] = TCP_K_NOTIFY;
 	buf[1] = TCP_WIRE_F_FENCE;
+	CU_ASSERT_EQUAL(tcp_wire_decode_hdr(buf, &out), -EPROTO);
+	buf[1] = TCP_WIRE_F_BOUND;
 	CU_ASSERT_EQUAL(tcp_wire_decode_hdr(buf, &out), -EPROTO);
 
 	/* Each reserved byte on its own. */

@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (tcp_wire_decode_hdr(raw, &h) == 0) {
 		FUZZ_CHECK(h.kind >= TCP_K_READ && h.kind < TCP_K_MAX_);
-		FUZZ_CHECK((h.flags & ~TCP_WIRE_F_FENCE) == 0);
+		FUZZ_CHECK((h.flags & ~(TCP_WIRE_F_FENCE | TCP_WIRE_F_BOUND)) == 0);
 		FUZZ_CHECK(!h.flags || h.kind == TCP_K_READ || h.kind == TCP_K_WRITE ||
 			   h.kind == TCP_K_CAS || h.kind == TCP_K_FADD);
 		tcp_wire_encode_hdr(&h, out);

@@ -286,7 +286,8 @@ static int post(struct ddss_tp *tp, uint32_t peer, enum ddss_tp_op op, uint64_t 
 	struct tcp_tp *t = tcp_tp_of(tp);
 	struct tcp_chan *ch;
 	struct tcp_wire_hdr h = { .off = off,
-				  .flags = flags & DDSS_TP_FENCE ? TCP_WIRE_F_FENCE : 0 };
+				  .flags = (flags & DDSS_TP_FENCE ? TCP_WIRE_F_FENCE : 0) |
+					   (flags & DDSS_TP_BOUND ? TCP_WIRE_F_BOUND : 0) };
 	uint64_t pool_len;
 	int r;
 
@@ -357,7 +358,7 @@ static int tcp_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, ui
 		       void *local, size_t len, uint64_t a, uint64_t b, unsigned flags,
 		       struct ddss_tp_req *req)
 {
-	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE | DDSS_TP_WAITED))
+	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE | DDSS_TP_WAITED | DDSS_TP_BOUND))
 		return -EINVAL;
 	switch (op) {
 	case DDSS_TP_OP_READ:

@@ -16,17 +16,18 @@
  * is unchanged. Protected connections and the weak test mode reply one by one.
  *
  * Superseded connections. A rank opens a new connection only once it gave the old one up
- * and failed what was outstanding on it (tcp_chan.c); the old one's writes and atomics
- * that are still unread here, or read but not served, must then never land. Two sockets
- * are not ordered: the old one's backlog (a large write ahead of them, a busy progress
- * thread) could otherwise land after requests the rank sent on the new one, and overwrite
- * a version word or copy that the rank, having confirmed its failed put on the new one,
- * left for the next writer to repair (docs/coherence.md, "Errors and failures").
- * tcp_serve_add marks the old connections superseded before the new one is watched; the
- * progress thread, the only one that serves, checks the mark before each write or atomic
- * acts on the pool, so every one of the old connection's that lands at all lands before
- * the new one's first request is served. One-way frames (notifications, messages) are
- * still delivered, as before, until the connection's end is read.
+ * and failed what was outstanding on it (tcp_chan.c); the old one's requests posted bound
+ * (TCP_WIRE_F_BOUND: a put's copy and version word) that are still unread here, or read
+ * but not served, must then never land. Two sockets are not ordered: the old one's backlog
+ * (a large write ahead of them, a busy progress thread) could otherwise land after
+ * requests the rank sent on the new one, and overwrite a version word or copy that the
+ * rank, having confirmed its failed put on the new one, left for the next writer to
+ * repair (docs/coherence.md, "Errors and failures"). tcp_serve_add marks the old
+ * connections superseded before the new one is watched; the progress thread, the only one
+ * that serves, checks the mark before each bound request acts on the pool, so every one
+ * of the old connection's that lands at all lands before the new one's first request is
+ * served. Everything else of the old connection (a lock hand-over's write, notifications,
+ * messages) is still served, as before, until its end is read.
  *
  * Weak order (DDSS_TCP_ORDER=weak, a test mode). InfiniBand RC executes a QP's requests in
  * order with one latitude: a READ may sample memory, and an atomic may return its result,
@@ -462,10 +463,6 @@ static const char *serve_failure(int r)
 	return "cannot send a reply";
 }
 
-static bool changes_pool(uint8_t kind)
-{
-	return kind == TCP_K_WRITE || kind == TCP_K_CAS || kind == TCP_K_FADD;
-}
 
 /* Execute the fully received request in s->cur. */
 static int serve_request(struct tcp_tp *t, struct tcp_served *s)
@@ -482,10 +479,9 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 	/* Declared dead while its request was on the way: it may not touch the pool any more. */
 	if (r == -EHOSTDOWN)
 		return r;
-	/* Superseded: its writes and atomics are dropped unanswered (the rank failed them; a
-	 * write's bytes went nowhere, payload_dst). Reads, notifications and messages are
-	 * served as before: they change no word another rank's requests rely on. */
-	if (r && changes_pool(c->kind))
+	/* Superseded: its bound requests are dropped unanswered (the rank failed them; a
+	 * write's bytes went nowhere, payload_dst). */
+	if (r && (c->flags & TCP_WIRE_F_BOUND))
 		return 0;
 	switch (c->kind) {
 	case TCP_K_READ:
@@ -533,9 +529,11 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 /* Destination of the next payload bytes of s->cur, or NULL to discard them. */
 static unsigned char *payload_dst(struct tcp_tp *t, struct tcp_served *s)
 {
-	/* A write of a rank declared dead meanwhile, or of a superseded connection, lands
-	 * nowhere (serve_request refuses the rest of what it sends). */
-	if (s->cur.kind == TCP_K_WRITE && !s->cur_err && !served_may_act(t, s))
+	/* A write of a rank declared dead meanwhile lands nowhere (serve_request refuses the
+	 * rest of what it sends), nor does a bound one of a superseded connection. */
+	int r = s->cur.kind == TCP_K_WRITE && !s->cur_err ? served_may_act(t, s) : -EINVAL;
+
+	if (r == 0 || (r == -ESTALE && !(s->cur.flags & TCP_WIRE_F_BOUND)))
 		return t->pool + s->cur.off + s->payload_got;
 	if (s->cur.kind == TCP_K_MSG)
 		return s->msgbuf + s->payload_got;

@@ -29,9 +29,10 @@ void tcp_wire_encode_hdr(const struct tcp_wire_hdr *h, unsigned char out[TCP_WIR
 
 int tcp_wire_decode_hdr(const unsigned char in[TCP_WIRE_HDR_LEN], struct tcp_wire_hdr *h)
 {
-	if (in[0] == 0 || in[0] >= TCP_K_MAX_ || (in[1] & ~TCP_WIRE_F_FENCE) || get32(in + 12) != 0)
+	if (in[0] == 0 || in[0] >= TCP_K_MAX_ || (in[1] & ~(TCP_WIRE_F_FENCE | TCP_WIRE_F_BOUND)) ||
+	    get32(in + 12) != 0)
 		return -EPROTO;
-	/* A fence orders a one-sided request; on anything else it is garbage. */
+	/* Both flags qualify a one-sided request; on anything else they are garbage. */
 	if (in[1] && in[0] != TCP_K_READ && in[0] != TCP_K_WRITE && in[0] != TCP_K_CAS &&
 	    in[0] != TCP_K_FADD)
 		return -EPROTO;

@@ -11,7 +11,8 @@
 
 #define TCP_WIRE_HDR_LEN 48u
 #define TCP_WIRE_MAGIC 0x53534444u /* "DDSS" */
-#define TCP_WIRE_VERSION 4u /* 3: the fence flag; 4: protected frames (tcp_protect.h) */
+#define TCP_WIRE_VERSION 5u /* 3: the fence flag; 4: protected frames (tcp_protect.h);
+			     * 5: the bound flag */
 #define TCP_WIRE_HELLO_LEN 88u
 #define TCP_WIRE_HELLO_AUTH 1u /* hello flag: the sender has a group secret */
 /* Hello flags: the sender protects frames (DDSS_TCP_PROTECT); both sides must agree, and
@@ -40,6 +41,9 @@ enum tcp_wire_flags {
 	/* Requests (READ, WRITE, CAS, FADD) only: posted with DDSS_TP_FENCE; start only after
 	 * every earlier READ and atomic of the connection completed (tcp_serve.c, weak mode). */
 	TCP_WIRE_F_FENCE = 1u << 0,
+	/* Requests only: posted with DDSS_TP_BOUND; never served once the connection is
+	 * superseded (tcp_serve.c). */
+	TCP_WIRE_F_BOUND = 1u << 1,
 };
 
 struct tcp_wire_hdr {
