@@ -283,7 +283,7 @@ static int settle_pending(struct coh_pending *p, int r)
 /* Take our mark back (nothing of the put landed): version v is still the newest. */
 static void unmark(struct coh_call *c, uint64_t old, int r)
 {
-	uint64_t was;
+	uint64_t was = 0;
 	int r2 = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, old | COH_WRITING,
 			     old, &was);
 
@@ -326,7 +326,7 @@ static bool may_repair(const struct coh_call *c)
 
 static int mark_writing(struct coh_call *c, uint64_t *old_p, bool *repair_p)
 {
-	uint64_t guess = __atomic_load_n(word_hint(c), __ATOMIC_RELAXED) & ~COH_WRITING, old;
+	uint64_t guess = __atomic_load_n(word_hint(c), __ATOMIC_RELAXED) & ~COH_WRITING, old = 0;
 	uint64_t settled = 0;
 
 	for (unsigned tries = 0; tries < MARK_TRIES; tries++) {
@@ -409,7 +409,7 @@ static int finish_or_keep_mark(struct coh_call *c, struct coh_pending *p, uint64
  */
 static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **whole_p)
 {
-	uint64_t x = extra_copies(c), old, v;
+	uint64_t x = extra_copies(c), old = 0, v;
 	struct coh_call all = *c;
 	bool repair = false;
 	uint32_t copy;
