@@ -211,6 +211,19 @@ static int merge_with_previous(struct coh_call *c, uint32_t from, unsigned char 
  * would overwrite the new version's bytes or complete, or mark, its word. Marks only grow,
  * so a settled word left from an earlier failure never matches a later mark.
  */
+/*
+ * A compare&swap of a put's header word (@at: the version or the settled word), posted
+ * bound like the put's transfers (DDSS_TP_BOUND): one that failed in transport must not
+ * land after settle has asked the home on a new connection, or it would move the word
+ * under the next writer's repair.
+ */
+static int word_cas(struct coh_call *c, uint64_t at, uint64_t compare, uint64_t swap,
+		    uint64_t *old_p)
+{
+	return ddss_tp_cas_ex(c->ctx->tp, c->d->home, c->hdr + at, compare, swap, DDSS_TP_BOUND,
+			      old_p);
+}
+
 static int read_settled(struct coh_call *c, uint64_t *settled_p)
 {
 	uint64_t off = c->hdr + COH_SETTLED_OFF;
@@ -259,8 +272,7 @@ static int settle(struct coh_call *c, uint64_t old, int r)
 	if (!r2)
 		r2 = read_settled(c, &settled);
 	if (!r2 && settled != mark)
-		r2 = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_SETTLED_OFF, settled, mark,
-				 &was);
+		r2 = word_cas(c, COH_SETTLED_OFF, settled, mark, &was);
 	if (!r2 && settled != mark && was != settled)
 		r2 = -EAGAIN; /* another settle raced ours: left unsettled, safe */
 	if (r2)
@@ -274,6 +286,14 @@ static int settle(struct coh_call *c, uint64_t old, int r)
 	return r;
 }
 
+/* settle() for a put that failed before anything of its data was posted: it cannot have
+ * landed whole, whatever the word says. Returns @r. */
+static int settle_unposted(struct coh_call *c, uint64_t old, int r)
+{
+	(void)settle(c, old, r);
+	return r;
+}
+
 /* coh_pending's on_fail for a put whose copy and fetch&add were both posted. */
 static int settle_pending(struct coh_pending *p, int r)
 {
@@ -284,11 +304,10 @@ static int settle_pending(struct coh_pending *p, int r)
 static void unmark(struct coh_call *c, uint64_t old, int r)
 {
 	uint64_t was = 0;
-	int r2 = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, old | COH_WRITING,
-			     old, &was);
+	int r2 = word_cas(c, COH_VERSION_OFF, old | COH_WRITING, old, &was);
 
 	if (r2)
-		settle(c, old, r); /* the swap's outcome is unknown: look */
+		settle_unposted(c, old, r); /* the swap's outcome is unknown: look */
 	else if (was != (old | COH_WRITING))
 		DDSS_WARN("coherence: taking back the mark of a failed put: moved (word %#llx)",
 			  (unsigned long long)was);
@@ -330,9 +349,10 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p, bool *repair_p)
 	uint64_t settled = 0;
 
 	for (unsigned tries = 0; tries < MARK_TRIES; tries++) {
-		int r = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF, guess,
-				    guess | COH_WRITING, &old);
+		int r = word_cas(c, COH_VERSION_OFF, guess, guess | COH_WRITING, &old);
 
+		/* Not settled: had the swap landed, the mark is ours, but the word may have
+		 * held a dead writer's unsettled mark that this swap left alone. */
 		if (r)
 			return r;
 		if (old == guess) {
@@ -349,10 +369,9 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p, bool *repair_p)
 				return -EIO;
 			/* Unsettle it first: this put's own transfers are in flight from now on,
 			 * and only its own settle may declare them over (settle). */
-			r = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_SETTLED_OFF, old, 0,
-					&settled);
+			r = word_cas(c, COH_SETTLED_OFF, old, 0, &settled);
 			if (r)
-				return settle(c, old & ~COH_WRITING, r);
+				return settle_unposted(c, old & ~COH_WRITING, r);
 			if (settled != old)
 				return -EIO; /* another repairer: a peer misbehaves */
 			DDSS_WARN("coherence: %#llx: repairing version %llu, whose put failed: "
@@ -383,8 +402,7 @@ static int finish_or_keep_mark(struct coh_call *c, struct coh_pending *p, uint64
 	int r2 = coh_pending_wait(p);
 
 	if (!r2) {
-		r2 = ddss_tp_cas(c->ctx->tp, c->d->home, c->hdr + COH_VERSION_OFF,
-				 old | COH_WRITING, old + 2, &was);
+		r2 = word_cas(c, COH_VERSION_OFF, old | COH_WRITING, old + 2, &was);
 		if (!r2 && was == (old | COH_WRITING)) {
 			note_word(c, old + 2);
 			return 0;
@@ -429,10 +447,11 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 	if (!r)
 		r = coh_post_copy(&all, p, copy, true);
 	if (r) {
-		/* Nothing was written: version v is still the newest complete one. Unless the
-		 * mark was a settled one taken over: it stays settled for the next put. */
-		if (!repair)
-			unmark(c, old, r);
+		/* Nothing was written: version v is still the newest complete one. A mark taken
+		 * over was unsettled (mark_writing): settled again, for the next put. */
+		if (repair)
+			return settle_unposted(c, old, r);
+		unmark(c, old, r);
 		return r;
 	}
 	/* Behind the copy's write (RC executes them in order): 2v+1 -> 2(v+1). */

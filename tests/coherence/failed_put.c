@@ -159,6 +159,14 @@ static void kept_mark(ddss_key_t key)
 	r = check_back(key, X, 1);
 	printf("rank 2: %u back on the kept mark: %d\n", X, r);
 	TEST_CHECK(2, r == -EIO || r == -ETIMEDOUT, "%u back returned %d", X, r);
+	/* A repair that fails the same way unsettled the mark as it started, and settles it
+	 * again for the next put. */
+	ddss_coh_complete_hook = fail_completion;
+	r = put_version(key, 4);
+	ddss_coh_complete_hook = NULL;
+	printf("rank 2: the repair that failed too returned %d\n", r);
+	TEST_CHECK(2, hook_calls == 2, "the hook ran %u times", hook_calls);
+	TEST_CHECK(2, r != 0, "a repair whose copy failed returned 0");
 	repaired(key);
 }
 
