@@ -204,14 +204,6 @@ static int merge_with_previous(struct coh_call *c, uint32_t from, unsigned char 
 }
 
 /*
- * The settled word (COH_SETTLED_OFF) names the one marked version word whose failed put is
- * known to be over: every transfer of it has landed or been dropped at the home, and none
- * can land later. Only then may another put take the mark over and rewrite the copy
- * (mark_writing): a copy write or fetch&add of the failed put landing after that repair
- * would overwrite the new version's bytes or complete, or mark, its word. Marks only grow,
- * so a settled word left from an earlier failure never matches a later mark.
- */
-/*
  * A compare&swap of a put's header word (@at: the version or the settled word), posted
  * bound like the put's transfers (DDSS_TP_BOUND): one that failed in transport must not
  * land after settle has asked the home on a new connection, or it would move the word
@@ -224,6 +216,15 @@ static int word_cas(struct coh_call *c, uint64_t at, uint64_t compare, uint64_t 
 			      old_p);
 }
 
+/*
+ * The settled word (COH_SETTLED_OFF) names the one marked version word whose failed put is
+ * known to be over: every transfer of it has landed or been dropped at the home, and none
+ * can land later. Only then may another put take the mark over and rewrite the copy
+ * (mark_writing): a copy write or fetch&add of the failed put landing after that repair
+ * would overwrite the new version's bytes or complete, or mark, its word. A settled mark
+ * is only ever left by the repair that completes it (2v+1 -> 2(v+1)), so a settled word
+ * left from an earlier failure never matches a later mark.
+ */
 static int read_settled(struct coh_call *c, uint64_t *settled_p)
 {
 	uint64_t off = c->hdr + COH_SETTLED_OFF;
@@ -352,9 +353,16 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p, bool *repair_p)
 		int r = word_cas(c, COH_VERSION_OFF, guess, guess | COH_WRITING, &old);
 
 		/* Not settled: had the swap landed, the mark is ours, but the word may have
-		 * held a dead writer's unsettled mark that this swap left alone. */
-		if (r)
+		 * held a dead writer's unsettled mark that this swap left alone. Still, a
+		 * round trip to the home first: on a new connection it drops the swap if it
+		 * was not served yet, which it could otherwise be after the lock passed on
+		 * (a hand-over never reaches the home). */
+		if (r) {
+			uint64_t now;
+
+			(void)coh_read_version(c, &now);
 			return r;
+		}
 		if (old == guess) {
 			*old_p = old;
 			return 0;
@@ -444,16 +452,19 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 		all.len = c->d->size;
 		all.buf = *whole_p;
 	}
-	if (!r)
-		r = coh_post_copy(&all, p, copy, true);
 	if (r) {
-		/* Nothing was written: version v is still the newest complete one. A mark taken
+		/* Nothing was posted: version v is still the newest complete one. A mark taken
 		 * over was unsettled (mark_writing): settled again, for the next put. */
 		if (repair)
 			return settle_unposted(c, old, r);
 		unmark(c, old, r);
 		return r;
 	}
+	/* A copy that fails to post may have been posted in part (verbs splits one larger
+	 * than the NIC's message size into several work requests): the mark stays. */
+	r = coh_post_copy(&all, p, copy, true);
+	if (r)
+		return settle_unposted(c, old, r);
 	/* Behind the copy's write (RC executes them in order): 2v+1 -> 2(v+1). */
 	r = coh_post_fadd_at(c, p, c->hdr + COH_VERSION_OFF, 1);
 	if (r)
