@@ -79,6 +79,25 @@ static int put_version(ddss_key_t key, uint64_t version)
 	return ddss_put(ctx, key, 0, v, sizeof(v));
 }
 
+/* Versions 1, 2 and 3, each checked. */
+static void put_first_versions(ddss_key_t key)
+{
+	for (uint64_t v = 1; v <= 3; v++)
+		TEST_CHECK(2, put_version(key, v) == 0, "put of version %llu",
+			   (unsigned long long)v);
+}
+
+/* A put of @version with the completion hook armed (fail_completion). */
+static int put_failing(ddss_key_t key, uint64_t version)
+{
+	int r;
+
+	ddss_coh_complete_hook = fail_completion;
+	r = put_version(key, version);
+	ddss_coh_complete_hook = NULL;
+	return r;
+}
+
 /* A get @back versions back: 0, or -errno. Checks that it holds version @want's bytes. */
 static int check_back(ddss_key_t key, unsigned back, uint64_t want)
 {
@@ -104,12 +123,8 @@ static void finished(ddss_key_t key)
 {
 	int r;
 
-	for (uint64_t v = 1; v <= 3; v++)
-		TEST_CHECK(2, put_version(key, v) == 0, "put of version %llu",
-			   (unsigned long long)v);
-	ddss_coh_complete_hook = fail_completion;
-	r = put_version(key, 4);
-	ddss_coh_complete_hook = NULL;
+	put_first_versions(key);
+	r = put_failing(key, 4);
 	printf("rank 2: the put whose fetch&add failed returned %d\n", r);
 	TEST_CHECK(2, hook_calls == 1, "the hook ran %u times", hook_calls);
 	TEST_CHECK(2, r == 0, "the put whose copy landed returned %d (%s)", r, ddss_strerror(r));
@@ -141,14 +156,10 @@ static void kept_mark(ddss_key_t key)
 {
 	int r;
 
-	for (uint64_t v = 1; v <= 3; v++)
-		TEST_CHECK(2, put_version(key, v) == 0, "put of version %llu",
-			   (unsigned long long)v);
+	put_first_versions(key);
 	hook_calls = 0;
 	hook_cut = true;
-	ddss_coh_complete_hook = fail_completion;
-	r = put_version(key, 4);
-	ddss_coh_complete_hook = NULL;
+	r = put_failing(key, 4);
 	printf("rank 2: the put whose copy failed with its channel returned %d\n", r);
 	TEST_CHECK(2, hook_calls == 1, "the hook ran %u times", hook_calls);
 	TEST_CHECK(2, r != 0, "a put whose copy failed returned 0");
@@ -161,9 +172,7 @@ static void kept_mark(ddss_key_t key)
 	TEST_CHECK(2, r == -EIO || r == -ETIMEDOUT, "%u back returned %d", X, r);
 	/* A repair that fails the same way unsettled the mark as it started, and settles it
 	 * again for the next put. */
-	ddss_coh_complete_hook = fail_completion;
-	r = put_version(key, 4);
-	ddss_coh_complete_hook = NULL;
+	r = put_failing(key, 4);
 	printf("rank 2: the repair that failed too returned %d\n", r);
 	TEST_CHECK(2, hook_calls == 2, "the hook ran %u times", hook_calls);
 	TEST_CHECK(2, r != 0, "a repair whose copy failed returned 0");
@@ -182,14 +191,10 @@ static void cut_then_posted(ddss_key_t key)
 {
 	int r;
 
-	for (uint64_t v = 1; v <= 3; v++)
-		TEST_CHECK(2, put_version(key, v) == 0, "put of version %llu",
-			   (unsigned long long)v);
+	put_first_versions(key);
 	hook_calls = 0;
 	hook_cut = hook_post = true;
-	ddss_coh_complete_hook = fail_completion;
-	r = put_version(key, 4);
-	ddss_coh_complete_hook = NULL;
+	r = put_failing(key, 4);
 	printf("rank 2: the put whose channel closed before its fetch&add returned %d\n", r);
 	TEST_CHECK(2, hook_calls == 1, "the hook ran %u times", hook_calls);
 	if (r == 0) {
@@ -212,9 +217,7 @@ static void write_model(ddss_key_t key)
 	hook_calls = 0;
 	hook_cut = true;
 	hook_post = false;
-	ddss_coh_complete_hook = fail_completion;
-	r = put_version(key, 2);
-	ddss_coh_complete_hook = NULL;
+	r = put_failing(key, 2);
 	printf("rank 2: write model: the put whose copy failed with its channel returned %d\n", r);
 	TEST_CHECK(2, hook_calls == 1, "the hook ran %u times", hook_calls);
 	TEST_CHECK(2, r != 0, "a put whose copy failed returned 0");
@@ -289,9 +292,7 @@ static void handed_over(ddss_key_t key)
 
 	hand_key = key;
 	if (me == 2)
-		for (uint64_t ver = 1; ver <= 3; ver++)
-			TEST_CHECK(2, put_version(key, ver) == 0, "put of version %llu",
-				   (unsigned long long)ver);
+		put_first_versions(key);
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 2) {
 		ddss_coh_inside_hook = wait_for_waiter;

@@ -444,15 +444,13 @@ static int weak_release(struct tcp_tp *t, struct tcp_served *s, bool all)
 	return weak_send(t, s);
 }
 
-/* Whether @s may still act on the pool: -EHOSTDOWN once its rank was declared dead, -ESTALE
- * once the rank connected again (see the top), else 0. */
-static int served_may_act(struct tcp_tp *t, const struct tcp_served *s)
+/* Whether the request in s->cur may act on the pool: not once its rank was declared dead,
+ * nor, posted bound, once the rank connected again (see the top). */
+static bool request_may_act(struct tcp_tp *t, const struct tcp_served *s)
 {
-	if (ddss_tp_peer_refused(&t->base, s->peer))
-		return -EHOSTDOWN;
-	if (__atomic_load_n(&s->superseded, __ATOMIC_ACQUIRE))
-		return -ESTALE;
-	return 0;
+	return !ddss_tp_peer_refused(&t->base, s->peer) &&
+	       !((s->cur.flags & TCP_WIRE_F_BOUND) &&
+		 __atomic_load_n(&s->superseded, __ATOMIC_ACQUIRE));
 }
 
 /* Why a connection is closed after serving it failed with @r. */
@@ -462,7 +460,6 @@ static const char *serve_failure(int r)
 		return "its rank was declared dead: the rest of what it sent is dropped";
 	return "cannot send a reply";
 }
-
 
 /* Execute the fully received request in s->cur. */
 static int serve_request(struct tcp_tp *t, struct tcp_served *s)
@@ -474,14 +471,13 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 	/* Only formed once the request passed validation (cur_err == 0). */
 	uint64_t *word = s->cur_err ? NULL : (uint64_t *)(t->pool + c->off);
 	bool late = false, read = false;
-	int r = served_may_act(t, s);
 
 	/* Declared dead while its request was on the way: it may not touch the pool any more. */
-	if (r == -EHOSTDOWN)
-		return r;
-	/* Superseded: its bound requests are dropped unanswered (the rank failed them; a
-	 * write's bytes went nowhere, payload_dst). */
-	if (r && (c->flags & TCP_WIRE_F_BOUND))
+	if (ddss_tp_peer_refused(&t->base, s->peer))
+		return -EHOSTDOWN;
+	/* Bound, of a superseded connection: dropped unanswered (the rank failed it; a write's
+	 * bytes went nowhere, payload_dst). */
+	if (!request_may_act(t, s))
 		return 0;
 	switch (c->kind) {
 	case TCP_K_READ:
@@ -531,9 +527,7 @@ static unsigned char *payload_dst(struct tcp_tp *t, struct tcp_served *s)
 {
 	/* A write of a rank declared dead meanwhile lands nowhere (serve_request refuses the
 	 * rest of what it sends), nor does a bound one of a superseded connection. */
-	int r = s->cur.kind == TCP_K_WRITE && !s->cur_err ? served_may_act(t, s) : -EINVAL;
-
-	if (r == 0 || (r == -ESTALE && !(s->cur.flags & TCP_WIRE_F_BOUND)))
+	if (s->cur.kind == TCP_K_WRITE && !s->cur_err && request_may_act(t, s))
 		return t->pool + s->cur.off + s->payload_got;
 	if (s->cur.kind == TCP_K_MSG)
 		return s->msgbuf + s->payload_got;
