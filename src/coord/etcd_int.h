@@ -19,6 +19,16 @@ struct ddss_etcd {
  */
 int etcd_post(struct ddss_etcd *etcd, const char *path, json_object *req, json_object **resp_p);
 
+/**
+ * The same as a hedged request: to the last good endpoint first and, when it has not
+ * answered within ETCD_HEDGE_MS (or failed), to every other one as well; the first answer
+ * that is not "down, cut off or no leader" wins and the others are dropped. Only for calls
+ * that may land twice (a lease renewal): a frozen member then costs ETCD_HEDGE_MS, where
+ * etcd_post waits its timeout out before it tries the next.
+ */
+int etcd_post_hedged(struct ddss_etcd *etcd, const char *path, json_object *req,
+		     json_object **resp_p);
+
 /** The same to @endpoint ("http://host:port") alone. */
 int etcd_post_endpoint(struct ddss_etcd *etcd, const char *endpoint, const char *path,
 		       json_object *req, json_object **resp_p);

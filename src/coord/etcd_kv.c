@@ -49,7 +49,7 @@ int ddss_etcd_lease_keepalive(struct ddss_etcd *etcd, int64_t id, int *ttl_p)
 	int r;
 
 	json_object_object_add(req, "ID", new_i64(id));
-	r = etcd_post(etcd, "/v3/lease/keepalive", req, &resp);
+	r = etcd_post_hedged(etcd, "/v3/lease/keepalive", req, &resp);
 	if (r)
 		return r;
 	/* A stream of one answer: {"result": {"ID": .., "TTL": ..}}; no TTL: expired. */

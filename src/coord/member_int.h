@@ -28,6 +28,7 @@ struct ddss_member {
 	int ttl_s;
 	int64_t margin_ns;
 	int64_t deadline_ns;  /* atomic: stop acting at this monotonic time */
+	int64_t granted_ns;   /* when the lease grant went out: the first renewal counts from it */
 	int fenced;           /* atomic: why we stopped acting for good, 0 while acting */
 	int etcd_err;         /* atomic: the last renewal's error, 0 if it worked */
 	ddss_member_view_fn on_view;

@@ -187,6 +187,74 @@ static void test_leases(void)
 	CU_ASSERT_EQUAL(ddss_etcd_put(etcd, k, "v", 1, lease, NULL), -ENOENT);
 }
 
+/*
+ * A renewal has a deadline: when its member does not answer within 200 ms, it asks the
+ * others too, so a silent member (frozen, cut off) costs it little. Until 2026-12-07 it
+ * waited out the silent member's timeout (2 s of a 5 s lease in coord_member_cluster)
+ * before it tried the next, and a leader election on top let members' deadlines pass.
+ * The errors stay those of etcd_post: the first real answer wins; a silence anywhere
+ * makes "nobody answered" a timeout, not a refusal.
+ */
+static void test_renew_beside_silent(void)
+{
+	char list[512];
+	struct ddss_etcd *e;
+	int64_t lease;
+	int ttl = 0;
+	unsigned port;
+	double t0, took;
+	int s = test_listen_loopback(&port); /* listens; nobody accepts or answers */
+
+	CU_ASSERT_FATAL(s >= 0);
+	snprintf(list, sizeof(list), "127.0.0.1:%u,%s", port, getenv("DDSS_TEST_ETCD"));
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open(list, 2000, &e), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_lease_grant(e, 30, &lease), 0);
+	ddss_etcd_close(e); /* a fresh client: the silent member is again the first in turn */
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open(list, 2000, &e), 0);
+	t0 = test_now_ms();
+	CU_ASSERT_EQUAL(ddss_etcd_lease_keepalive(e, lease, &ttl), 0);
+	took = test_now_ms() - t0;
+	printf("\n    renewal beside a silent member: %.0f ms (its timeout: 2000 ms) ", took);
+	CU_ASSERT(took < 1000);
+	CU_ASSERT(ttl >= 29 && ttl <= 30);
+	CU_ASSERT_EQUAL(ddss_etcd_lease_revoke(e, lease), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_lease_keepalive(e, lease, &ttl), -ENOENT);
+	ddss_etcd_close(e);
+	/* Nobody answers: a refusal only if every member refused. */
+	snprintf(list, sizeof(list), "127.0.0.1:%u,127.0.0.1:1", port);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open(list, 300, &e), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_lease_keepalive(e, lease, &ttl), -ETIMEDOUT);
+	ddss_etcd_close(e);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open("127.0.0.1:1,127.0.0.1:1", 300, &e), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_lease_keepalive(e, lease, &ttl), -ECONNREFUSED);
+	ddss_etcd_close(e);
+	close(s);
+}
+
+/* A member that answers in time gets the renewal alone: etcd sees one request per renewal,
+ * not one per member (docs/scale.md counts them). */
+static void test_renew_one_request(void)
+{
+	char list[512], via[32];
+	struct delay_proxy *p;
+	struct ddss_etcd *e;
+	int64_t lease;
+	int ttl = 0;
+
+	CU_ASSERT_EQUAL_FATAL(delay_proxy_start(getenv("DDSS_TEST_ETCD"),
+						"POST /v3/lease/keepalive", 0, &p, via), 0);
+	snprintf(list, sizeof(list), "%s,%s", getenv("DDSS_TEST_ETCD"), via);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_open(list, 2000, &e), 0);
+	CU_ASSERT_EQUAL_FATAL(ddss_etcd_lease_grant(e, 30, &lease), 0);
+	for (int i = 0; i < 10; i++)
+		CU_ASSERT_EQUAL(ddss_etcd_lease_keepalive(e, lease, &ttl), 0);
+	printf("renewals through the second member: %u of 10 ", delay_proxy_delayed(p));
+	CU_ASSERT_EQUAL(delay_proxy_delayed(p), 0);
+	CU_ASSERT_EQUAL(ddss_etcd_lease_revoke(e, lease), 0);
+	ddss_etcd_close(e);
+	delay_proxy_stop(p);
+}
+
 struct seen {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -468,6 +536,8 @@ int main(void)
 	CU_add_test(suite, "put, get, prefix, binary values", test_put_get);
 	CU_add_test(suite, "create only if absent, delete only at a revision", test_compare_and_swap);
 	CU_add_test(suite, "leases: keys go with them", test_leases);
+	CU_add_test(suite, "a renewal does not wait on a silent member", test_renew_beside_silent);
+	CU_add_test(suite, "a renewal goes to one member when it answers", test_renew_one_request);
 	CU_add_test(suite, "watch: every change under a prefix, in order", test_watch);
 	CU_add_test(suite, "watch: every key of one revision (a revoked lease)",
 		    test_watch_one_revision);
