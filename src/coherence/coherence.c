@@ -236,6 +236,7 @@ int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, co
 
 int (*ddss_coh_complete_hook)(ddss_ctx_t *ctx, ddss_key_t key);
 void (*ddss_coh_posted_hook)(ddss_ctx_t *ctx, ddss_key_t key);
+int (*ddss_coh_waited_hook)(int status);
 
 int coh_post_fadd_at(struct coh_call *c, struct coh_pending *p, uint64_t at, uint64_t add)
 {
@@ -268,6 +269,8 @@ int coh_pending_wait(struct coh_pending *p)
 		if (r && !p->status)
 			p->status = r;
 	}
+	if (ddss_coh_waited_hook)
+		p->status = ddss_coh_waited_hook(p->status);
 	if (p->status && p->on_fail)
 		p->status = p->on_fail(p, p->status);
 	return p->status;

@@ -92,5 +92,10 @@ extern int (*ddss_coh_complete_hook)(ddss_ctx_t *ctx, ddss_key_t key);
 /* Called, when set, right after a write or delta put posted that fetch&add (a test may
  * break the connection under the transfers in flight). Tests only, as above. */
 extern void (*ddss_coh_posted_hook)(ddss_ctx_t *ctx, ddss_key_t key);
+/* Called, when set, once a get's or put's posted transfers have been waited for, with what
+ * they gave: its return replaces that. A test turns a success into a transport's failure,
+ * as when the connection failed after the transfers landed but before their completions
+ * came back. Tests only, as above. */
+extern int (*ddss_coh_waited_hook)(int status);
 
 #endif /* DDSS_COHERENCE_COHERENCE_H */

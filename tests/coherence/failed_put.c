@@ -26,6 +26,10 @@
  * repair it (-EIO, the rest of the copy may hold the failed put's bytes); a put of the
  * whole segment does.
  *
+ * Then landed_whole: the put's transfers land, but it hears they failed (a test hook turns
+ * their completions into -ECONNRESET): it asks the home, finds its version complete, and
+ * succeeds. (No test reached that path before 2026-12-07.)
+ *
  * Last, handed_over: rank 1 queues for the lock of a delta segment while rank 2's put holds
  * it, and rank 2's channel is closed under the put's transfers in flight. The lock then
  * goes to rank 1 without a word to the home (a hand-over), so rank 2 must settle its mark
@@ -238,6 +242,50 @@ static void write_model(ddss_key_t key)
 
 #define HAND_OVER_MS 10000
 
+static unsigned waited_calls;
+
+/* The put's transfers completed: report them failed, as a connection that broke after they
+ * landed and before their completions came back would. */
+static int lose_completions(int status)
+{
+	waited_calls++;
+	return status ? status : -ECONNRESET;
+}
+
+static uint64_t header_of(ddss_key_t key);
+
+/*
+ * The put's copy and fetch&add landed, but the put hears that its transfers failed: it
+ * asks the home (settle), finds the version it was writing complete, and succeeds. Nothing
+ * is settled (the settled word stays 0), and the next put goes on as usual.
+ */
+static void landed_whole(ddss_key_t key)
+{
+	uint64_t hdr = header_of(key), word = 0, settled = 1;
+	int r;
+
+	put_first_versions(key);
+	waited_calls = 0;
+	ddss_coh_waited_hook = lose_completions;
+	r = put_version(key, 4);
+	ddss_coh_waited_hook = NULL;
+	printf("rank 2: the put that landed but heard it failed returned %d\n", r);
+	TEST_CHECK(2, waited_calls == 1, "the hook ran %u times", waited_calls);
+	TEST_CHECK(2, r == 0, "the put that landed whole returned %d (%s)", r, ddss_strerror(r));
+	TEST_CHECK(2, ddss_tp_read(ctx->tp, 1, hdr + DDSS_SEG_HDR_VERSION, &word, 8) == 0 &&
+			      word == 8,
+		   "the version word is %#llx, expected 0x8 (version 4 complete)",
+		   (unsigned long long)word);
+	TEST_CHECK(2, ddss_tp_read(ctx->tp, 1, hdr + DDSS_SEG_HDR_SETTLED, &settled, 8) == 0 &&
+			      settled == 0,
+		   "the settled word is %#llx, expected 0: nothing failed",
+		   (unsigned long long)settled);
+	for (unsigned back = 0; back <= X; back++)
+		TEST_CHECK(2, check_back(key, back, 4 - back) == 0, "%u back", back);
+	TEST_CHECK(2, put_version(key, 5) == 0, "the put after it");
+	TEST_CHECK(2, check_back(key, X, 3) == 0, "%u back after the next put", X);
+}
+
 /* The segment's header: its offset in the home's pool. */
 static uint64_t header_of(ddss_key_t key)
 {
@@ -338,7 +386,7 @@ int main(void)
 {
 	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1,
 				      .coherence = DDSS_COHERENCE_DELTA, .delta = X };
-	ddss_key_t key_a, key_b, key_c, key_d, key_e;
+	ddss_key_t key_a, key_b, key_c, key_d, key_e, key_f;
 	int r;
 
 	ctx = test_init_ranks_or_exit(2);
@@ -361,6 +409,9 @@ int main(void)
 	attr.delta = X;
 	if (!r)
 		r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key_e);
+	attr.name = "failed-put-f";
+	if (!r)
+		r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key_f);
 	if (r) {
 		fprintf(stderr, "rank %u: segment: %s\n", me, ddss_strerror(r));
 		return 1;
@@ -371,6 +422,7 @@ int main(void)
 		kept_mark(key_b);
 		cut_then_posted(key_c);
 		write_model(key_d);
+		landed_whole(key_f);
 	}
 	test_ctx_barrier_or_exit(ctx);
 	handed_over(key_e);
