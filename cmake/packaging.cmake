@@ -73,7 +73,7 @@ if(DDSS_DPKG_SHLIBDEPS AND DDSS_FILE_PROGRAM)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${ddss_lib_dir})
 else()
   # The libraries src/CMakeLists.txt links (ddss_deps), by their Debian 12 packages.
-  set(ddss_pkg_libs "libc6, libjemalloc2, liburcu8, libsodium23, libcurl4, libjson-c5")
+  set(ddss_pkg_libs "libc6, libjemalloc2, liburcu8, libsodium23, libcurl4 (>= 7.66.0), libjson-c5")
   if(DDSS_HAVE_VERBS)
     string(APPEND ddss_pkg_libs ", libibverbs1, librdmacm1")
   endif()

@@ -399,14 +399,16 @@ int etcd_post_hedged(struct ddss_etcd *etcd, const char *path, json_object *req,
 			goto out;
 		}
 		while (!answered && (msg = curl_multi_info_read(multi, &queued))) {
+			CURL *done = msg->easy_handle;
+			CURLcode cr = msg->data.result; /* msg goes with the handle's removal */
 			size_t i = 0;
 
 			if (msg->msg != CURLMSG_DONE)
 				continue;
-			while (calls[i].c != msg->easy_handle)
+			while (calls[i].c != done)
 				i++;
-			curl_multi_remove_handle(multi, calls[i].c);
-			r = call_finish(&calls[i], msg->data.result, resp_p);
+			curl_multi_remove_handle(multi, done);
+			r = call_finish(&calls[i], cr, resp_p);
 			left--;
 			timed_out |= r == -ETIMEDOUT;
 			answered = !try_another(r);
@@ -423,6 +425,8 @@ int etcd_post_hedged(struct ddss_etcd *etcd, const char *path, json_object *req,
 					continue;
 				if (call_start(etcd, multi, calls, i, path, body) == 0)
 					left++;
+				else /* not asked: it may have a leader, so never "all refused" */
+					timed_out = true;
 			}
 			continue;
 		}
