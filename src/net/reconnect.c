@@ -13,7 +13,8 @@
  * and this thread connects to it. A connect may block for seconds (the tcp handshake of a
  * peer that froze just now: the operation timeout, up to 5 s), which the heartbeat thread
  * must never do: it would miss its rounds, and judge nobody meanwhile. This thread's
- * connects are bounded by a heartbeat interval on tcp (ddss_tp_set_thread_connect_bound):
+ * connects are bounded by a heartbeat interval (ddss_tp_set_thread_connect_bound; on verbs
+ * too since 2026-12-07):
  * a peer that reads down but alive answers at once, and one that does not is asked again
  * next round. (A refusal of the same peer waits for the connect's lock, but at most 100 ms:
  * the connect and the handshake look at the refusal.)

@@ -574,7 +574,10 @@ int ddss_tp_thread_post_bound(void);
  * attempt try anew; and its wait for another thread's reconnect to such a peer gets @ms
  * too (then -ETIMEDOUT). For the reconnect thread (net/reconnect.c): while it holds a peer's
  * connection lock, a refusal of that peer on the heartbeat thread waits for it; and for
- * the daemon's lane (daemon/lane.c). tcp only; verbs bounds its reconnect itself.
+ * the daemon's lane (daemon/lane.c), and the lock layer's stray-ask thread (lock_stray.c).
+ * On verbs (since 2026-12-07) it bounds how long the thread waits for the connection's lock
+ * and then for a reconnect to a peer that was up, its own attempt or another thread's,
+ * which then goes on without it; a broken QP's teardown, under that lock, is not cut.
  */
 void ddss_tp_set_thread_connect_bound(int ms);
 /** The calling thread's bound set above, in ms (0: none). */

@@ -394,18 +394,38 @@ bool test_wait_stopped(int pid, int timeout_ms)
 	return stopped;
 }
 
-void test_cut_by_timeout(struct ddss_ctx *ctx, uint32_t me, int pid, ddss_key_t at_it)
+void test_stop_process(uint32_t me, int pid)
 {
-	uint64_t v;
-	double t0;
-	int r;
-
 	if (pid <= 1) {
 		printf("rank %u: FAIL: no pid to freeze (%d)\n", me, pid);
 		exit(1); /* never kill(0) or kill(-1): it would stop us all */
 	}
 	TEST_CHECK(me, kill(pid, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
 	TEST_CHECK(me, test_wait_stopped(pid, 10000), "the other rank did not stop");
+}
+
+int test_get_after_wake(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, int tries,
+			uint64_t *v_p)
+{
+	int r = -EINVAL;
+
+	for (int i = 0; i < tries; i++) {
+		r = ddss_get(ctx, key, 0, v_p, 8);
+		printf("rank %u: woken: get %d: %d (%s), value %#llx\n", me, i + 1, r,
+		       ddss_strerror(r), (unsigned long long)*v_p);
+		if (!r)
+			break;
+	}
+	return r;
+}
+
+void test_cut_by_timeout(struct ddss_ctx *ctx, uint32_t me, int pid, ddss_key_t at_it)
+{
+	uint64_t v;
+	double t0;
+	int r;
+
+	test_stop_process(me, pid);
 	t0 = test_now_ms();
 	r = ddss_get(ctx, at_it, 0, &v, 8);
 	TEST_CHECK(me, kill(pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));

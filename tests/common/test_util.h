@@ -153,6 +153,14 @@ void test_ctx_barrier_or_exit(struct ddss_ctx *ctx);
 /** Whether process @pid is stopped (SIGSTOP) within @timeout_ms: its state in /proc,
  * polled. False at once if it does not exist. */
 bool test_wait_stopped(int pid, int timeout_ms);
+/** Freeze (SIGSTOP) process @pid, another rank's, and wait until it is stopped; checked
+ * as rank @me. Exits on a pid of 1 or less (kill(0) or kill(-1) would stop us all). */
+void test_stop_process(uint32_t me, int pid);
+/** Get word 0 of @key into *v_p up to @tries times, until one succeeds (a rank just woken
+ * from SIGSTOP: the first may meet the end of an attempt made while it was frozen),
+ * printing each as rank @me: the last get's result. */
+int test_get_after_wake(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, int tries,
+			uint64_t *v_p);
 /** Fail this rank's connection to the rank of process @pid by an operation timeout (run
  * with a short DDSS_OP_TIMEOUT_MS): freeze it (SIGSTOP), get 8 bytes of @at_it, a segment
  * homed there, wake it (SIGCONT). Prints how long the get took; checks, as rank @me, that

@@ -74,12 +74,8 @@ int main(void)
 	}
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 1) {
-		if (ddss_get(ctx, at_2, 8, &pid_2, 8) || pid_2 <= 1) {
-			printf("rank 1: FAIL: no pid of rank 2 (%llu)\n", (unsigned long long)pid_2);
-			exit(1); /* never kill(0): it would stop us all */
-		}
-		TEST_CHECK(1, kill((pid_t)pid_2, SIGSTOP) == 0, "SIGSTOP: %s", strerror(errno));
-		TEST_CHECK(1, test_wait_stopped((pid_t)pid_2, 10000), "rank 2 did not stop");
+		TEST_CHECK(1, ddss_get(ctx, at_2, 8, &pid_2, 8) == 0, "rank 2's pid");
+		test_stop_process(1, (int)pid_2);
 		r = ddss_get(ctx, at_2, 0, &v, 8);
 		printf("rank 1: the first get at the frozen rank: %d (%s)\n", r, ddss_strerror(r));
 		TEST_CHECK(1, r == -ETIMEDOUT, "the first get: %d, not -ETIMEDOUT", r);
@@ -106,13 +102,7 @@ int main(void)
 
 		TEST_CHECK(1, kill((pid_t)pid_2, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
 		v = 0;
-		for (int i = 0; i < WOKEN_TRIES; i++) {
-			r = ddss_get(ctx, at_2, 0, &v, 8);
-			printf("rank 1: 3. rank 2 woken: get %d: %d (%s), value %#llx\n", i + 1, r,
-			       ddss_strerror(r), (unsigned long long)v);
-			if (!r)
-				break;
-		}
+		r = test_get_after_wake(ctx, 1, at_2, WOKEN_TRIES, &v);
 		TEST_CHECK(1, r == 0 && v == MAGIC, "the get after the wake-up: %d, %#llx", r,
 			   (unsigned long long)v);
 	}

@@ -494,7 +494,7 @@ static void out_event(struct verbs_tp *vt, struct verbs_out *o, const struct cm_
 		__atomic_store_n(&vt->peers[o->peer].pool_len, h.pool_len, __ATOMIC_RELEASE);
 		__atomic_store_n(&o->fail, 0, __ATOMIC_RELEASE);
 		__atomic_store_n(&o->phase, VERBS_UP, __ATOMIC_RELEASE);
-		o->ever_up = true;
+		__atomic_store_n(&o->ever_up, true, __ATOMIC_RELAXED);
 		o->readmitted = false;
 		o->took_msgs = takes_msgs(vt) != 0;
 		if (o->took_msgs)
@@ -652,7 +652,7 @@ static int out_start(struct verbs_out *o)
 static void timed_wait(struct verbs_out *o, int64_t until_ns)
 {
 	struct timespec ts;
-	int64_t now = ddss_now_ns(), ms = (until_ns - now) / 1000000;
+	int64_t now = ddss_now_ns(), ms = (until_ns - now + 999999) / 1000000; /* no spin */
 
 	if (ms <= 0)
 		return;
@@ -665,11 +665,41 @@ static void timed_wait(struct verbs_out *o, int64_t until_ns)
 	pthread_cond_timedwait(&o->cv, &o->mu, &ts);
 }
 
+/*
+ * o->mu for verbs_out_connect. A thread with a connect bound of its own
+ * (ddss_tp_set_thread_connect_bound: the daemon's lane, the stray-ask and reconnect threads)
+ * reconnecting to a peer that was up waits about that long: at most that for the mutex,
+ * then at most that for the connection, whether the attempt is its own or another
+ * thread's, and leaves the attempt going for the others: *give_up_p is when it stops
+ * waiting (INT64_MAX: no bound of its own). As tcp_chan.c's connect_lock and
+ * known_bound_ns; before 2026-12-07 verbs ignored the bound, and the lane waited up to
+ * twice VERBS_RECONNECT_MS with every lent channel stalled behind it.
+ */
+static int out_connect_lock(struct verbs_out *o, int64_t *give_up_p)
+{
+	int64_t bound_ns = (int64_t)ddss_tp_thread_connect_bound() * 1000000;
+	struct timespec until;
+
+	*give_up_p = INT64_MAX;
+	if (bound_ns <= 0 || !__atomic_load_n(&o->ever_up, __ATOMIC_RELAXED)) {
+		pthread_mutex_lock(&o->mu);
+		return 0;
+	}
+	/* The wall clock, as in connect_lock (ThreadSanitizer and clocklock). */
+	until = ddss_time_after(CLOCK_REALTIME, bound_ns);
+	if (pthread_mutex_timedlock(&o->mu, &until))
+		return -ETIMEDOUT;
+	/* Readmitted meanwhile (verbs_peer_readmit): a first connect again, not cut. */
+	if (o->ever_up)
+		*give_up_p = ddss_now_ns() + bound_ns;
+	return 0;
+}
+
 int verbs_out_connect(struct verbs_out *o)
 {
 	struct verbs_tp *vt = o->tp;
-	int64_t deadline, budget_ns;
-	bool attempted = false;
+	int64_t deadline, budget_ns, give_up;
+	bool attempted = false, cut = false;
 	int r;
 
 	if (ddss_tp_peer_refused(&vt->base, o->peer))
@@ -679,7 +709,9 @@ int verbs_out_connect(struct verbs_out *o)
 	if (r)
 		return r;
 	budget_ns = (int64_t)vt->base.cfg.connect_timeout_ms * 1000000;
-	pthread_mutex_lock(&o->mu);
+	r = out_connect_lock(o, &give_up);
+	if (r)
+		return r;
 	/* A peer that restarted tells us its new epoch; one that restarts again meanwhile
 	 * as well: ask at most twice more. */
 	o->stale = 2;
@@ -700,11 +732,32 @@ int verbs_out_connect(struct verbs_out *o)
 			break;
 		}
 		if (o->phase == VERBS_CONNECTING) {
-			if (ddss_now_ns() >= deadline) {
+			int64_t now = ddss_now_ns(), until = deadline;
+
+			/* One whose initiator left (a bounded thread) ends when it has had its
+			 * budget; then we make our own. */
+			if (now >= o->attempt_deadline) {
 				out_set_failed(o, -ETIMEDOUT, false);
 				continue;
 			}
-			timed_wait(o, deadline);
+			/* Whoever began it, this attempt is ours: its outcome is our answer, and
+			 * no new attempt of ours gets a fresh budget after it. Until 2026-12-07 a
+			 * thread that waited on another's attempt then made its own with a whole
+			 * budget again: twice the bound at a frozen peer (tp_thread_bound_verbs). */
+			attempted = true;
+			if (now >= deadline) {
+				out_set_failed(o, -ETIMEDOUT, false);
+				continue;
+			}
+			/* Our own bound is up: the attempt goes on without us. */
+			if (now >= give_up) {
+				r = -ETIMEDOUT;
+				cut = true;
+				break;
+			}
+			if (o->attempt_deadline < until)
+				until = o->attempt_deadline;
+			timed_wait(o, until < give_up ? until : give_up);
 			continue;
 		}
 		if (o->phase == VERBS_UP) /* it was up and has been lost */
@@ -733,6 +786,10 @@ int verbs_out_connect(struct verbs_out *o)
 				break;
 			}
 			timed_wait(o, ddss_now_ns() + VERBS_RETRY_MS * 1000000ll);
+			/* Another waiter began the next attempt meanwhile: it is ours too (ending
+			 * it here would cost it its answer, once per waiter). */
+			if (o->phase != VERBS_FAILED)
+				continue;
 		}
 		out_teardown(o, true);
 		/*
@@ -742,6 +799,7 @@ int verbs_out_connect(struct verbs_out *o)
 		if (!attempted)
 			deadline = ddss_now_ns() + budget_ns;
 		attempted = true;
+		o->attempt_deadline = deadline;
 		r = out_start(o);
 		if (r && !o->retriable)
 			break;
@@ -751,7 +809,7 @@ int verbs_out_connect(struct verbs_out *o)
 	 * more, or it refuses us. That is news of the peer; silence (unreachable, no answer in
 	 * time) is not, and is left to the peer timeout.
 	 */
-	if (r && o->ever_up)
+	if (r && o->ever_up && !cut) /* a cut leaves the attempt going: no news yet */
 		DDSS_INFO("verbs: reconnecting to rank %u failed: %s", o->peer, strerror(-r));
 	if (r && o->ever_up && (r == -ECONNREFUSED || r == -EPERM || r == -EACCES || r == -EPROTO) &&
 	    __atomic_exchange_n(&o->up, 0, __ATOMIC_ACQ_REL))

@@ -132,7 +132,8 @@ struct verbs_out {
 	enum verbs_phase phase;
 	int conn_err;       /* why the last attempt failed (-errno) */
 	bool retriable;     /* the peer was simply not there (yet) */
-	bool ever_up;
+	bool ever_up;       /* atomic reads outside mu (verbs_out_connect's bound) */
+	int64_t attempt_deadline; /* CONNECTING: when this attempt has had its whole budget */
 	bool readmitted;    /* a new incarnation of the peer, not up yet (tp_incarnation.c) */
 	bool took_msgs;     /* this attempt was up, telling the peer it takes liveness messages */
 	struct rdma_cm_id *id;

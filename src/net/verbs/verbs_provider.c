@@ -467,8 +467,16 @@ static int verbs_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct dd
 
 	verbs_out_fail(o, -ECONNRESET); /* one a connect opened as the refusal came */
 	pthread_mutex_lock(&o->mu);
+	/* An attempt to the old incarnation's address: over, and the next caller makes one
+	 * to the new (a caller that waited on it would take its failure for its answer). */
+	if (__atomic_load_n(&o->phase, __ATOMIC_ACQUIRE) == VERBS_CONNECTING) {
+		o->conn_err = -ECONNRESET;
+		o->retriable = true;
+		__atomic_store_n(&o->phase, VERBS_FAILED, __ATOMIC_RELEASE);
+		pthread_cond_broadcast(&o->cv);
+	}
 	tp->nodes[rank - 1] = *node; /* out_start reads it under o->mu */
-	o->ever_up = false;
+	__atomic_store_n(&o->ever_up, false, __ATOMIC_RELAXED);
 	o->readmitted = true; /* it may still be starting: wait for it as at a first start */
 	o->peer_epoch = 0;    /* a new process: it tells us its epoch in its first reject */
 	pthread_mutex_unlock(&o->mu);
