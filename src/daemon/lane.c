@@ -265,9 +265,9 @@ static bool sweep(struct ddss_lane *ln, bool stopping)
  * of up to 5 s with every lent channel stalled behind it, and a worker that then served
  * the next call made its own attempt: 10 s until the last thread of daemon_fault_lane
  * heard of the dead home (CI34, by reading the code; not reproduced here in 12 runs). So
- * the lane's attempt is cut at 100 ms (a first connect to a home is not cut), its call
- * answered with the error, and a worker (which blocks only its own channel) makes the real
- * attempt. A failure cut by a thread's own bound is that thread's alone
+ * the lane's wait is cut at 100 ms (a first connect to a home is not cut), its call
+ * answered with the error, and a worker (which blocks only its own channel) makes or
+ * waits out the real attempt (on verbs it joins the attempt the lane left going). A failure cut by a thread's own bound is that thread's alone
  * (ddss_tp_set_thread_connect_bound). A post that finds a worker's attempt under way
  * waits for it at most as long (tcp_chan.c, connect_lock; on verbs, verbs_out_connect).
  */

@@ -16,8 +16,9 @@
  * connects are bounded by a heartbeat interval (ddss_tp_set_thread_connect_bound; on verbs
  * too since 2026-12-07):
  * a peer that reads down but alive answers at once, and one that does not is asked again
- * next round. (A refusal of the same peer waits for the connect's lock, but at most 100 ms:
- * the connect and the handshake look at the refusal.)
+ * next round. (On tcp a refusal of the same peer waits for the connect's lock, but at most
+ * 100 ms: the connect and the handshake look at the refusal. On verbs a broken QP's
+ * teardown holds that lock up to its drain bound.)
  */
 #include "core/log.h"
 #include "net/net_internal.h"

@@ -50,7 +50,7 @@ enum tcp_order {
 };
 /* Weak order: how long a READ that a later request overtook stays unsampled. */
 #define TCP_WEAK_HOLD_NS 1000000LL
-/* Weak order: how long an 8-byte write stays half landed, after its first byte. */
+/* Weak order: how long an 8-byte write stays part landed, once (store_word). */
 #define TCP_WEAK_TEAR_NS 100000L
 /* Weak order: a served connection is not read while it holds this many replies. */
 #define TCP_WEAK_MAX_HELD 256u

@@ -554,7 +554,7 @@ static int weak_on_request(struct tcp_tp *t, struct tcp_served *s)
 /*
  * An aligned 8-byte write into the pool. Strong order stores it at once, as NICs do in
  * practice. Weak order places it one byte at a time, low byte first and high byte first by
- * turns, pausing TCP_WEAK_TEAR_NS after the first byte: neither InfiniBand nor PCIe
+ * turns, pausing TCP_WEAK_TEAR_NS once, after 1 to 7 bytes by turns: neither InfiniBand nor PCIe
  * promises that a write's bytes land together, and Soft-RoCE in a TCG guest copies them
  * one by one (the kernel's memcpy is a rep movsb there). A CPU that reads such a word must
  * never trust what it sees mid-write: lock records are sealed (docs/locks.md, "Sealed
@@ -571,16 +571,19 @@ static void store_word(struct tcp_tp *t, unsigned char *dst, const unsigned char
 		DDSS_POOL_ACCESS_END();
 		return;
 	}
-	bool down = t->weak_tears++ & 1;
+	unsigned tear = t->weak_tears++;
+	bool down = tear & 1;
+	unsigned window = 1 + (tear >> 1) % 7; /* after 1 byte, then 2, ... 7 by turns */
 
 	for (unsigned i = 0; i < 8; i++) {
 		unsigned at = down ? 7 - i : i;
 
-		/* One window wide enough for a reader to land in. No more: a sched_yield
-		 * between the other bytes, as there was until 2026-12-07, gave the CPU away
-		 * for a whole time slice each on a crowded machine, and the weak suites ran
-		 * past their barriers' 30 s (lock_posted_tcp_weak, CI45). */
-		if (i == 1) {
+		/* One window wide enough for a reader to land in, after a different number
+		 * of bytes each time. No more: a sched_yield between the other bytes, as there
+		 * was until 2026-12-07, gave the CPU away for a whole time slice each on a
+		 * crowded machine, and the weak suites ran past their barriers' 30 s
+		 * (lock_posted_tcp_weak, CI45). */
+		if (i == window) {
 			struct timespec ts = { 0, TCP_WEAK_TEAR_NS };
 
 			nanosleep(&ts, NULL);

@@ -734,10 +734,11 @@ int verbs_out_connect(struct verbs_out *o)
 		if (o->phase == VERBS_CONNECTING) {
 			int64_t now = ddss_now_ns(), until = deadline;
 
-			/* One whose initiator left (a bounded thread) ends when it has had its
-			 * budget; then we make our own. */
+			/* The attempt has had its budget (its initiator's, who may have left: a
+			 * bounded thread). Nothing said no: a waiter whose own time is not up
+			 * retries if a peer that was never up may still be starting. */
 			if (now >= o->attempt_deadline) {
-				out_set_failed(o, -ETIMEDOUT, false);
+				out_set_failed(o, -ETIMEDOUT, true);
 				continue;
 			}
 			/* Whoever began it, this attempt is ours: its outcome is our answer, and
@@ -745,9 +746,10 @@ int verbs_out_connect(struct verbs_out *o)
 			 * thread that waited on another's attempt then made its own with a whole
 			 * budget again: twice the bound at a frozen peer (tp_thread_bound_verbs). */
 			attempted = true;
+			/* Our own time is up: the attempt goes on for the others. */
 			if (now >= deadline) {
-				out_set_failed(o, -ETIMEDOUT, false);
-				continue;
+				r = -ETIMEDOUT;
+				break;
 			}
 			/* Our own bound is up: the attempt goes on without us. */
 			if (now >= give_up) {
@@ -785,11 +787,17 @@ int verbs_out_connect(struct verbs_out *o)
 				r = o->conn_err;
 				break;
 			}
+			unsigned seen = o->attempts;
+
 			timed_wait(o, ddss_now_ns() + VERBS_RETRY_MS * 1000000ll);
-			/* Another waiter began the next attempt meanwhile: it is ours too (ending
-			 * it here would cost it its answer, once per waiter). */
-			if (o->phase != VERBS_FAILED)
+			/* Another waiter began the next attempt meanwhile: it is ours too, ended or
+			 * not (ending it here would cost it its answer, once per waiter). */
+			if (o->attempts != seen || o->phase != VERBS_FAILED)
 				continue;
+			if (ddss_now_ns() >= deadline) {
+				r = o->conn_err;
+				break;
+			}
 		}
 		out_teardown(o, true);
 		/*
@@ -800,6 +808,7 @@ int verbs_out_connect(struct verbs_out *o)
 			deadline = ddss_now_ns() + budget_ns;
 		attempted = true;
 		o->attempt_deadline = deadline;
+		o->attempts++;
 		r = out_start(o);
 		if (r && !o->retriable)
 			break;

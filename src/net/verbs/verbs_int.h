@@ -134,6 +134,7 @@ struct verbs_out {
 	bool retriable;     /* the peer was simply not there (yet) */
 	bool ever_up;       /* atomic reads outside mu (verbs_out_connect's bound) */
 	int64_t attempt_deadline; /* CONNECTING: when this attempt has had its whole budget */
+	unsigned attempts;  /* attempts begun (verbs_out_connect) */
 	bool readmitted;    /* a new incarnation of the peer, not up yet (tp_incarnation.c) */
 	bool took_msgs;     /* this attempt was up, telling the peer it takes liveness messages */
 	struct rdma_cm_id *id;
