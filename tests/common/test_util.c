@@ -404,19 +404,40 @@ void test_stop_process(uint32_t me, int pid)
 	TEST_CHECK(me, test_wait_stopped(pid, 10000), "the other rank did not stop");
 }
 
-int test_get_after_wake(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, int tries,
-			uint64_t *v_p)
+ddss_key_t test_freeze_rank2(struct ddss_ctx *ctx, uint32_t me, const char *name, uint64_t magic,
+			     int *pid_p)
 {
+	ddss_key_t key = test_segment_at(ctx, me, name, 2, 64);
+	uint64_t pid = 0;
+
+	if (me == 2) {
+		test_put_word(ctx, me, key, 0, magic);
+		test_put_word(ctx, me, key, 1, (uint64_t)getpid());
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 1) {
+		TEST_CHECK(1, ddss_get(ctx, key, 8, &pid, 8) == 0, "rank 2's pid");
+		test_stop_process(1, (int)pid);
+	}
+	*pid_p = (int)pid;
+	return key;
+}
+
+void test_wake_rank2(struct ddss_ctx *ctx, int pid, ddss_key_t key, uint64_t magic, int tries)
+{
+	uint64_t v = 0;
 	int r = -EINVAL;
 
+	TEST_CHECK(1, kill(pid, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
 	for (int i = 0; i < tries; i++) {
-		r = ddss_get(ctx, key, 0, v_p, 8);
-		printf("rank %u: woken: get %d: %d (%s), value %#llx\n", me, i + 1, r,
-		       ddss_strerror(r), (unsigned long long)*v_p);
+		r = ddss_get(ctx, key, 0, &v, 8);
+		printf("rank 1: woken: get %d: %d (%s), value %#llx\n", i + 1, r, ddss_strerror(r),
+		       (unsigned long long)v);
 		if (!r)
 			break;
 	}
-	return r;
+	TEST_CHECK(1, r == 0 && v == magic, "the get after the wake-up: %d, %#llx", r,
+		   (unsigned long long)v);
 }
 
 void test_cut_by_timeout(struct ddss_ctx *ctx, uint32_t me, int pid, ddss_key_t at_it)

@@ -156,11 +156,15 @@ bool test_wait_stopped(int pid, int timeout_ms);
 /** Freeze (SIGSTOP) process @pid, another rank's, and wait until it is stopped; checked
  * as rank @me. Exits on a pid of 1 or less (kill(0) or kill(-1) would stop us all). */
 void test_stop_process(uint32_t me, int pid);
-/** Get word 0 of @key into *v_p up to @tries times, until one succeeds (a rank just woken
- * from SIGSTOP: the first may meet the end of an attempt made while it was frozen),
- * printing each as rank @me: the last get's result. */
-int test_get_after_wake(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, int tries,
-			uint64_t *v_p);
+/** For a 2-rank test of a frozen rank 2: a segment @name at rank 2 that holds @magic in
+ * word 0 and rank 2's pid in word 1 (all ranks, a barrier after). Rank 1 then freezes
+ * rank 2 (test_stop_process) and gets its pid in *pid_p; other ranks get 0. */
+ddss_key_t test_freeze_rank2(struct ddss_ctx *ctx, uint32_t me, const char *name, uint64_t magic,
+			     int *pid_p);
+/** Wake rank 2 (SIGCONT to @pid, from test_freeze_rank2) and read word 0 of @key up to
+ * @tries times, until one succeeds (the first may meet the end of an attempt made while it
+ * was frozen); checks, as rank 1, that one did and read @magic. */
+void test_wake_rank2(struct ddss_ctx *ctx, int pid, ddss_key_t key, uint64_t magic, int tries);
 /** Fail this rank's connection to the rank of process @pid by an operation timeout (run
  * with a short DDSS_OP_TIMEOUT_MS): freeze it (SIGSTOP), get 8 bytes of @at_it, a segment
  * homed there, wake it (SIGCONT). Prints how long the get took; checks, as rank @me, that

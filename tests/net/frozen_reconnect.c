@@ -54,7 +54,8 @@ static void *get_at_2(void *arg)
 
 int main(void)
 {
-	uint64_t pid = (uint64_t)getpid(), pid_2 = 0, v = MAGIC;
+	uint64_t v = MAGIC;
+	int pid_2 = 0;
 	const char *op = getenv("DDSS_OP_TIMEOUT_MS");
 	struct call second = { 0 }, third = { 0 };
 	pthread_t th2, th3;
@@ -67,15 +68,8 @@ int main(void)
 		printf("rank %u: FAIL: run with DDSS_OP_TIMEOUT_MS=%d\n", me, OP_TIMEOUT_MS);
 		return 1;
 	}
-	at_2 = test_segment_at(ctx, me, "fr-at-2", 2, 64);
-	if (me == 2) {
-		test_put_word(ctx, me, at_2, 0, MAGIC);
-		test_put_word(ctx, me, at_2, 1, pid);
-	}
-	test_ctx_barrier_or_exit(ctx);
+	at_2 = test_freeze_rank2(ctx, me, "fr-at-2", MAGIC, &pid_2);
 	if (me == 1) {
-		TEST_CHECK(1, ddss_get(ctx, at_2, 8, &pid_2, 8) == 0, "rank 2's pid");
-		test_stop_process(1, (int)pid_2);
 		r = ddss_get(ctx, at_2, 0, &v, 8);
 		printf("rank 1: the first get at the frozen rank: %d (%s)\n", r, ddss_strerror(r));
 		TEST_CHECK(1, r == -ETIMEDOUT, "the first get: %d, not -ETIMEDOUT", r);
@@ -100,11 +94,7 @@ int main(void)
 			   "the two gets ended %lld ms apart: they did not share the attempt",
 			   llabs(second.end_ns - third.end_ns) / 1000000);
 
-		TEST_CHECK(1, kill((pid_t)pid_2, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
-		v = 0;
-		r = test_get_after_wake(ctx, 1, at_2, WOKEN_TRIES, &v);
-		TEST_CHECK(1, r == 0 && v == MAGIC, "the get after the wake-up: %d, %#llx", r,
-			   (unsigned long long)v);
+		test_wake_rank2(ctx, pid_2, at_2, MAGIC, WOKEN_TRIES);
 	}
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);

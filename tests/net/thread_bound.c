@@ -85,25 +85,17 @@ static void check_bounded(const char *what, const struct call *c)
 
 int main(void)
 {
-	uint64_t pid = (uint64_t)getpid(), pid_2 = 0, v = 0;
+	int pid_2 = 0;
 	struct call alone = { .bounded = true }, beside[2] = { { .bounded = false },
 							       { .bounded = true } };
 	ddss_key_t at_2;
-	int r;
 
 	setenv("DDSS_OP_TIMEOUT_MS", "4000", 1);
 	setenv("DDSS_PEER_TIMEOUT_MS", "60000", 1);
 	ctx = test_init_ranks_or_exit(2);
 	me = ddss_rank(ctx);
-	at_2 = test_segment_at(ctx, me, "tb-at-2", 2, 64);
-	if (me == 2) {
-		test_put_word(ctx, me, at_2, 0, MAGIC);
-		test_put_word(ctx, me, at_2, 1, pid);
-	}
-	test_ctx_barrier_or_exit(ctx);
+	at_2 = test_freeze_rank2(ctx, me, "tb-at-2", MAGIC, &pid_2);
 	if (me == 1) {
-		TEST_CHECK(1, ddss_get(ctx, at_2, 8, &pid_2, 8) == 0, "rank 2's pid");
-		test_stop_process(1, (int)pid_2);
 		ddss_tp_peer_disconnect(ctx->tp, 2);
 
 		alone.key = beside[0].key = beside[1].key = at_2;
@@ -122,10 +114,7 @@ int main(void)
 			   "the unbounded get took only %lld ms: the reconnect was not slow, so "
 			   "this run shows nothing of the bound", (long long)(beside[0].took_ns / 1000000));
 
-		TEST_CHECK(1, kill((pid_t)pid_2, SIGCONT) == 0, "SIGCONT: %s", strerror(errno));
-		r = test_get_after_wake(ctx, 1, at_2, WOKEN_TRIES, &v);
-		TEST_CHECK(1, r == 0 && v == MAGIC, "the get after the wake-up: %d, %#llx", r,
-			   (unsigned long long)v);
+		test_wake_rank2(ctx, pid_2, at_2, MAGIC, WOKEN_TRIES);
 	}
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);
