@@ -321,6 +321,9 @@ static void *hammer_main(void *arg)
 		if ((s >> 40) % 3 == 0) {
 			test_fill(data, len, key * 100 + ver);
 			coh_cache_put(h->c, key, 0, len, data, ver, (int64_t)ver);
+		} else if ((s >> 40) % 16 == 1) {
+			/* Drops an entry other threads may be copying out of (unlocked). */
+			coh_cache_forget(h->c, key);
 		} else if (coh_cache_get(h->c, key, 0, len, out, &any, &v)) {
 			h->hits++;
 			if (test_check(out, len, key * 100 + v) != SIZE_MAX)
@@ -372,7 +375,8 @@ int main(void)
 		    test_cache_put_since);
 	CU_add_test(s, "cache: byte bound, oversize copies, capacity 0", test_cache_bound);
 	CU_add_test(s, "cache: least recently used goes first", test_cache_lru);
-	CU_add_test(s, "cache: 4 threads, self-checking copies", test_cache_threads);
+	CU_add_test(s, "cache: 4 threads, self-checking copies, puts and forgets beside copies",
+		    test_cache_threads);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	return failed ? 1 : 0;
