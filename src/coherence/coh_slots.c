@@ -1,7 +1,10 @@
 /*
  * Write and delta coherence: readers take no lock, writers are serialised by the
- * segment's exclusive lock, and the version word [completed : 63 | writing : 1] tells a
- * reader whether what it read can have been overwritten meanwhile.
+ * segment's exclusive lock, and the version word [writer : 16 | completed : 47 |
+ * writing : 1] tells a reader whether what it read can have been overwritten meanwhile.
+ * While a put writes, the word names its rank (writer), so that a later put can ask
+ * whether the writer of a mark left behind is over (writer_gone); the fetch&add that
+ * completes the put takes the name off again (completing_add).
  *
  * The home keeps x+1 copies (x = 0 for write, the parameter for delta). Version v lives in
  * copy v mod (x+1). A put, holding the lock: mark the word odd ("version v+1 is being
@@ -67,6 +70,33 @@ static uint64_t started(uint64_t word)
 	return (word >> 1) + (word & COH_WRITING);
 }
 
+/* The word as readers count it: without the writer's name (0 in a complete word). */
+static uint64_t unnamed(uint64_t word)
+{
+	return word & ~COH_WRITER_MASK;
+}
+
+static int read_word(struct coh_call *c, uint64_t *word_p)
+{
+	int r = coh_read_version(c, word_p);
+
+	*word_p = unnamed(*word_p);
+	return r;
+}
+
+/* This put's mark on the complete word @old: writing, and naming this rank. */
+static uint64_t mark_of(const struct coh_call *c, uint64_t old)
+{
+	return old | COH_WRITING | (uint64_t)c->ctx->rank << COH_WRITER_SHIFT;
+}
+
+/* What the fetch&add that completes our mark adds: 2v+1 named -> 2(v+1), the name taken
+ * off (the sum wraps, as a NIC's does). */
+static uint64_t completing_add(const struct coh_call *c)
+{
+	return 1 - ((uint64_t)c->ctx->rank << COH_WRITER_SHIFT);
+}
+
 /*
  * Read the copy and then the word, both posted at once, the word's read fenced: the home
  * samples it after the copy, which is all the check needs. One round trip (a fence on a
@@ -92,6 +122,8 @@ static int read_and_check(struct coh_call *c, uint32_t copy, uint64_t *after_p)
 	r2 = coh_pending_wait(&p); /* even after a failed post: the first may be in flight */
 	if (!r && !r2 && by_fadd)
 		*after_p = p.req[at].result;
+	if (!r && !r2)
+		*after_p = unnamed(*after_p);
 	return r2 ? r2 : r;
 }
 
@@ -110,7 +142,7 @@ static int read_locked(struct coh_call *c, uint64_t x)
 		return r;
 	coh_pending_init(c, &p);
 	coh_count(&coh_of(c)->locked);
-	r = coh_read_version(c, &word);
+	r = read_word(c, &word);
 	v = word >> 1;
 	if (!r)
 		note_word(c, word);
@@ -146,6 +178,7 @@ static int slots_get(struct coh_call *c)
 			      coh_version_read_with_copy(c, &word, &have, &cached);
 		if (r)
 			return r;
+		word = unnamed(word);
 		note_word(c, word);
 		v = word >> 1;
 		if (c->back > v)
@@ -251,7 +284,7 @@ static int read_settled(struct coh_call *c, uint64_t *settled_p)
  */
 static int settle(struct coh_call *c, uint64_t old, int r)
 {
-	uint64_t mark = old | COH_WRITING, now = 0, settled = 0, was = 0;
+	uint64_t mark = mark_of(c, old), now = 0, settled = 0, was = 0;
 	int r2 = coh_read_version(c, &now);
 
 	if (!r2 && now == old + 2) {
@@ -305,11 +338,11 @@ static int settle_pending(struct coh_pending *p, int r)
 static void unmark(struct coh_call *c, uint64_t old, int r)
 {
 	uint64_t was = 0;
-	int r2 = word_cas(c, COH_VERSION_OFF, old | COH_WRITING, old, &was);
+	int r2 = word_cas(c, COH_VERSION_OFF, mark_of(c, old), old, &was);
 
 	if (r2)
 		settle_unposted(c, old, r); /* the swap's outcome is unknown: look */
-	else if (was != (old | COH_WRITING))
+	else if (was != mark_of(c, old))
 		DDSS_WARN("coherence: taking back the mark of a failed put: moved (word %#llx)",
 			  (unsigned long long)was);
 }
@@ -326,6 +359,74 @@ static bool may_repair(const struct coh_call *c)
 	return extra_copies(c) > 0 || (c->off == 0 && c->len == c->d->size);
 }
 
+
+/*
+ * Holding the lock, on a mark @mark that nobody settled: whether the writer it names is
+ * over, so that this put may take the mark over as if it were settled.
+ *  - This rank: its failed put's transfers went out before this put's compare&swap, on the
+ *    same connection or on one the home dropped when a newer one replaced it (settle), so
+ *    none can land any more. That covers a put that could not reach the home to settle,
+ *    and one whose marking compare&swap failed in transport but landed.
+ *  - Another rank: only if the home has cut it off (ddss_lock_home_cut_off): declared
+ *    dead, and nothing of it lands there any more.
+ *  - Nobody (0: a mark made by hand, as a test does): never.
+ */
+static bool writer_gone(struct coh_call *c, uint64_t mark)
+{
+	uint32_t writer = (uint32_t)(mark >> COH_WRITER_SHIFT);
+	int r;
+
+	if (!writer || writer == c->ctx->rank)
+		return writer != 0;
+	r = ddss_lock_home_cut_off(c->ctx, c->d->home, writer);
+	if (r) {
+		DDSS_WARN("coherence: %#llx: the put of version %llu by rank %u did not finish, "
+			  "and the home does not vouch that it is over (%s): puts fail with -EIO",
+			  (unsigned long long)c->d->key,
+			  (unsigned long long)(unnamed(mark) >> 1) + 1, writer, ddss_strerror(r));
+		return false;
+	}
+	DDSS_WARN("coherence: %#llx: the writer of version %llu, rank %u, died mid-put and is "
+		  "cut off", (unsigned long long)c->d->key,
+		  (unsigned long long)(unnamed(mark) >> 1) + 1, writer);
+	return true;
+}
+
+/*
+ * Take over @mark, the mark of a failed put that is over (settled, or writer_gone): this
+ * put's transfers are in flight from now on, and only its own settle may declare them
+ * over. So the mark must read unsettled and name this rank. Another rank's: swap our name
+ * in (the settled word, naming the old mark, no longer matches). Our own settled one:
+ * unsettle it. *old_p: the complete word before it.
+ */
+static int take_over(struct coh_call *c, uint64_t mark, bool settled, uint64_t *old_p)
+{
+	uint64_t old = unnamed(mark) & ~COH_WRITING, was = 0, now;
+	int r;
+
+	if (mark != mark_of(c, old)) {
+		r = word_cas(c, COH_VERSION_OFF, mark, mark_of(c, old), &was);
+		if (r) {
+			/* Either mark stands, both safe: a round trip, as for a failed mark. */
+			(void)coh_read_version(c, &now);
+			return r;
+		}
+	} else if (settled) {
+		r = word_cas(c, COH_SETTLED_OFF, mark, 0, &was);
+		if (r)
+			return settle_unposted(c, old, r);
+	} else {
+		was = mark; /* ours, unsettled: as it must be */
+	}
+	if (was != mark)
+		return -EIO; /* another repairer: a peer misbehaves */
+	DDSS_WARN("coherence: %#llx: repairing version %llu, whose put failed: this put "
+		  "rewrites its copy", (unsigned long long)c->d->key,
+		  (unsigned long long)(old >> 1) + 1);
+	*old_p = old;
+	return 0;
+}
+
 /*
  * Holding the lock: mark the word "writing" with a compare&swap from the even value it
  * holds, the guess being the word as this context last saw it (a wrong guess costs one
@@ -337,10 +438,11 @@ static bool may_repair(const struct coh_call *c)
  * A word found marked under our exclusive lock belongs to a put that failed. If its writer
  * settled it (settle: none of its transfers can land any more) and this put rewrites the
  * whole copy it was writing (may_repair), this put takes the mark over (*repair_p) and
- * completes that version with its own bytes. It unsettles the mark first, so that should
- * it fail in turn, the next put waits for its settle as for any other. Otherwise -EIO, and
- * nothing changed: a writer that died, or could not reach the home, leaves an unsettled
- * mark.
+ * completes that version with its own bytes; so it does if the mark is unsettled but the
+ * writer it names is over (writer_gone). It unsettles the mark first (take_over), so that
+ * should it fail in turn, the next put waits for its settle as for any other. Otherwise
+ * -EIO, and nothing changed: a writer that is alive but could not reach the home, or one
+ * the home does not vouch for, leaves an unsettled mark.
  */
 #define MARK_TRIES 3 /* the word moves under our exclusive lock only if a peer misbehaves */
 
@@ -350,13 +452,13 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p, bool *repair_p)
 	uint64_t settled = 0;
 
 	for (unsigned tries = 0; tries < MARK_TRIES; tries++) {
-		int r = word_cas(c, COH_VERSION_OFF, guess, guess | COH_WRITING, &old);
+		int r = word_cas(c, COH_VERSION_OFF, guess, mark_of(c, guess), &old);
 
-		/* Not settled: had the swap landed, the mark is ours, but the word may have
-		 * held a dead writer's unsettled mark that this swap left alone. Still, a
-		 * round trip to the home first: on a new connection it drops the swap if it
-		 * was not served yet, which it could otherwise be after the lock passed on
-		 * (a hand-over never reaches the home). */
+		/* Not settled: had the swap landed, the mark is ours (and names us, so our
+		 * next put takes it over: writer_gone). Still, a round trip to the home
+		 * first: on a new connection it drops the swap if it was not served yet,
+		 * which it could otherwise be after the lock passed on (a hand-over never
+		 * reaches the home). */
 		if (r) {
 			uint64_t now;
 
@@ -373,21 +475,12 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p, bool *repair_p)
 			r = read_settled(c, &settled);
 			if (r)
 				return r;
-			if (settled != old)
+			if (settled != old && !writer_gone(c, old))
 				return -EIO;
-			/* Unsettle it first: this put's own transfers are in flight from now on,
-			 * and only its own settle may declare them over (settle). */
-			r = word_cas(c, COH_SETTLED_OFF, old, 0, &settled);
-			if (r)
-				return settle_unposted(c, old & ~COH_WRITING, r);
-			if (settled != old)
-				return -EIO; /* another repairer: a peer misbehaves */
-			DDSS_WARN("coherence: %#llx: repairing version %llu, whose put failed: "
-				  "this put rewrites its copy", (unsigned long long)c->d->key,
-				  (unsigned long long)(old >> 1) + 1);
-			*old_p = old & ~COH_WRITING;
-			*repair_p = true;
-			return 0;
+			r = take_over(c, old, settled == old, old_p);
+			if (!r)
+				*repair_p = true;
+			return r;
 		}
 		guess = old;
 		note_word(c, old);
@@ -410,8 +503,8 @@ static int finish_or_keep_mark(struct coh_call *c, struct coh_pending *p, uint64
 	int r2 = coh_pending_wait(p);
 
 	if (!r2) {
-		r2 = word_cas(c, COH_VERSION_OFF, old | COH_WRITING, old + 2, &was);
-		if (!r2 && was == (old | COH_WRITING)) {
+		r2 = word_cas(c, COH_VERSION_OFF, mark_of(c, old), old + 2, &was);
+		if (!r2 && was == mark_of(c, old)) {
 			note_word(c, old + 2);
 			return 0;
 		}
@@ -419,7 +512,7 @@ static int finish_or_keep_mark(struct coh_call *c, struct coh_pending *p, uint64
 			DDSS_WARN("coherence: the version word of %#llx moved under a put's lock "
 				  "(%#llx, the put's mark %#llx): a peer misbehaves",
 				  (unsigned long long)c->d->key, (unsigned long long)was,
-				  (unsigned long long)(old | COH_WRITING));
+				  (unsigned long long)mark_of(c, old));
 			return r;
 		}
 	}
@@ -443,6 +536,8 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 
 	if (r)
 		return r;
+	if (ddss_coh_marked_hook)
+		ddss_coh_marked_hook(c->ctx, c->d->key);
 	v = old >> 1;
 	copy = (uint32_t)((v + 1) % (x + 1));
 	if (x)
@@ -466,7 +561,7 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 	if (r)
 		return settle_unposted(c, old, r);
 	/* Behind the copy's write (RC executes them in order): 2v+1 -> 2(v+1). */
-	r = coh_post_fadd_at(c, p, c->hdr + COH_VERSION_OFF, 1);
+	r = coh_post_fadd_at(c, p, c->hdr + COH_VERSION_OFF, completing_add(c));
 	if (r)
 		return finish_or_keep_mark(c, p, old, r);
 	p->on_fail = settle_pending;

@@ -236,6 +236,7 @@ int coh_post_write_at(struct coh_call *c, struct coh_pending *p, uint64_t at, co
 
 int (*ddss_coh_complete_hook)(ddss_ctx_t *ctx, ddss_key_t key);
 void (*ddss_coh_posted_hook)(ddss_ctx_t *ctx, ddss_key_t key);
+void (*ddss_coh_marked_hook)(ddss_ctx_t *ctx, ddss_key_t key);
 int (*ddss_coh_waited_hook)(int status);
 
 int coh_post_fadd_at(struct coh_call *c, struct coh_pending *p, uint64_t at, uint64_t add)

@@ -89,6 +89,9 @@ extern void (*ddss_coh_inside_hook)(ddss_ctx_t *ctx, ddss_key_t key, bool is_put
  * is already posted). Tests only: set it between calls.
  */
 extern int (*ddss_coh_complete_hook)(ddss_ctx_t *ctx, ddss_key_t key);
+/* Called, when set, once a write or delta put's mark has landed, before its copy is posted
+ * (a test kills the writer there: a dead writer's mark). Tests only, as above. */
+extern void (*ddss_coh_marked_hook)(ddss_ctx_t *ctx, ddss_key_t key);
 /* Called, when set, right after a write or delta put posted that fetch&add (a test may
  * break the connection under the transfers in flight). Tests only, as above. */
 extern void (*ddss_coh_posted_hook)(ddss_ctx_t *ctx, ddss_key_t key);

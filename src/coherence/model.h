@@ -53,9 +53,12 @@ struct ddss_coh {
 	uint64_t word_hint[COH_WORD_HINTS];
 };
 
-/* The version word, in every segment's header: [completed puts : 63 | a put is writing : 1]. */
+/* The version word, in every segment's header: [completed puts : 63 | a put is writing : 1];
+ * write and delta: [the writing rank : 16 | completed puts : 47 | writing : 1] (coh_slots.c). */
 #define COH_VERSION_OFF DDSS_SEG_HDR_VERSION
 #define COH_WRITING 1ull
+#define COH_WRITER_SHIFT 48
+#define COH_WRITER_MASK (0xffffull << COH_WRITER_SHIFT) /* ranks <= DDSS_KEY_MAX_RANK */
 /* Write and delta: a marked version word whose put failed and whose transfers are known to
  * have landed or been dropped, which the next put may repair (coh_slots.c). Atomics only. */
 #define COH_SETTLED_OFF DDSS_SEG_HDR_SETTLED

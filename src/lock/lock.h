@@ -144,6 +144,14 @@ void ddss_lock_recovery_stats(ddss_ctx_t *ctx, struct ddss_lock_recovery_stats *
 /* Waiter slots never reused any more (lost mid-queue, or retired after a recovered drain):
  * of DDSS_LOCK_SLOTS, what deaths have cost this context so far. */
 unsigned ddss_lock_slots_retired(ddss_ctx_t *ctx);
+/**
+ * Whether @home has cut @rank off for good: declared it dead and closed its channels, so
+ * nothing @rank sent can land in @home's memory any more (lock/lock_gone.c). 0 if so;
+ * -EBUSY if @home counts it alive (a readmitted rank is a new process: alive); or the
+ * question's error (-EHOSTDOWN, -ETIMEDOUT, ...). Waits while @home is still cutting it off,
+ * up to the operation timeout. Any application thread.
+ */
+int ddss_lock_home_cut_off(ddss_ctx_t *ctx, uint32_t home, uint32_t rank);
 /* Test: ask @key's home to run a recovery agent now, as a failed request would. */
 int ddss_lock_test_recover(ddss_ctx_t *ctx, ddss_key_t key);
 

@@ -105,6 +105,12 @@ static uint32_t plain_id(uint32_t id)
 
 int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t deadline_ns)
 {
+	return lock_home_ask(lk, home, RC_RECOVER, key, 0, deadline_ns);
+}
+
+int lock_home_ask(struct ddss_lock *lk, uint32_t home, uint32_t type, uint64_t hdr, uint32_t pred,
+		  int64_t deadline_ns)
+{
 	struct lock_agents *a = lk->agents;
 	/* Without an operation timeout (0) the answer is waited for as long as the caller's. */
 	int64_t until = lk->tp->cfg.op_timeout_ms > 0 ?
@@ -129,7 +135,7 @@ int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t de
 	pthread_mutex_unlock(&a->mu);
 	if (slot == ASKS)
 		return -EAGAIN;
-	r = lock_rc_send(lk, home, RC_RECOVER, id, key, 0, 0);
+	r = lock_rc_send(lk, home, type, id, hdr, pred, 0);
 	pthread_mutex_lock(&a->mu);
 	while (!r && !a->asks[slot].done) {
 		if (__atomic_load_n(&lk->stopping, __ATOMIC_ACQUIRE))
@@ -177,7 +183,7 @@ static void on_recovered(struct ddss_lock *lk, uint32_t from, const struct rc_ms
 
 /* ---- the home: agents ---- */
 
-static void answer(struct ddss_lock *lk, uint32_t rank, uint32_t id, int status)
+void lock_home_answer(struct ddss_lock *lk, uint32_t rank, uint32_t id, int status)
 {
 	int r = id ? lock_rc_send(lk, rank, RC_RECOVERED, id, 0, 0, (uint32_t)-status) : 0;
 
@@ -201,7 +207,7 @@ static void answer_all(struct ddss_lock *lk, struct lock_agent_job *job, int sta
 	job->swapped = true;
 	pthread_mutex_unlock(&a->mu);
 	for (uint32_t i = 0; i < n; i++)
-		answer(lk, rank[i], id[i], status);
+		lock_home_answer(lk, rank[i], id[i], status);
 }
 
 void lock_agent_swapped(struct ddss_lock *lk, const struct lock_req *rq)
@@ -262,12 +268,12 @@ static void on_recover(struct ddss_lock *lk, uint32_t from, const struct rc_msg 
 	uint64_t hdr;
 
 	if (r) {
-		answer(lk, from, m->id, r);
+		lock_home_answer(lk, from, m->id, r);
 		return;
 	}
 	hdr = loc.data_off - DDSS_SEG_HDR_LEN;
 	if (__atomic_load_n(&lk->scheme, __ATOMIC_RELAXED) == DDSS_LOCK_SRSL) {
-		answer(lk, from, m->id, -EOPNOTSUPP);
+		lock_home_answer(lk, from, m->id, -EOPNOTSUPP);
 		return;
 	}
 	pthread_mutex_lock(&a->mu);
@@ -302,9 +308,9 @@ static void on_recover(struct ddss_lock *lk, uint32_t from, const struct rc_msg 
 	}
 	pthread_mutex_unlock(&a->mu);
 	if (r == 1) {
-		answer(lk, from, m->id, 0);
+		lock_home_answer(lk, from, m->id, 0);
 	} else if (r < 0) {
-		answer(lk, from, m->id, r);
+		lock_home_answer(lk, from, m->id, r);
 	} else if (r == 2 && !start_agent(lk, job)) {
 		answer_all(lk, job, -EAGAIN);
 		pthread_mutex_lock(&a->mu);
@@ -526,6 +532,9 @@ void lock_agent_on_msg(struct ddss_lock *lk, uint32_t from, const void *buf, siz
 		break;
 	case RC_RECOVERED:
 		on_recovered(lk, from, &m);
+		break;
+	case RC_GONE:
+		lock_gone_on_ask(lk, from, &m);
 		break;
 	case RC_XSURVEY:
 		lock_census_on_survey(lk, from, &m);

@@ -449,6 +449,15 @@ void lock_agent_nudge(struct ddss_lock *lk, const struct lock_req *rq, uint32_t 
 /* Ask @home to take back its lock of @key (a request failed behind a dead or failed one):
  * 0 once a recovery agent is queued there (ask again behind it), or -errno. */
 int lock_agent_ask(struct ddss_lock *lk, uint32_t home, uint64_t key, int64_t deadline_ns);
+/* Send @home a question of @type (hdr, pred as recover_wire.h says) and wait for its
+ * RC_RECOVERED answer: its status, or -EHOSTDOWN, -ETIMEDOUT (at @deadline_ns or the
+ * operation timeout), -ESHUTDOWN, -EAGAIN (too many questions out). */
+int lock_home_ask(struct ddss_lock *lk, uint32_t home, uint32_t type, uint64_t hdr, uint32_t pred,
+		  int64_t deadline_ns);
+/* The home: answer question @id of @rank with @status (RC_RECOVERED; id 0: nobody waits). */
+void lock_home_answer(struct ddss_lock *lk, uint32_t rank, uint32_t id, int status);
+/* lock_gone.c, the home: @from asks whether rank @m->pred is cut off here (RC_GONE). */
+void lock_gone_on_ask(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m);
 
 /* lock_census.c: what every live member has on one lock */
 #define CENSUS_SHARED RC_CENSUS_SHARED     /* a member holds it shared, or releases */

@@ -67,6 +67,8 @@ int lock_rc_decode(const void *buf, size_t len, uint32_t size, struct rc_msg *m)
 		return !m->pred && !m->arg ? 0 : -EPROTO;
 	case RC_RECOVERED:
 		return m->arg <= 4095 ? 0 : -EPROTO;
+	case RC_GONE:
+		return m->id && !m->hdr && rank_ok(m->pred, size) && !m->arg ? 0 : -EPROTO;
 	case RC_XSURVEY:
 		return rank_ok(m->pred, size) && !m->arg ? 0 : -EPROTO;
 	default:

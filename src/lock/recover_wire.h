@@ -28,6 +28,9 @@ enum rc_type {
 	RC_RECOVERED, /* home -> asker: id = ask id, arg = -status (0..4095) */
 	RC_XSURVEY,   /* census taker -> every member: id = census id, hdr, pred = the home */
 	RC_XREPORT,   /* member -> taker: id, arg = RC_CENSUS_* flags, pred = n; n triples */
+	/* lock_gone.c */
+	RC_GONE,      /* asker -> home: id = ask id, pred = a rank: is it cut off there?
+		       * Answered with RC_RECOVERED (0: yes, -EAGAIN: being cut, -EBUSY: no) */
 };
 
 #define RC_KIND_DRAIN 0u /* whose shared releases does this epoch still wait for? */

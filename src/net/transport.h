@@ -207,7 +207,9 @@ struct ddss_tp_ops {
 	/* -- peers -- */
 	/** Connect and handshake with @rank now (otherwise done lazily on first use). Blocks. */
 	int (*peer_connect)(struct ddss_tp *tp, uint32_t rank);
-	/** Close the channel to @rank; outstanding requests fail with -ECONNRESET. */
+	/** Close the channel to @rank; outstanding requests fail with -ECONNRESET. For a
+	 * refused rank also close what it connected to us: 0 once nothing of it can land in
+	 * our memory any more, else -errno (ddss_tp_peer_cut stays false). */
 	int (*peer_disconnect)(struct ddss_tp *tp, uint32_t rank);
 	/** What is known about @rank. Never blocks. */
 	int (*peer_info)(struct ddss_tp *tp, uint32_t rank, struct ddss_tp_peer_info *info_p);
@@ -298,7 +300,8 @@ struct ddss_tp {
 	struct ddss_tp_config cfg;
 	struct ddss_tp_node *nodes; /* owned copy of cfg.nodes */
 	uint8_t *refused;           /* [rank] (atomic): declared dead, never served again
-				     * (until readmitted as a new incarnation) */
+				     * (until readmitted as a new incarnation): 1 marked,
+				     * DDSS_TP_REFUSED_CUT once its channels are closed too */
 	uint64_t *incarnation;      /* [rank] (atomic), NULL in a static group (cfg.incarnations) */
 	uint32_t *generation;       /* [rank] (atomic), with incarnation (cfg.generations) */
 	struct ddss_auth_key auth;  /* owned copy of *cfg.auth (cfg.auth points here) */
@@ -435,6 +438,20 @@ static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)
 {
 	return rank >= 1 && rank <= tp->cfg.size &&
 	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE);
+}
+
+#define DDSS_TP_REFUSED_CUT 2
+
+/**
+ * True once @rank was declared dead and ddss_tp_peer_refuse has closed its channels here:
+ * nothing it sent can land in our memory any more. Marked refused is not enough on verbs,
+ * where the NIC serves a one-sided operation until its QP is in the error state. For a
+ * home that vouches for a dead writer (lock/lock_agent.c, RC_GONE). Any thread.
+ */
+static inline bool ddss_tp_peer_cut(const struct ddss_tp *tp, uint32_t rank)
+{
+	return rank >= 1 && rank <= tp->cfg.size &&
+	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE) == DDSS_TP_REFUSED_CUT;
 }
 
 /*

@@ -40,6 +40,7 @@
 #include "alloc/pool.h"
 #include "alloc/segtab.h"
 #include "coherence/coherence.h"
+#include "coherence/model.h"
 #include "core/ctx.h"
 #include "core/seg_cache.h"
 #include "lock/lock_int.h"
@@ -365,7 +366,8 @@ static void handed_over(ddss_key_t key)
 		TEST_CHECK(1, r == 0, "the waiter's lock: %d (%s)", r, ddss_strerror(r));
 		if (!r) {
 			/* Version 4 repaired, or version 5 after a put that landed. */
-			uint64_t next = (__atomic_load_n(version, __ATOMIC_ACQUIRE) >> 1) + 1;
+			uint64_t next = ((__atomic_load_n(version, __ATOMIC_ACQUIRE) &
+					  ~COH_WRITER_MASK) >> 1) + 1;
 
 			memset(v, byte_of(next), sizeof(v));
 			r = ddss_put(ctx, key, 0, v, sizeof(v));

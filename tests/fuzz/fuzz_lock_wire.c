@@ -74,6 +74,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 	case RC_XSURVEY:
 		FUZZ_CHECK(m.pred >= 1 && m.pred <= size);
 		break;
+	case RC_GONE: /* names a rank; needs an answer */
+		FUZZ_CHECK(m.pred >= 1 && m.pred <= size && m.id && !m.hdr && !m.arg);
+		break;
 	default:
 		FUZZ_CHECK(!"a type the protocol does not have was accepted");
 	}

@@ -126,6 +126,7 @@ write("lock_wire", "recover", rc(16, hdr=key(1, 2, 1)))
 write("lock_wire", "xsurvey", rc(18, pred=1))
 write("lock_wire", "xreport", rc(19, pred=2, arg=1, tail=struct.pack(
     "<6I", wid(2, 0), 0, 0, wid(3, 1, 1), wid(2, 0), 1)))
+write("lock_wire", "gone", rc(20, hdr=0, pred=3))
 
 # SRSL at a home: [size][down bits] then messages [from len op arg lock req] (len 24 whole).
 write("srsl", "seed1", bytes([3, 0]) + bytes([1, 24, 1, 2, 1, 0, 0, 24, 1, 2, 1, 1,

@@ -870,17 +870,21 @@ static void served_free(struct verbs_tp *vt, struct verbs_served *s, bool quiesc
 	free(s);
 }
 
-void verbs_serve_cut(struct verbs_tp *vt, uint32_t rank)
+int verbs_serve_cut(struct verbs_tp *vt, uint32_t rank)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+	int r = 0;
 
 	/* Every QP the rank has here, not only its newest: each one holds our rkey. */
 	pthread_mutex_lock(&vt->served_mu);
 	for (struct verbs_served *s = vt->served; s; s = s->next)
-		if (s->peer == rank && s->qp && ibv_modify_qp(s->qp, &a, IBV_QP_STATE))
+		if (s->peer == rank && s->qp && ibv_modify_qp(s->qp, &a, IBV_QP_STATE)) {
+			r = -errno;
 			DDSS_WARN("verbs: cannot cut rank %u off (qp %u): %s", rank, s->qp_num,
 				  strerror(errno));
+		}
 	pthread_mutex_unlock(&vt->served_mu);
+	return r;
 }
 
 /* cm thread: take @s out of service for good (a newer connection of its rank replaced it). */

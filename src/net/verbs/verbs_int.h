@@ -428,8 +428,9 @@ int verbs_out_connect(struct verbs_out *o);
 /** Fail the outgoing connection with @err: its QP errors out, pending WRs flush. */
 void verbs_out_fail(struct verbs_out *o, int err);
 void verbs_peer_set_state(struct verbs_tp *vt, uint32_t rank, enum ddss_tp_peer_state s);
-/** Put @rank's served QP in the error state: its operations on our pool stop. Any thread. */
-void verbs_serve_cut(struct verbs_tp *vt, uint32_t rank);
+/** Put @rank's served QPs in the error state: its operations on our pool stop. 0, or -errno
+ * if one could not be (it may still serve). Any thread. */
+int verbs_serve_cut(struct verbs_tp *vt, uint32_t rank);
 /** Rank of the peer whose served QP is @qp_num, or 0. */
 uint32_t verbs_served_rank(struct verbs_tp *vt, uint32_t qp_num);
 

@@ -442,6 +442,7 @@ static int verbs_peer_connect(struct ddss_tp *tp, uint32_t rank)
 static int verbs_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 {
 	struct verbs_out *o;
+	int r = 0;
 
 	if (!ddss_tp_valid_rank(tp, rank))
 		return -EINVAL;
@@ -451,13 +452,13 @@ static int verbs_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 	 * peer down, and whoever sees that may already act on the refusal.
 	 */
 	if (ddss_tp_peer_refused(tp, rank))
-		verbs_serve_cut(verbs_tp_of(tp), rank);
+		r = verbs_serve_cut(verbs_tp_of(tp), rank);
 	verbs_out_fail(o, -ECONNRESET);
 	pthread_mutex_lock(&o->mu);
 	if (o->id && o->phase == VERBS_UP)
 		rdma_disconnect(o->id);
 	pthread_mutex_unlock(&o->mu);
-	return 0;
+	return r; /* a QP still serving it: ddss_tp_peer_refuse does not call it cut */
 }
 
 static int verbs_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp_node *node)
