@@ -13,6 +13,10 @@
  * settles the mark. Rank 2 puts half, then all of the segment and gets it back; rank 1
  * checks again.
  *
+ * Then marks that name their writer (the word's top 16 bits, coh_slots.c), unsettled: one
+ * named rank 1, alive, stays (-EIO: the home does not vouch for a live writer); one named
+ * rank 2 is rank 2's own failed put, and its next put takes it over without asking.
+ *
  * (A put took the mark with a fetch&add of 1 and, finding it set, gave it back with a
  * second one. In between, one round trip, the word said "version v+1 complete", and a get
  * in that window returned the dead writer's half-written copy as that version.)
@@ -128,6 +132,65 @@ static void rank2_repair(void)
 		   "the get after the repair: %d, first byte %#x", r, back[0]);
 }
 
+/* Rank 1: leave the word marked by hand, naming @writer, unsettled. */
+static uint64_t mark_named(uint64_t *word, uint64_t *settled, uint32_t writer)
+{
+	uint64_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+	uint64_t marked = now | 1 | (uint64_t)writer << 48;
+
+	TEST_CHECK(1, !(now & 1), "the word %#llx is marked already", (unsigned long long)now);
+	__atomic_store_n(settled, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(word, marked, __ATOMIC_SEQ_CST);
+	return marked;
+}
+
+/* Rank 2: one put of the whole segment; its result. */
+static int put_whole(void)
+{
+	unsigned char v[SEG_LEN];
+
+	memset(v, PUT_BYTE, sizeof(v));
+	return ddss_put(ctx, key, 0, v, sizeof(v));
+}
+
+static void named_marks(uint64_t *word, uint64_t *settled)
+{
+	uint64_t marked = 0;
+	int r = 0;
+
+	if (me == 1)
+		marked = mark_named(word, settled, 1);
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2) {
+		r = put_whole();
+		printf("rank 2: a put on a mark named rank 1 (alive, unsettled): %d\n", r);
+		TEST_CHECK(2, r == -EIO, "a put on a live writer's mark returned %d, not -EIO", r);
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 1) {
+		TEST_CHECK(1, __atomic_load_n(word, __ATOMIC_SEQ_CST) == marked,
+			   "a live writer's mark moved");
+		/* As it was (the put failed before the copy), then rank 2's own mark. */
+		__atomic_store_n(word, marked & ~(0xffffull << 48 | 1), __ATOMIC_SEQ_CST);
+		marked = mark_named(word, settled, 2);
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 2) {
+		r = put_whole();
+		printf("rank 2: a put on a mark named rank 2 (its own, unsettled): %d\n", r);
+		TEST_CHECK(2, r == 0, "a put on its own rank's mark returned %d (%s)", r,
+			   ddss_strerror(r));
+	}
+	test_ctx_barrier_or_exit(ctx);
+	if (me == 1) {
+		uint64_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+
+		TEST_CHECK(1, now == (marked & ~(0xffffull << 48)) + 1, "after rank 2 took its "
+			   "own mark over: the word %#llx, not %#llx", (unsigned long long)now,
+			   (unsigned long long)((marked & ~(0xffffull << 48)) + 1));
+	}
+}
+
 int main(void)
 {
 	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1,
@@ -187,6 +250,7 @@ int main(void)
 			   (unsigned long long)(marked + 1));
 		TEST_CHECK(1, rewritten, "the copy was not rewritten whole");
 	}
+	named_marks(word, settled);
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);
 	printf("rank %u: %s\n", me, test_failures ? "FAILED" : "passed");
