@@ -361,11 +361,35 @@ static bool may_repair(const struct coh_call *c)
 
 
 /*
+ * Whether a mark named by this rank belongs to a put that is over: no other put of this
+ * context on the key is under way (the caller's own is counted). A put that failed may
+ * release the lock before it settles (its release can go out on a new connection first):
+ * its mark must then wait for that settle, which would otherwise find the word completed
+ * by this put and take it for its own (a review of the first version). Puts that are over
+ * sent their transfers before this put's compare&swap, on the same connection or on one
+ * the home dropped when a newer one replaced it (settle), so none can land any more; a
+ * mark named by an earlier process of this rank is over too, since a rank is readmitted
+ * only once its old process is cut off (ddss_tp_peer_readmit). Colliding keys only make it
+ * wait.
+ */
+static bool own_mark_over(struct coh_call *c)
+{
+	return __atomic_load_n(&coh_of(c)->putting[c->d->key % COH_WORD_HINTS],
+			       __ATOMIC_ACQUIRE) == 1;
+}
+
+/* Warn once about puts failing on @mark (each put on it asks the home again). */
+static bool first_warning(struct coh_call *c, uint64_t mark)
+{
+	uint64_t *last = &coh_of(c)->warned_mark[c->d->key % COH_WORD_HINTS];
+
+	return __atomic_exchange_n(last, mark, __ATOMIC_RELAXED) != mark;
+}
+
+/*
  * Holding the lock, on a mark @mark that nobody settled: whether the writer it names is
  * over, so that this put may take the mark over as if it were settled.
- *  - This rank: its failed put's transfers went out before this put's compare&swap, on the
- *    same connection or on one the home dropped when a newer one replaced it (settle), so
- *    none can land any more. That covers a put that could not reach the home to settle,
+ *  - This rank: own_mark_over. That covers a put that could not reach the home to settle,
  *    and one whose marking compare&swap failed in transport but landed.
  *  - Another rank: only if the home has cut it off (ddss_lock_home_cut_off): declared
  *    dead, and nothing of it lands there any more.
@@ -377,13 +401,15 @@ static bool writer_gone(struct coh_call *c, uint64_t mark)
 	int r;
 
 	if (!writer || writer == c->ctx->rank)
-		return writer != 0;
+		return writer && own_mark_over(c);
 	r = ddss_lock_home_cut_off(c->ctx, c->d->home, writer);
 	if (r) {
-		DDSS_WARN("coherence: %#llx: the put of version %llu by rank %u did not finish, "
-			  "and the home does not vouch that it is over (%s): puts fail with -EIO",
-			  (unsigned long long)c->d->key,
-			  (unsigned long long)(unnamed(mark) >> 1) + 1, writer, ddss_strerror(r));
+		if (first_warning(c, mark))
+			DDSS_WARN("coherence: %#llx: the put of version %llu by rank %u did not "
+				  "finish, and the home does not vouch that it is over (%s): puts "
+				  "fail with -EIO", (unsigned long long)c->d->key,
+				  (unsigned long long)(unnamed(mark) >> 1) + 1, writer,
+				  ddss_strerror(r));
 		return false;
 	}
 	DDSS_WARN("coherence: %#llx: the writer of version %llu, rank %u, died mid-put and is "
@@ -454,15 +480,18 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p, bool *repair_p)
 	for (unsigned tries = 0; tries < MARK_TRIES; tries++) {
 		int r = word_cas(c, COH_VERSION_OFF, guess, mark_of(c, guess), &old);
 
-		/* Not settled: had the swap landed, the mark is ours (and names us, so our
-		 * next put takes it over: writer_gone). Still, a round trip to the home
-		 * first: on a new connection it drops the swap if it was not served yet,
-		 * which it could otherwise be after the lock passed on (a hand-over never
-		 * reaches the home). */
+		/* A round trip to the home first: on a new connection it drops the swap if
+		 * it was not served yet, which it could otherwise be after the lock passed on
+		 * (a hand-over never reaches the home). If the swap landed, the word shows
+		 * our mark and nothing else of this put was posted: take it back (when no
+		 * other put of ours is under way, whose mark would read the same). Else it
+		 * names us, and our next put takes it over (writer_gone). */
 		if (r) {
-			uint64_t now;
+			uint64_t now, was;
 
-			(void)coh_read_version(c, &now);
+			if (!coh_read_version(c, &now) && now == mark_of(c, guess) &&
+			    own_mark_over(c))
+				(void)word_cas(c, COH_VERSION_OFF, now, guess, &was);
 			return r;
 		}
 		if (old == guess) {
@@ -575,6 +604,7 @@ static int post_put(struct coh_call *c, struct coh_pending *p, unsigned char **w
 
 static int slots_put(struct coh_call *c)
 {
+	uint32_t *putting = &coh_of(c)->putting[c->d->key % COH_WORD_HINTS];
 	unsigned char *whole = NULL;
 	struct coh_pending p;
 	bool taken;
@@ -582,8 +612,11 @@ static int slots_put(struct coh_call *c)
 
 	if (r)
 		return r;
+	/* Counted from before the mark to after the settle (coh_unlock waits for both). */
+	__atomic_add_fetch(putting, 1, __ATOMIC_ACQ_REL);
 	coh_pending_init(c, &p);
 	r = coh_unlock(c, taken, &p, post_put(c, &p, &whole));
+	__atomic_sub_fetch(putting, 1, __ATOMIC_ACQ_REL);
 	free(whole);
 	return r;
 }

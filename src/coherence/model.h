@@ -51,6 +51,11 @@ struct ddss_coh {
 	/* The version word this context last saw, by key (collisions cost a retry):
 	 * the guess its compare&swap starts from (coh_slots.c, mark_writing). Atomic. */
 	uint64_t word_hint[COH_WORD_HINTS];
+	/* Write/delta puts of this context under way, by the same slots: from before their
+	 * mark until their settle is over (coh_slots.c, own_mark_over). Atomic. */
+	uint32_t putting[COH_WORD_HINTS];
+	/* The last unsettled mark a put here was warned about, by slot (once each). Atomic. */
+	uint64_t warned_mark[COH_WORD_HINTS];
 };
 
 /* The version word, in every segment's header: [completed puts : 63 | a put is writing : 1];

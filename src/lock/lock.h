@@ -139,6 +139,8 @@ struct ddss_lock_recovery_stats {
 	uint64_t successors_lost; /* releases here whose successor died before announcing */
 	uint64_t requeued;   /* requests here that failed behind a dead one and queued again */
 	uint64_t turns_passed; /* fair mode: dead ranks' tickets whose turn was passed on here */
+	uint64_t writers_asked;   /* the home: whether a put's writer is cut off (RC_GONE) */
+	uint64_t writers_vouched; /* ... answered yes */
 };
 void ddss_lock_recovery_stats(ddss_ctx_t *ctx, struct ddss_lock_recovery_stats *st);
 /* Waiter slots never reused any more (lost mid-queue, or retired after a recovered drain):

@@ -10,11 +10,12 @@
  * would otherwise undo.
  *
  * The home answers on its progress thread, from the transport's refusal state
- * (net/transport.h, ddss_tp_peer_cut). A rank it sees down and not alive (the rule of
- * lock_rc_ask) it declares dead on the spot; the heartbeat thread then closes its
- * channels, and the asker asks again until it is cut. A readmitted rank is a new process
- * and counts as alive: the question is about a rank, not an incarnation, so the answer
- * stays on the safe side.
+ * (net/transport.h, ddss_tp_peer_cut): 0 cut off; -EAGAIN being cut off (the asker asks
+ * again every GONE_RETRY_NS, up to the operation timeout); -EIO if its cut failed (a QP
+ * that would not go to the error state: never vouched for); -EBUSY alive. A rank it sees
+ * down and not alive (the rule of lock_rc_ask) it declares dead on the spot. A readmitted
+ * rank is a new process and counts as alive: the question is about a rank, not an
+ * incarnation, so the answer stays on the safe side.
  */
 #include "core/ctx.h"
 #include "lock/lock_int.h"
@@ -29,21 +30,38 @@
 
 void lock_gone_on_ask(struct ddss_lock *lk, uint32_t from, const struct rc_msg *m)
 {
+	struct ddss_net *net = lk->ctx->net;
 	uint32_t rank = m->pred; /* in range: lock_rc_decode */
 	int status;
 
-	if (rank == lk->rank)
+	LOCK_RSTAT(lk, writers_asked);
+	if (rank == lk->rank) {
 		status = -EBUSY; /* we are answering */
-	else if (ddss_tp_peer_cut(lk->tp, rank))
+	} else if (ddss_tp_peer_cut(lk->tp, rank)) {
 		status = 0;
-	else if (ddss_tp_peer_refused(lk->tp, rank))
-		status = -EAGAIN; /* the heartbeat thread closes its channels next */
-	else if (lock_peer_down(lk, rank) && !ddss_net_down_but_alive(lk->ctx->net, rank)) {
-		ddss_net_declare_dead(lk->ctx->net, rank);
-		status = -EAGAIN;
+	} else if (ddss_tp_peer_refused(lk->tp, rank)) {
+		/* Being cut off (the heartbeat thread closes its channels), or its cut failed:
+		 * a declaration marks it refused after it marks the refusal pending, and the
+		 * heartbeat thread clears that after the cut, so a last look at the cut settles
+		 * the race. */
+		if (ddss_tp_peer_cutting(lk->tp, rank) || ddss_net_refusal_pending(net, rank))
+			status = -EAGAIN;
+		else
+			status = ddss_tp_peer_cut(lk->tp, rank) ? 0 : -EIO;
+	} else if (lock_peer_down(lk, rank)) {
+		/* The rule of lock_rc_ask: down and not alive is dead. */
+		if (ddss_net_down_but_alive(net, rank)) {
+			ddss_net_reconnect_ask(net, rank);
+			status = -EBUSY;
+		} else {
+			ddss_net_declare_dead(net, rank);
+			status = -EAGAIN;
+		}
 	} else {
 		status = -EBUSY;
 	}
+	if (!status)
+		LOCK_RSTAT(lk, writers_vouched);
 	lock_home_answer(lk, from, m->id, status);
 }
 

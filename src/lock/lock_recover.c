@@ -488,6 +488,8 @@ void ddss_lock_recovery_stats(ddss_ctx_t *ctx, struct ddss_lock_recovery_stats *
 	st->successors_lost = __atomic_load_n(&c->successors_lost, __ATOMIC_RELAXED);
 	st->requeued = __atomic_load_n(&c->requeued, __ATOMIC_RELAXED);
 	st->turns_passed = __atomic_load_n(&c->turns_passed, __ATOMIC_RELAXED);
+	st->writers_asked = __atomic_load_n(&c->writers_asked, __ATOMIC_RELAXED);
+	st->writers_vouched = __atomic_load_n(&c->writers_vouched, __ATOMIC_RELAXED);
 }
 
 /* ---- fair mode: a turn that a dead rank's ticket holds ---- */

@@ -104,8 +104,19 @@ static bool held_up(struct ddss_net *net, int64_t now, int64_t *since_p)
  * never on the declarer's thread). */
 void ddss_net_refuse_if_pending(struct ddss_net *net, uint32_t r)
 {
-	if (__atomic_exchange_n(&net->dead_pending[r], 0, __ATOMIC_ACQ_REL))
+	/* Pending until the refusal is done: a rank marked refused and not pending is one
+	 * whose cut is over, or failed (ddss_net_refusal_pending). A declaration meanwhile
+	 * is of the rank being refused here (readmissions run on this thread too). */
+	if (__atomic_load_n(&net->dead_pending[r], __ATOMIC_ACQUIRE)) {
 		ddss_tp_peer_refuse(net->tp, r);
+		__atomic_store_n(&net->dead_pending[r], 0, __ATOMIC_SEQ_CST);
+	}
+}
+
+bool ddss_net_refusal_pending(struct ddss_net *net, uint32_t rank)
+{
+	return rank >= 1 && rank <= net->env.size && net->dead_pending &&
+	       __atomic_load_n(&net->dead_pending[rank], __ATOMIC_SEQ_CST);
 }
 
 static void refuse_pending(struct ddss_net *net)
@@ -314,8 +325,8 @@ void ddss_net_declare_dead(struct ddss_net *net, uint32_t rank)
 	/* At once, not when the heartbeat thread gets to it: the caller is about to give
 	 * away what @rank held, and a request of it already on its way must find the door
 	 * shut (the serving side checks the flag before each request). */
+	__atomic_store_n(&net->dead_pending[rank], 1, __ATOMIC_SEQ_CST); /* before: lock_gone.c */
 	ddss_tp_peer_mark_refused(net->tp, rank);
-	__atomic_store_n(&net->dead_pending[rank], 1, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&net->mu);
 	net->dead_requested = true;
 	pthread_cond_broadcast(&net->cv);

@@ -86,6 +86,9 @@ void ddss_net_set_leaving(struct ddss_net *net);
  * down rank held (lock/srsl.c), so that rank can never come back and act on it.
  */
 void ddss_net_declare_dead(struct ddss_net *net, uint32_t rank);
+/** Whether a refusal of @rank that ddss_net_declare_dead asked for is still to be done
+ * (the heartbeat thread closes its channels). Any thread. */
+bool ddss_net_refusal_pending(struct ddss_net *net, uint32_t rank);
 /** Whether @rank was heard from (a heartbeat, or its connection coming up) within the peer
  * timeout; true without a peer timeout (then silence is never judged). Any thread. */
 bool ddss_net_heard_lately(struct ddss_net *net, uint32_t rank);

@@ -46,6 +46,14 @@ int ddss_tp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp
 	if (!ddss_tp_valid_rank(tp, rank) || rank == tp->cfg.rank || !node || !incarnation ||
 	    !ddss_tp_peer_refused(tp, rank))
 		return -EINVAL;
+	/* The old process must be cut off first: the new one may take over what the old one
+	 * left half done, as its own (a write put's mark names only the rank, coh_slots.c).
+	 * A cut that failed (a QP that would not go to the error state) is tried once more. */
+	if (!ddss_tp_peer_cut(tp, rank)) {
+		ddss_tp_peer_refuse(tp, rank);
+		if (!ddss_tp_peer_cut(tp, rank))
+			return -EBUSY;
+	}
 	/* The new incarnation first: a handshake accepted after the door opens is checked
 	 * against it, never against the old one's. */
 	__atomic_store_n(&tp->incarnation[rank], incarnation, __ATOMIC_RELEASE);

@@ -332,25 +332,28 @@ void ddss_tp_peer_mark_refused(struct ddss_tp *tp, uint32_t rank)
 {
 	uint8_t none = 0;
 
-	/* 0 -> 1 only: a later mark must not take back a cut (DDSS_TP_REFUSED_CUT). */
+	/* 0 -> marked only: a later mark must not take back a cut (DDSS_TP_REFUSED_CUT). */
 	if (ddss_tp_valid_rank(tp, rank) && rank != tp->cfg.rank)
-		__atomic_compare_exchange_n(&tp->refused[rank], &none, 1, false, __ATOMIC_SEQ_CST,
-					    __ATOMIC_SEQ_CST);
+		__atomic_compare_exchange_n(&tp->refused[rank], &none, DDSS_TP_REFUSED_MARKED,
+					    false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
 
 void ddss_tp_peer_refuse(struct ddss_tp *tp, uint32_t rank)
 {
-	uint8_t marked = 1;
+	uint8_t cutting = DDSS_TP_REFUSED_CUTTING;
+	int r;
 
 	if (!ddss_tp_valid_rank(tp, rank) || rank == tp->cfg.rank)
 		return;
-	ddss_tp_peer_mark_refused(tp, rank);
-	/* The provider closes both directions once it sees the flag. Once its served channels
-	 * are closed (verbs: its QPs in the error state), nothing of it lands any more: say
-	 * so (ddss_tp_peer_cut), unless a readmission let a new incarnation in meanwhile. */
-	if (tp->ops->peer_disconnect(tp, rank) == 0)
-		__atomic_compare_exchange_n(&tp->refused[rank], &marked, DDSS_TP_REFUSED_CUT,
-					    false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	/* Marked refused and "cutting" at once, then cut once the provider has closed both
+	 * directions (verbs: its served QPs in the error state), so that nothing of it lands
+	 * any more (ddss_tp_peer_cut); back to marked if it could not. Readmission, the only
+	 * way back to 0, runs on the same (heartbeat) thread. */
+	__atomic_store_n(&tp->refused[rank], DDSS_TP_REFUSED_CUTTING, __ATOMIC_SEQ_CST);
+	r = tp->ops->peer_disconnect(tp, rank);
+	__atomic_compare_exchange_n(&tp->refused[rank], &cutting,
+				    r == 0 ? DDSS_TP_REFUSED_CUT : DDSS_TP_REFUSED_MARKED, false,
+				    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
 
 static int finish(struct ddss_tp *tp, struct ddss_tp_req *req, int r)

@@ -300,8 +300,8 @@ struct ddss_tp {
 	struct ddss_tp_config cfg;
 	struct ddss_tp_node *nodes; /* owned copy of cfg.nodes */
 	uint8_t *refused;           /* [rank] (atomic): declared dead, never served again
-				     * (until readmitted as a new incarnation): 1 marked,
-				     * DDSS_TP_REFUSED_CUT once its channels are closed too */
+				     * (until readmitted as a new incarnation):
+				     * DDSS_TP_REFUSED_* */
 	uint64_t *incarnation;      /* [rank] (atomic), NULL in a static group (cfg.incarnations) */
 	uint32_t *generation;       /* [rank] (atomic), with incarnation (cfg.generations) */
 	struct ddss_auth_key auth;  /* owned copy of *cfg.auth (cfg.auth points here) */
@@ -421,7 +421,8 @@ uint64_t ddss_tp_pair_group(const struct ddss_tp *tp, uint32_t peer);
  * process, incarnation @incarnation, listening at @node. From the return on, handshakes
  * of that incarnation (only) are accepted and operations to @rank reach it; every channel
  * of the old one was closed by the refusal. -EINVAL for a bad argument or a rank not
- * refused, -EOPNOTSUPP for a static group or a provider without it.
+ * refused, -EBUSY if the old one cannot be cut off (ddss_tp_peer_cut), -EOPNOTSUPP for a
+ * static group or a provider without it.
  */
 int ddss_tp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp_node *node,
 			 uint64_t incarnation, uint32_t generation);
@@ -440,18 +441,28 @@ static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)
 	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE);
 }
 
-#define DDSS_TP_REFUSED_CUT 2
+/* tp->refused[rank]: 0, or declared dead and ... */
+#define DDSS_TP_REFUSED_MARKED 1  /* marked: its channels are to be closed (or could not be) */
+#define DDSS_TP_REFUSED_CUT 2     /* its channels closed: nothing of it lands any more */
+#define DDSS_TP_REFUSED_CUTTING 3 /* its channels being closed now (ddss_tp_peer_refuse) */
 
 /**
  * True once @rank was declared dead and ddss_tp_peer_refuse has closed its channels here:
  * nothing it sent can land in our memory any more. Marked refused is not enough on verbs,
  * where the NIC serves a one-sided operation until its QP is in the error state. For a
- * home that vouches for a dead writer (lock/lock_agent.c, RC_GONE). Any thread.
+ * home that vouches for a dead writer (lock/lock_gone.c, RC_GONE). Any thread.
  */
 static inline bool ddss_tp_peer_cut(const struct ddss_tp *tp, uint32_t rank)
 {
 	return rank >= 1 && rank <= tp->cfg.size &&
 	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE) == DDSS_TP_REFUSED_CUT;
+}
+
+/** True while ddss_tp_peer_refuse is closing @rank's channels. Any thread. */
+static inline bool ddss_tp_peer_cutting(const struct ddss_tp *tp, uint32_t rank)
+{
+	return rank >= 1 && rank <= tp->cfg.size &&
+	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE) == DDSS_TP_REFUSED_CUTTING;
 }
 
 /*

@@ -1284,7 +1284,7 @@ struct test_entry {
 static void usage(const char *prog)
 {
 	fprintf(stderr, "usage: %s [--threads N] [--iters M] [--payload BYTES] [--completion=poll] "
-		"[--only WORD]\n", prog);
+		"[--only WORD] [--max-msg BYTES (verbs)]\n", prog);
 }
 
 /* The tests that allocate version, write or delta segments (or test attributes on them). */
@@ -1322,6 +1322,9 @@ int main(int argc, char **argv)
 			flat_len = strtoul(argv[++i], NULL, 0) & ~(size_t)7;
 		else if (!strcmp(a, "--only") && i + 1 < argc)
 			only = argv[++i];
+		else if (!strcmp(a, "--max-msg") && i + 1 < argc)
+			/* verbs: transfers as messages of at most this many bytes */
+			setenv("DDSS_VERBS_MAX_MSG", argv[++i], 1);
 		else
 			return usage(argv[0]), 2;
 	}

@@ -6,7 +6,7 @@
  * reach the home), a put of part of the segment still fails with -EIO, and a put of the
  * whole segment repairs it: the copy rewritten, the version completed.
  *
- *   ddssrun -n 2 --transport tcp coh_dead_writer
+ *   ddssrun -n 3 --transport tcp coh_dead_writer
  *
  * Rank 1 homes the segment and plays the dead writer in its own pool. Rank 2 puts from one
  * thread while another gets, PUTS times; rank 1 then checks the word and the copy, and
@@ -14,8 +14,9 @@
  * checks again.
  *
  * Then marks that name their writer (the word's top 16 bits, coh_slots.c), unsettled: one
- * named rank 1, alive, stays (-EIO: the home does not vouch for a live writer); one named
- * rank 2 is rank 2's own failed put, and its next put takes it over without asking.
+ * named rank 3, alive, stays (-EIO: the home, asked, does not vouch for a live writer);
+ * one named rank 2 is rank 2's own failed put, and its next put takes it over without
+ * asking. Rank 3 only takes part in the barriers.
  *
  * (A put took the mark with a fetch&add of 1 and, finding it set, gave it back with a
  * second one. In between, one round trip, the word said "version v+1 complete", and a get
@@ -27,6 +28,7 @@
 #include "core/ctx.h"
 #include "core/seg_cache.h"
 #include "ddss/ddss.h"
+#include "lock/lock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -153,21 +155,33 @@ static int put_whole(void)
 	return ddss_put(ctx, key, 0, v, sizeof(v));
 }
 
-static void named_marks(uint64_t *word, uint64_t *settled)
+static void named_marks(uint64_t *word, uint64_t *settled, unsigned char *copy)
 {
+	struct ddss_lock_recovery_stats before = { 0 }, after = { 0 };
 	uint64_t marked = 0;
 	int r = 0;
 
-	if (me == 1)
-		marked = mark_named(word, settled, 1);
+	if (me == 1) {
+		marked = mark_named(word, settled, 3);
+		ddss_lock_recovery_stats(ctx, &before);
+	}
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 2) {
 		r = put_whole();
-		printf("rank 2: a put on a mark named rank 1 (alive, unsettled): %d\n", r);
+		printf("rank 2: a put on a mark named rank 3 (alive, unsettled): %d\n", r);
 		TEST_CHECK(2, r == -EIO, "a put on a live writer's mark returned %d, not -EIO", r);
 	}
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 1) {
+		ddss_lock_recovery_stats(ctx, &after);
+		printf("rank 1: asked whether the writer is over: %llu times, said yes %llu\n",
+		       (unsigned long long)(after.writers_asked - before.writers_asked),
+		       (unsigned long long)(after.writers_vouched - before.writers_vouched));
+		TEST_CHECK(1, after.writers_asked == before.writers_asked + 1 &&
+				      after.writers_vouched == before.writers_vouched,
+			   "the home was asked %llu times about the live writer and said yes %llu",
+			   (unsigned long long)(after.writers_asked - before.writers_asked),
+			   (unsigned long long)(after.writers_vouched - before.writers_vouched));
 		TEST_CHECK(1, __atomic_load_n(word, __ATOMIC_SEQ_CST) == marked,
 			   "a live writer's mark moved");
 		/* As it was (the put failed before the copy), then rank 2's own mark. */
@@ -184,10 +198,16 @@ static void named_marks(uint64_t *word, uint64_t *settled)
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 1) {
 		uint64_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
+		bool rewritten = true;
 
+		for (unsigned i = 0; i < SEG_LEN; i++)
+			rewritten &= copy[i] == PUT_BYTE;
 		TEST_CHECK(1, now == (marked & ~(0xffffull << 48)) + 1, "after rank 2 took its "
 			   "own mark over: the word %#llx, not %#llx", (unsigned long long)now,
 			   (unsigned long long)((marked & ~(0xffffull << 48)) + 1));
+		TEST_CHECK(1, rewritten, "its own mark taken over, the copy is not rank 2's");
+		TEST_CHECK(1, __atomic_load_n(settled, __ATOMIC_SEQ_CST) == 0,
+			   "the settled word moved");
 	}
 }
 
@@ -199,7 +219,7 @@ int main(void)
 	uint64_t *word = NULL, *settled = NULL, marked = 0;
 	int r;
 
-	ctx = test_init_ranks_or_exit(2);
+	ctx = test_init_ranks_or_exit(3);
 	me = ddss_rank(ctx);
 	r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key);
 	if (r) {
@@ -250,7 +270,7 @@ int main(void)
 			   (unsigned long long)(marked + 1));
 		TEST_CHECK(1, rewritten, "the copy was not rewritten whole");
 	}
-	named_marks(word, settled);
+	named_marks(word, settled, copy);
 	test_ctx_barrier_or_exit(ctx);
 	ddss_finalize(ctx);
 	printf("rank %u: %s\n", me, test_failures ? "FAILED" : "passed");

@@ -808,7 +808,7 @@ int verbs_out_connect(struct verbs_out *o)
 			deadline = ddss_now_ns() + budget_ns;
 		attempted = true;
 		o->attempt_deadline = deadline;
-		o->attempts++;
+		__atomic_add_fetch(&o->attempts, 1, __ATOMIC_RELEASE); /* read unlocked: chain */
 		r = out_start(o);
 		if (r && !o->retriable)
 			break;

@@ -141,6 +141,7 @@ static int query_device(struct verbs_tp *vt)
 	if (da.max_qp_init_rd_atom < vt->rd_atom)
 		vt->rd_atom = (uint8_t)da.max_qp_init_rd_atom;
 	vt->max_msg = pa.max_msg_sz ? pa.max_msg_sz : 1u << 30;
+	verbs_max_msg_lower(vt);
 	snprintf(vt->base.device, sizeof(vt->base.device), "%s",
 		 ibv_get_device_name(vt->ctx->device));
 	/*
@@ -586,6 +587,41 @@ static int fence_flag(struct verbs_tp *vt, struct verbs_out *o)
 	return verbs_wait_earlier(o);
 }
 
+/*
+ * This thread's chain of WRs posted "more" (DDSS_TP_MORE): the connection, and the connect
+ * attempt whose QP its first WR went into. An atomic posted "more" completes what they
+ * wrote (a write or delta put's fetch&add behind its copy), so it must go on their QP: if
+ * that one failed meanwhile and begin() connected again, the WRs before it were flushed,
+ * and the atomic on the new QP would complete a version whose copy was lost. It fails with
+ * -ECONNRESET instead, as on tcp (tcp_chan.c, "chain"). A copy longer than the port's
+ * largest message is posted at once as several WRs, apart from its fetch&add (a held one
+ * goes in one chain with the atomic, on one QP). The chain ends at a post without "more",
+ * a wait or a test of this thread. The attempt is read before begin(): a reconnect in
+ * between makes the atomic fail for nothing (safe), never pass wrongly.
+ */
+static __thread struct {
+	const struct verbs_out *o;
+	unsigned attempt;
+} chain;
+
+static unsigned out_attempt(struct verbs_tp *vt, uint32_t peer)
+{
+	return ddss_tp_valid_rank(&vt->base, peer) ?
+		       __atomic_load_n(&vt->peers[peer].out.attempts, __ATOMIC_ACQUIRE) : 0;
+}
+
+/* After a post to @o with @flags that began with connect attempt @attempt. */
+static inline void chain_note(const struct verbs_out *o, unsigned flags, unsigned attempt)
+{
+	if (!(flags & DDSS_TP_MORE)) {
+		if (chain.o == o)
+			chain.o = NULL;
+	} else if (chain.o != o) {
+		chain.o = o;
+		chain.attempt = attempt;
+	}
+}
+
 /* Every post of this provider: behind the thread's held WR, in one chain if to its peer. */
 static inline __attribute__((always_inline)) int post_wr(struct verbs_tp *vt, struct verbs_out *o,
 							 struct ibv_send_wr *wr)
@@ -608,6 +644,7 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 		   void *local, size_t len, struct ddss_tp_req *req, unsigned flags)
 {
 	bool hold = flags & DDSS_TP_MORE;
+	unsigned attempt = hold ? out_attempt(vt, peer) : 0;
 	struct verbs_out *o;
 	struct ibv_sge sge;
 	struct ibv_send_wr wr = { 0 };
@@ -619,6 +656,7 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 	r = begin(vt, peer, off, len, req, &o);
 	if (r)
 		return r;
+	chain_note(o, flags, attempt);
 	fence = flags & DDSS_TP_FENCE ? fence_flag(vt, o) : 0;
 	if (fence < 0)
 		return fence;
@@ -688,6 +726,7 @@ static int verbs_post_write(struct ddss_tp *tp, uint32_t peer, uint64_t off, con
 static inline __attribute__((always_inline)) int post_atomic(struct verbs_tp *vt, uint32_t peer, enum ddss_tp_op op, uint64_t off,
 		       uint64_t a, uint64_t b, struct ddss_tp_req *req, unsigned flags)
 {
+	unsigned attempt = flags & DDSS_TP_MORE ? out_attempt(vt, peer) : 0;
 	struct verbs_out *o;
 	struct ibv_sge sge;
 	struct ibv_send_wr wr = { 0 };
@@ -700,6 +739,10 @@ static inline __attribute__((always_inline)) int post_atomic(struct verbs_tp *vt
 	r = begin(vt, peer, off, 8, req, &o);
 	if (r)
 		return r;
+	if ((flags & DDSS_TP_MORE) && chain.o == o &&
+	    __atomic_load_n(&o->attempts, __ATOMIC_ACQUIRE) != chain.attempt)
+		return -ECONNRESET; /* what it completes went with a QP that failed since */
+	chain_note(o, flags, attempt);
 	fence = flags & DDSS_TP_FENCE ? fence_flag(vt, o) : 0;
 	if (fence < 0)
 		return fence;
@@ -865,6 +908,7 @@ static int verbs_test_op(struct ddss_tp *tp, struct ddss_tp_req *req)
 {
 	if (!req || !ddss_tp_valid_rank(tp, req->peer))
 		return -EINVAL;
+	chain.o = NULL; /* a wait or test ends this thread's chain */
 	push_held(verbs_tp_of(tp));
 	return verbs_test(verbs_tp_of(tp), req);
 }
@@ -873,6 +917,7 @@ static int verbs_wait_op(struct ddss_tp *tp, struct ddss_tp_req *req, int timeou
 {
 	if (!req || !ddss_tp_valid_rank(tp, req->peer))
 		return -EINVAL;
+	chain.o = NULL;
 	push_held(verbs_tp_of(tp));
 	return verbs_wait(verbs_tp_of(tp), req, timeout_ms);
 }
