@@ -44,6 +44,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static uint32_t extra_copies(const struct coh_call *c)
 {
@@ -369,13 +370,22 @@ static bool may_repair(const struct coh_call *c)
  * sent their transfers before this put's compare&swap, on the same connection or on one
  * the home dropped when a newer one replaced it (settle), so none can land any more; a
  * mark named by an earlier process of this rank is over too, since a rank is readmitted
- * only once its old process is cut off (ddss_tp_peer_readmit). Colliding keys only make it
- * wait.
+ * only once its old process is cut off (ddss_tp_peer_readmit). While other puts are under
+ * way (the failed one settling, or another key's in the same slot) it waits for them, up
+ * to the operation timeout: a counted put holds no lock it could wait for on us (it is
+ * counted once it holds its own, and settling only asks the home).
  */
 static bool own_mark_over(struct coh_call *c)
 {
-	return __atomic_load_n(&coh_of(c)->putting[c->d->key % COH_WORD_HINTS],
-			       __ATOMIC_ACQUIRE) == 1;
+	const uint32_t *putting = &coh_of(c)->putting[c->d->key % COH_WORD_HINTS];
+	int64_t deadline = coh_deadline(c);
+
+	while (__atomic_load_n(putting, __ATOMIC_ACQUIRE) != 1) {
+		if (ddss_now_ns() >= deadline)
+			return false;
+		nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+	}
+	return true;
 }
 
 /* Warn once about puts failing on @mark (each put on it asks the home again). */
@@ -483,13 +493,15 @@ static int mark_writing(struct coh_call *c, uint64_t *old_p, bool *repair_p)
 		/* A round trip to the home first: on a new connection it drops the swap if
 		 * it was not served yet, which it could otherwise be after the lock passed on
 		 * (a hand-over never reaches the home). If the swap landed, the word shows
-		 * our mark and nothing else of this put was posted: take it back (when no
-		 * other put of ours is under way, whose mark would read the same). Else it
-		 * names us, and our next put takes it over (writer_gone). */
+		 * our mark and nothing else of this put was posted: take it back, but only
+		 * if this hold saw the word at @guess (a later try: the first guess is the
+		 * hint, and an earlier failed put of ours, over, leaves the same mark on
+		 * bytes it may have written in part), and no other put of ours is under
+		 * way. Else it names us, and our next put takes it over (writer_gone). */
 		if (r) {
 			uint64_t now, was;
 
-			if (!coh_read_version(c, &now) && now == mark_of(c, guess) &&
+			if (!coh_read_version(c, &now) && tries > 0 && now == mark_of(c, guess) &&
 			    own_mark_over(c))
 				(void)word_cas(c, COH_VERSION_OFF, now, guess, &was);
 			return r;

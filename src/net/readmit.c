@@ -89,9 +89,16 @@ void ddss_net_readmit_pending(struct ddss_net *net)
 		pthread_mutex_lock(&net->mu);
 		if (err)
 			net->peer_state[r] = DDSS_TP_PEER_DOWN;
+		/* -EBUSY: the old process could not be cut off yet; the next round tries again
+		 * (unless a newer admission came meanwhile). */
+		if (err == -EBUSY && !net->admit[r].pending)
+			net->admit[r] = a;
 		pthread_cond_broadcast(&net->cv);
 		pthread_mutex_unlock(&net->mu);
-		if (err)
+		if (err == -EBUSY)
+			DDSS_WARN("rank %u: its old process is not cut off yet; its new incarnation "
+				  "%llu waits for the next round", r, (unsigned long long)a.incarnation);
+		else if (err)
 			DDSS_ERR("rank %u: cannot take in its new incarnation %llu: %s; it stays "
 				 "refused here", r, (unsigned long long)a.incarnation, strerror(-err));
 	}

@@ -347,8 +347,9 @@ void ddss_tp_peer_refuse(struct ddss_tp *tp, uint32_t rank)
 		return;
 	/* Marked refused and "cutting" at once, then cut once the provider has closed both
 	 * directions (verbs: its served QPs in the error state), so that nothing of it lands
-	 * any more (ddss_tp_peer_cut); back to marked if it could not. Readmission, the only
-	 * way back to 0, runs on the same (heartbeat) thread. */
+	 * any more (ddss_tp_peer_cut); back to marked if it could not (also after an earlier
+	 * cut: closing was asked for again, and failed). Readmission, the only way back to 0,
+	 * runs on the same (heartbeat) thread. */
 	__atomic_store_n(&tp->refused[rank], DDSS_TP_REFUSED_CUTTING, __ATOMIC_SEQ_CST);
 	r = tp->ops->peer_disconnect(tp, rank);
 	__atomic_compare_exchange_n(&tp->refused[rank], &cutting,

@@ -307,7 +307,7 @@ struct hammer {
 static void *hammer_main(void *arg)
 {
 	struct hammer *h = arg;
-	uint8_t data[2048], out[2048];
+	uint8_t data[8192], out[8192];
 	uint64_t s = h->tid + 1, v;
 
 	for (unsigned i = 0; i < 20000; i++) {
@@ -317,7 +317,8 @@ static void *hammer_main(void *arg)
 		s = s * 6364136223846793005ull + 1442695040888963407ull;
 		key = (s >> 33) % 64 + 1;
 		ver = (s >> 20) % 16;
-		len = 64 + (size_t)(key * 17 % 1984);
+		/* A quarter of the keys copy out unlocked (coh_cache.c, COPY_UNLOCKED_MIN). */
+		len = key % 4 ? 64 + (size_t)(key * 17 % 1984) : 4096 + (size_t)(key * 61 % 4096);
 		if ((s >> 40) % 3 == 0) {
 			test_fill(data, len, key * 100 + ver);
 			coh_cache_put(h->c, key, 0, len, data, ver, (int64_t)ver);

@@ -184,9 +184,11 @@ static void named_marks(uint64_t *word, uint64_t *settled, unsigned char *copy)
 			   (unsigned long long)(after.writers_vouched - before.writers_vouched));
 		TEST_CHECK(1, __atomic_load_n(word, __ATOMIC_SEQ_CST) == marked,
 			   "a live writer's mark moved");
-		/* As it was (the put failed before the copy), then rank 2's own mark. */
+		/* As it was (the put failed before the copy), then rank 2's own mark, over a
+		 * copy rank 2's failed put wrote in part. */
 		__atomic_store_n(word, marked & ~(0xffffull << 48 | 1), __ATOMIC_SEQ_CST);
 		marked = mark_named(word, settled, 2);
+		memset(copy, TORN_BYTE, SEG_LEN / 2);
 	}
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 2) {

@@ -25,6 +25,7 @@
 #include "core/ctx.h"
 #include "core/seg_cache.h"
 #include "ddss/ddss.h"
+#include "lock/lock.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -123,6 +124,7 @@ static void repairer(void)
 /* Rank 1: the segment's words and copy, as the repair left them. */
 static void check_home(void)
 {
+	struct ddss_lock_recovery_stats st;
 	const struct ddss_seg_desc *d;
 	char *base = ddss_pool_base(ctx->pool);
 	uint64_t word, settled;
@@ -151,6 +153,10 @@ static void check_home(void)
 	TEST_CHECK(1, settled == 0, "the settled word %#llx is not 0: nobody settled the mark",
 		   (unsigned long long)settled);
 	TEST_CHECK(1, rewritten, "the copy is not rank 2's whole");
+	ddss_lock_recovery_stats(ctx, &st);
+	printf("rank 1: asked whether a writer is over %llu times, vouched %llu\n",
+	       (unsigned long long)st.writers_asked, (unsigned long long)st.writers_vouched);
+	TEST_CHECK(1, st.writers_vouched >= 1, "the home never vouched for the dead writer");
 }
 
 int main(void)

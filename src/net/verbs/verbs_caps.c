@@ -118,7 +118,7 @@ int verbs_ack_timeout_decide(struct verbs_tp *vt, uint32_t vendor_id)
 }
 
 /*
- * DDSS_VERBS_MAX_MSG=N (bytes, 1 up to the port's): split transfers into messages of at
+ * DDSS_VERBS_MAX_MSG=N (bytes, 64 up to the port's): split transfers into messages of at
  * most N bytes, as a port with a smaller largest message would. For tests of the paths
  * that post a transfer as several WRs (verbs_provider.c, post_rw), which real ports reach
  * only past 1-2 GiB. Anything else is warned about and ignored.
@@ -133,8 +133,8 @@ void verbs_max_msg_lower(struct verbs_tp *vt)
 		return;
 	errno = 0;
 	n = strtoull(s, &end, 10);
-	if (errno || *end || n == 0 || n > vt->max_msg) {
-		DDSS_WARN("verbs: DDSS_VERBS_MAX_MSG=%s is not 1..%u; ignored", s, vt->max_msg);
+	if (errno || *end || n < 64 || n > vt->max_msg) {
+		DDSS_WARN("verbs: DDSS_VERBS_MAX_MSG=%s is not 64..%u; ignored", s, vt->max_msg);
 		return;
 	}
 	vt->max_msg = (uint32_t)n;
