@@ -134,6 +134,15 @@ static void rank2_repair(void)
 		   "the get after the repair: %d, first byte %#x", r, back[0]);
 }
 
+/* Whether every byte of the copy is @byte. */
+static bool copy_all(const unsigned char *copy, unsigned char byte)
+{
+	for (unsigned i = 0; i < SEG_LEN; i++)
+		if (copy[i] != byte)
+			return false;
+	return true;
+}
+
 /* Rank 1: leave the word marked by hand, naming @writer, unsettled. */
 static uint64_t mark_named(uint64_t *word, uint64_t *settled, uint32_t writer)
 {
@@ -200,10 +209,7 @@ static void named_marks(uint64_t *word, uint64_t *settled, unsigned char *copy)
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 1) {
 		uint64_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
-		bool rewritten = true;
-
-		for (unsigned i = 0; i < SEG_LEN; i++)
-			rewritten &= copy[i] == PUT_BYTE;
+		bool rewritten = copy_all(copy, PUT_BYTE);
 		TEST_CHECK(1, now == (marked & ~(0xffffull << 48)) + 1, "after rank 2 took its "
 			   "own mark over: the word %#llx, not %#llx", (unsigned long long)now,
 			   (unsigned long long)((marked & ~(0xffffull << 48)) + 1));
@@ -262,10 +268,7 @@ int main(void)
 	test_ctx_barrier_or_exit(ctx);
 	if (me == 1) {
 		uint64_t now = __atomic_load_n(word, __ATOMIC_SEQ_CST);
-		bool rewritten = true;
-
-		for (unsigned i = 0; i < SEG_LEN; i++)
-			rewritten &= copy[i] == PUT_BYTE;
+		bool rewritten = copy_all(copy, PUT_BYTE);
 		printf("rank 1: after the repair: version word %#llx\n", (unsigned long long)now);
 		TEST_CHECK(1, now == marked + 1, "the version word %#llx is not %#llx (the dead "
 			   "writer's version, completed)", (unsigned long long)now,

@@ -15,8 +15,8 @@
  * Before marks named their writer (2026-12-07) nothing settled a dead writer's mark, and
  * every put after it returned -EIO for good: this test failed at REPAIR_MS.
  *
- * As in tests/lock/faults.c, the victim is a child of its rank process, which only waits
- * and reports the planned SIGKILL as success.
+ * The victim is a child of its rank process, which only waits and reports the planned
+ * SIGKILL as success (test_fork_victim).
  */
 #include "common/test_util.h"
 #include "alloc/pool.h"
@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define VICTIM 3u
@@ -60,21 +59,6 @@ static void die_here(ddss_ctx_t *c, ddss_key_t k)
 	test_put_word(ctx, me, flags, F_MARKED, 1);
 	fflush(stdout);
 	raise(SIGKILL);
-}
-
-/* The victim's parent: 0 only if the child died of the planned SIGKILL. */
-static int watch_victim(pid_t pid)
-{
-	int status;
-
-	if (waitpid(pid, &status, 0) != pid)
-		return 1;
-	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
-		printf("rank %u: the victim was killed mid-put, as planned\n", VICTIM);
-		return 0;
-	}
-	printf("rank %u: FAIL: the victim ended otherwise (status %#x)\n", VICTIM, status);
-	return 1;
 }
 
 static void victim(void)
@@ -173,16 +157,7 @@ int main(void)
 		return 2;
 	}
 	me = (uint32_t)atoi(getenv("DDSS_RANK"));
-	if (me == VICTIM) {
-		pid_t pid;
-
-		fflush(stdout);
-		pid = fork();
-		if (pid < 0)
-			return 1;
-		if (pid > 0)
-			return watch_victim(pid);
-	}
+	test_fork_victim(VICTIM);
 	ctx = test_init_peer_timeout(PEER_TIMEOUT_MS);
 	if (!ctx)
 		return 1;

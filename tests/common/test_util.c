@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static inline uint8_t pattern_byte(uint64_t seed, size_t i)
@@ -355,6 +356,32 @@ struct ddss_ctx *test_init_ranks_or_exit(uint32_t size)
 		exit(1);
 	}
 	return ctx;
+}
+
+void test_fork_victim(uint32_t victim)
+{
+	const char *rank = getenv("DDSS_RANK");
+	int status;
+	pid_t pid;
+
+	if (!rank || (uint32_t)atoi(rank) != victim)
+		return;
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0) {
+		perror("fork");
+		exit(1);
+	}
+	if (pid == 0)
+		return;
+	if (waitpid(pid, &status, 0) != pid)
+		exit(1);
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+		printf("rank %u: the victim was killed, as planned\n", victim);
+		exit(0);
+	}
+	printf("rank %u: FAIL: the victim ended otherwise (status %#x)\n", victim, status);
+	exit(1);
 }
 
 struct ddss_ctx *test_init_peer_timeout(int peer_timeout_ms)

@@ -139,6 +139,14 @@ extern int test_failures;
 		}                                                                          \
 	} while (0)
 
+/**
+ * For a test whose rank @victim is to be killed (SIGKILL) mid-run: called first in each
+ * rank process (DDSS_RANK, before ddss_init). In the victim's process it forks: the child
+ * returns and becomes the rank, the parent waits for it and exits 0 only if it died of
+ * SIGKILL (ddssrun, which fails a run when a rank dies, sees that rank end well). Other
+ * ranks return at once.
+ */
+void test_fork_victim(uint32_t victim);
 /** ddss_init with the defaults, in a group of @size ranks, or exit(1) saying why. */
 struct ddss_ctx *test_init_ranks_or_exit(uint32_t size);
 /** ddss_init with the attr's defaults and @peer_timeout_ms; NULL (the error printed) on

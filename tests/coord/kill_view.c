@@ -17,7 +17,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define PEER_TIMEOUT_MS 3000 /* the lease TTL too */
@@ -113,38 +112,18 @@ static void test_carry_on(void)
 			CU_ASSERT_EQUAL(wait_word(W_READ + s - 1), 1);
 }
 
-/* The victim is a child of its rank's process, so that ddssrun sees that rank end well. */
-static int watch_victim(pid_t pid)
-{
-	int status;
-
-	if (waitpid(pid, &status, 0) != pid)
-		return 1;
-	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-		return 0;
-	printf("rank %u: the victim ended otherwise (status %#x)\n", VICTIM, status);
-	return 1;
-}
-
 int main(void)
 {
 	CU_pSuite suite;
 	unsigned failed;
-	pid_t pid;
 
 	if (!getenv("DDSS_COORDINATOR") || !getenv("DDSS_RANK")) {
 		printf("SKIP: run under ddssrun --coordinator\n");
 		return TEST_SKIP_EXIT;
 	}
-	/* ddssrun --coordinator asks each rank for the slot of its index (DDSS_RANK). */
-	if (atoi(getenv("DDSS_RANK")) == VICTIM) {
-		fflush(stdout);
-		pid = fork();
-		if (pid < 0)
-			return 1;
-		if (pid > 0)
-			return watch_victim(pid);
-	}
+	/* ddssrun --coordinator asks each rank for the slot of its index (DDSS_RANK). The
+	 * victim is a child of its rank's process, so that ddssrun sees that rank end well. */
+	test_fork_victim(VICTIM);
 	ctx = test_init_peer_timeout(PEER_TIMEOUT_MS);
 	if (!ctx)
 		return 1;
