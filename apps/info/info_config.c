@@ -467,6 +467,8 @@ static const struct var vars[] = {
 	OTHER("DDSS_VERBS_ACK_TIMEOUT", r_ack_timeout, "(provider default)"),
 	OTHER("DDSS_VERBS_DISABLE", r_verbs_disable, "(nothing)"),
 	NUM("DDSS_VERBS_SLOW_TEARDOWN_MS", r_long, 0, 60000, 0, "0 (a test switch: no pause)"),
+	NUM("DDSS_VERBS_MAX_MSG", r_long, 64, UINT32_MAX, 0,
+	    "(the port's largest message; a test switch)"),
 	/* Memory, locks, coherence (core/ctx.c, alloc/pool.c). */
 	NUM("DDSS_POOL_SIZE", r_size, 1l << 20, 1l << 40, POOL_DEFAULT, NULL),
 	OTHER("DDSS_HUGEPAGES", r_hugepages, NULL),

@@ -121,22 +121,23 @@ int verbs_ack_timeout_decide(struct verbs_tp *vt, uint32_t vendor_id)
  * DDSS_VERBS_MAX_MSG=N (bytes, 64 up to the port's): split transfers into messages of at
  * most N bytes, as a port with a smaller largest message would. For tests of the paths
  * that post a transfer as several WRs (verbs_provider.c, post_rw), which real ports reach
- * only past 1-2 GiB. Anything else is warned about and ignored.
+ * only past 1-2 GiB. Anything else: -EINVAL (the transport does not open).
  */
-void verbs_max_msg_lower(struct verbs_tp *vt)
+int verbs_max_msg_lower(struct verbs_tp *vt)
 {
 	const char *s = getenv("DDSS_VERBS_MAX_MSG");
 	char *end;
 	unsigned long long n;
 
 	if (!s || !*s)
-		return;
+		return 0;
 	errno = 0;
 	n = strtoull(s, &end, 10);
-	if (errno || *end || n < 64 || n > vt->max_msg) {
-		DDSS_WARN("verbs: DDSS_VERBS_MAX_MSG=%s is not 64..%u; ignored", s, vt->max_msg);
-		return;
+	if (errno || *end || *s == '-' || n < 64 || n > vt->max_msg) {
+		DDSS_ERR("verbs: DDSS_VERBS_MAX_MSG=%s is not 64..%u", s, vt->max_msg);
+		return -EINVAL;
 	}
 	vt->max_msg = (uint32_t)n;
 	DDSS_INFO("verbs: messages of at most %llu bytes (DDSS_VERBS_MAX_MSG)", n);
+	return 0;
 }

@@ -410,8 +410,9 @@ int verbs_env_choice(const char *name, const char *a, const char *b);
 const char *verbs_fence_decide(struct verbs_tp *vt, uint32_t vendor_id);
 /** The local ACK timeout (sets vt->ack_timeout); -EINVAL for a bad DDSS_VERBS_ACK_TIMEOUT. */
 int verbs_ack_timeout_decide(struct verbs_tp *vt, uint32_t vendor_id);
-/** DDSS_VERBS_MAX_MSG (tests): lower vt->max_msg, the largest single transfer. */
-void verbs_max_msg_lower(struct verbs_tp *vt);
+/** DDSS_VERBS_MAX_MSG (tests): lower vt->max_msg, the largest single transfer; -EINVAL for
+ * a value that is not 64 up to it. */
+int verbs_max_msg_lower(struct verbs_tp *vt);
 
 /* ---- verbs_guard.c ---- */
 /** Whether posts wait behind outstanding READs/atomics (sets vt->read_guard); a log phrase. */

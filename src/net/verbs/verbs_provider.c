@@ -141,7 +141,8 @@ static int query_device(struct verbs_tp *vt)
 	if (da.max_qp_init_rd_atom < vt->rd_atom)
 		vt->rd_atom = (uint8_t)da.max_qp_init_rd_atom;
 	vt->max_msg = pa.max_msg_sz ? pa.max_msg_sz : 1u << 30;
-	verbs_max_msg_lower(vt);
+	if (verbs_max_msg_lower(vt))
+		return -EINVAL;
 	snprintf(vt->base.device, sizeof(vt->base.device), "%s",
 		 ibv_get_device_name(vt->ctx->device));
 	/*
