@@ -221,23 +221,13 @@ static void named_marks(uint64_t *word, uint64_t *settled, unsigned char *copy)
 
 int main(void)
 {
-	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1,
-				      .name = "dead-writer", .coherence = DDSS_COHERENCE_WRITE };
-	unsigned char v[SEG_LEN], *copy = NULL;
+	unsigned char *copy = NULL;
 	uint64_t *word = NULL, *settled = NULL, marked = 0;
-	int r;
 
 	ctx = test_init_ranks_or_exit(3);
 	me = ddss_rank(ctx);
-	r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key);
-	if (r) {
-		fprintf(stderr, "rank %u: segment: %s\n", me, ddss_strerror(r));
-		return 1;
-	}
+	key = test_write_segment_v1(ctx, me, "dead-writer", SEG_LEN, DONE_BYTE);
 	if (me == 1) {
-		memset(v, DONE_BYTE, sizeof(v));
-		r = ddss_put(ctx, key, 0, v, sizeof(v));
-		TEST_CHECK(1, r == 0, "the first put: %d", r);
 		find_home(&word, &settled, &copy);
 		/* The dead writer: marked the word, wrote half its copy, never finished. */
 		marked = __atomic_add_fetch(word, 1, __ATOMIC_SEQ_CST);

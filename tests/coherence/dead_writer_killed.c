@@ -145,12 +145,6 @@ static void check_home(void)
 
 int main(void)
 {
-	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1,
-				      .name = "dead-writer-killed",
-				      .coherence = DDSS_COHERENCE_WRITE };
-	unsigned char v[SEG_LEN];
-	int r;
-
 	if (!getenv("DDSS_SIZE") || atoi(getenv("DDSS_SIZE")) != (int)VICTIM ||
 	    !getenv("DDSS_RANK")) {
 		fprintf(stderr, "run under ddssrun with %u ranks\n", VICTIM);
@@ -162,16 +156,7 @@ int main(void)
 	if (!ctx)
 		return 1;
 	flags = test_segment_at(ctx, me, "dead-writer-flags", 1, 64);
-	r = ddss_allocate_ss(ctx, SEG_LEN, &attr, &key);
-	if (r) {
-		fprintf(stderr, "rank %u: segment: %s\n", me, ddss_strerror(r));
-		return 1;
-	}
-	if (me == 1) {
-		memset(v, DONE_BYTE, sizeof(v));
-		r = ddss_put(ctx, key, 0, v, sizeof(v));
-		TEST_CHECK(1, r == 0, "the first put: %d", r);
-	}
+	key = test_write_segment_v1(ctx, me, "dead-writer-killed", SEG_LEN, DONE_BYTE);
 	test_ctx_barrier_or_exit(ctx);
 	if (me == VICTIM)
 		victim();

@@ -496,6 +496,33 @@ ddss_key_t test_segment_at(struct ddss_ctx *ctx, uint32_t me, const char *name, 
 	return key;
 }
 
+ddss_key_t test_write_segment_v1(struct ddss_ctx *ctx, uint32_t me, const char *name, size_t len,
+				 unsigned char byte)
+{
+	struct ddss_seg_attr attr = { .placement = DDSS_PLACE_RANK, .rank = 1, .name = name,
+				      .coherence = DDSS_COHERENCE_WRITE };
+	unsigned char *v;
+	ddss_key_t key;
+	int r = ddss_allocate_ss(ctx, len, &attr, &key);
+
+	if (r) {
+		printf("rank %u: FAIL: segment %s: %s\n", me, name, ddss_strerror(r));
+		exit(1);
+	}
+	if (me != 1)
+		return key;
+	v = malloc(len);
+	if (!v) {
+		printf("rank 1: FAIL: out of memory\n");
+		exit(1);
+	}
+	memset(v, byte, len);
+	r = ddss_put(ctx, key, 0, v, len);
+	free(v);
+	TEST_CHECK(1, r == 0, "the first put of %s: %s", name, ddss_strerror(r));
+	return key;
+}
+
 void test_put_word(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w, uint64_t v)
 {
 	int r = ddss_put(ctx, key, 8 * w, &v, 8);

@@ -182,6 +182,11 @@ void test_cut_by_timeout(struct ddss_ctx *ctx, uint32_t me, int pid, ddss_key_t 
  * or exit(1) saying why, as rank @me. */
 ddss_key_t test_segment_at(struct ddss_ctx *ctx, uint32_t me, const char *name, uint32_t home,
 			   size_t len);
+/** A write-model segment @name of @len bytes homed at rank 1 (every rank that asks gets
+ * the same), whose version 1 rank 1 puts, every byte @byte (checked); exit(1) saying why if
+ * it cannot be made, as rank @me. No barrier. */
+ddss_key_t test_write_segment_v1(struct ddss_ctx *ctx, uint32_t me, const char *name, size_t len,
+				 unsigned char byte);
 /** Put @v into the 8-byte word @w of @key (a signal between ranks); checked as rank @me. */
 void test_put_word(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w, uint64_t v);
 
