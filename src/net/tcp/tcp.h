@@ -19,6 +19,7 @@
 #define DDSS_NET_TCP_TCP_H
 
 #include "net/auth.h"
+#include "net/resolve.h"
 #include "net/transport.h"
 #include "net/tcp/tcp_protect.h"
 #include "net/tcp/tcp_wire.h"
@@ -85,6 +86,7 @@ struct tcp_chan {
 	pthread_mutex_t connect_mu; /* serialises connect / teardown */
 	unsigned connect_gen;       /* connect attempts made (atomic; written under connect_mu) */
 	int connect_rc;             /* the last attempt's result (under connect_mu) */
+	struct ddss_lookup *lookup; /* under connect_mu: a name lookup given up on (resolve.h) */
 	/*
 	 * fd may be used by a sender holding send_mu or by the rx owner; it is replaced only
 	 * by a thread holding connect_mu, send_mu and rx ownership at once.

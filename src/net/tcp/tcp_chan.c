@@ -74,6 +74,7 @@ void tcp_chan_destroy(struct tcp_chan *ch)
 	if (ch->ptx)
 		sodium_memzero(ch->ptx, ch->ptx_cap);
 	free(ch->ptx);
+	ddss_lookup_drop(&ch->lookup);
 	pthread_mutex_destroy(&ch->connect_mu);
 	pthread_mutex_destroy(&ch->send_mu);
 	pthread_mutex_destroy(&ch->q_mu);
@@ -328,17 +329,27 @@ static int connect_bounded(struct tcp_chan *ch, int fd, const struct addrinfo *a
 	return 0;
 }
 
+static bool chan_refused(void *arg)
+{
+	struct tcp_chan *ch = arg;
+
+	return ddss_tp_peer_refused(&ch->tp->base, ch->peer);
+}
+
 static int connect_once(struct tcp_chan *ch, int64_t deadline, int *fd_p)
 {
 	const struct ddss_tp_node *node = &ch->tp->base.nodes[ch->peer - 1];
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
 	struct addrinfo *res, *ai;
-	char port[8];
 	int err = -ECONNREFUSED;
 
-	snprintf(port, sizeof(port), "%u", node->port);
-	if (getaddrinfo(node->host, port, &hints, &res) != 0)
-		return -EHOSTUNREACH;
+	/* Bounded as the connect below: a slow resolver must not hold connect_mu, which the
+	 * refusal needs (resolve.h). */
+	err = ddss_resolve(node->host, node->port, &hints, deadline, chan_refused, ch,
+			   &ch->lookup, &res);
+	if (err)
+		return err;
+	err = -ECONNREFUSED;
 	for (ai = res; ai; ai = ai->ai_next) {
 		int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
 				ai->ai_protocol);

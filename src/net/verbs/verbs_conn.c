@@ -57,19 +57,31 @@ uint32_t verbs_served_rank(struct verbs_tp *vt, uint32_t qp_num)
 	return rank;
 }
 
-static int node_addr(const struct ddss_tp_node *node, bool with_port, struct sockaddr_storage *ss)
+static bool out_refused(void *arg)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_NUMERICSERV };
+	struct verbs_out *o = arg;
+
+	return ddss_tp_peer_refused(&o->tp->base, o->peer);
+}
+
+/*
+ * @node's address, looked up within rdma_cm's own resolution bound. With @o (its mu held),
+ * the peer's: a refusal ends the lookup, and one given up on stays in o->lookup.
+ */
+static int node_addr(const struct ddss_tp_node *node, bool with_port, struct verbs_out *o,
+		     struct sockaddr_storage *ss)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
 	struct addrinfo *res;
-	char port[8];
 	int r;
 
-	snprintf(port, sizeof(port), "%u", with_port ? (unsigned)node->port : 0u);
-	r = getaddrinfo(node->host, port, &hints, &res);
+	r = ddss_resolve(node->host, with_port ? node->port : 0, &hints,
+			 ddss_now_ns() + VERBS_RESOLVE_MS * 1000000ll, o ? out_refused : NULL, o,
+			 o ? &o->lookup : NULL, &res);
 	if (r) {
-		DDSS_ERR("verbs: cannot resolve '%s': %s", node->host, gai_strerror(r));
-		return -EHOSTUNREACH;
+		if (r != -EHOSTDOWN)
+			DDSS_ERR("verbs: cannot resolve '%s': %s", node->host, strerror(-r));
+		return r;
 	}
 	memcpy(ss, res->ai_addr, res->ai_addrlen);
 	freeaddrinfo(res);
@@ -222,7 +234,7 @@ int verbs_conn_open(struct verbs_tp *vt)
 		return -errno;
 	r = set_tos(vt, vt->listen_id); /* accepted ids inherit it */
 	if (!r)
-		r = node_addr(me, true, &ss);
+		r = node_addr(me, true, NULL, &ss);
 	if (r)
 		return r;
 	if (rdma_bind_addr(vt->listen_id, (struct sockaddr *)&ss)) {
@@ -625,9 +637,9 @@ static int out_start(struct verbs_out *o)
 	struct sockaddr_storage src, dst;
 	int r;
 
-	r = node_addr(&vt->base.nodes[vt->base.cfg.rank - 1], false, &src);
+	r = node_addr(&vt->base.nodes[vt->base.cfg.rank - 1], false, NULL, &src);
 	if (!r)
-		r = node_addr(&vt->base.nodes[o->peer - 1], true, &dst);
+		r = node_addr(&vt->base.nodes[o->peer - 1], true, o, &dst);
 	if (r)
 		return r;
 	if (rdma_create_id(vt->cm_ch, &o->id, o, RDMA_PS_TCP))

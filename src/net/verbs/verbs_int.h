@@ -50,6 +50,7 @@
 
 #include "net/verbs/verbs.h"
 #include "net/auth_replay.h"
+#include "net/resolve.h"
 
 #include <endian.h>
 #include <infiniband/verbs.h>
@@ -135,6 +136,7 @@ struct verbs_out {
 	bool ever_up;       /* atomic reads outside mu (verbs_out_connect's bound) */
 	int64_t attempt_deadline; /* CONNECTING: when this attempt has had its whole budget */
 	unsigned attempts;  /* attempts begun (verbs_out_connect) */
+	struct ddss_lookup *lookup; /* under mu: a name lookup given up on (resolve.h) */
 	bool readmitted;    /* a new incarnation of the peer, not up yet (tp_incarnation.c) */
 	bool took_msgs;     /* this attempt was up, telling the peer it takes liveness messages */
 	struct rdma_cm_id *id;

@@ -85,6 +85,7 @@ static void verbs_close(struct ddss_tp *tp)
 		for (uint32_t r = 1; r <= tp->cfg.size; r++) {
 			struct verbs_out *o = &vt->peers[r].out;
 
+			ddss_lookup_drop(&o->lookup);
 			pthread_mutex_destroy(&o->mu);
 			pthread_mutex_destroy(&o->sq_mu);
 			pthread_cond_destroy(&o->cv);
@@ -678,6 +679,8 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 			return r;
 	}
 	wr.send_flags |= (unsigned)fence;
+	if (len > vt->max_msg)
+		__atomic_add_fetch(&vt->base.transfers_split, 1, __ATOMIC_RELAXED);
 	for (;;) {
 		size_t chunk = len - done < vt->max_msg ? len - done : vt->max_msg;
 		bool last = done + chunk == len;

@@ -1,0 +1,247 @@
+/*
+ * A peer whose host is a name that DNS never answers for: the tcp provider's connect is
+ * bounded by the connect timeout, and the rank's refusal ends it at once. Before the fix
+ * the lookup (getaddrinfo) ran with the channel's connect_mu held for the resolver's whole
+ * timeout (timeout:3 attempts:2 here, about 6 s), and the refusal, which the heartbeat
+ * thread makes and which needs connect_mu, waited for it.
+ *
+ * The process moves into a mount and a network namespace of its own (root), with a
+ * resolv.conf that names 127.0.0.1 and a UDP socket there that reads nothing and answers
+ * nothing. One transport runs as rank 1 of 3; ranks 2 and 3 are names. Checked:
+ *  1. a read of rank 2 fails with -ETIMEDOUT after the connect timeout (2 s), not after
+ *     the resolver's 6 s;
+ *  2. a read of rank 3 whose lookup is under way (its query seen at the silent server)
+ *     ends with -EHOSTDOWN soon after rank 3 is refused, and the refusal does not wait.
+ * SKIP without root or namespaces, or when a lookup of a name does not ask DNS here.
+ */
+#include "common/test_util.h"
+#include "net/transport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define POOL_LEN 65536
+#define CONNECT_TIMEOUT_MS 2000
+#define RESOLVER_MS 6000     /* resolv.conf below: timeout:3 attempts:2 */
+#define RESULT_WAIT_MS 15000 /* far above both */
+#define SLACK_MS 1000        /* for a loaded machine */
+
+static struct ddss_tp *tp;
+static int hole = -1; /* the DNS server that never answers */
+
+/* Our own namespaces, resolv.conf and loopback. 0, or 77 (SKIP) with the reason printed. */
+static int isolate(void)
+{
+	static const char conf[] = "nameserver 127.0.0.1\noptions timeout:3 attempts:2\n";
+	char path[] = "/tmp/ddss_resolv.XXXXXX";
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(53),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct ifreq ifr = { 0 };
+	int fd, s, r = 0;
+
+	if (geteuid() != 0) {
+		printf("SKIP: needs root (namespaces of its own)\n");
+		return 77;
+	}
+	if (unshare(CLONE_NEWNS | CLONE_NEWNET) ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) {
+		printf("SKIP: no mount and network namespaces here: %s\n", strerror(errno));
+		return 77;
+	}
+	fd = mkstemp(path);
+	if (fd < 0 || write(fd, conf, sizeof(conf) - 1) != (ssize_t)(sizeof(conf) - 1) ||
+	    mount(path, "/etc/resolv.conf", NULL, MS_BIND, NULL)) {
+		printf("SKIP: cannot put a resolv.conf of our own in place: %s\n", strerror(errno));
+		r = 77;
+	}
+	if (fd >= 0)
+		close(fd);
+	unlink(path); /* the bind mount keeps the file */
+	if (r)
+		return r;
+	s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) ||
+	    (ifr.ifr_flags |= IFF_UP, ioctl(s, SIOCSIFFLAGS, &ifr))) {
+		printf("FAIL: cannot bring up the namespace's loopback: %s\n", strerror(errno));
+		return 1;
+	}
+	close(s);
+	hole = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (hole < 0 || bind(hole, (struct sockaddr *)&sa, sizeof(sa))) {
+		printf("FAIL: cannot bind the silent DNS server: %s\n", strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+/* Whether a query naming @label (a DNS label, e.g. "node3") reaches the silent server
+ * within @ms. Earlier queries for other names are read and dropped. */
+static bool query_seen(const char *label, int ms)
+{
+	int64_t until = ddss_now_ns() + (int64_t)ms * 1000000;
+	struct pollfd p = { .fd = hole, .events = POLLIN };
+	char buf[512];
+
+	for (;;) {
+		int64_t left = (until - ddss_now_ns()) / 1000000;
+		ssize_t n;
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			return false;
+		n = recv(hole, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n > 0 && memmem(buf, (size_t)n, label, strlen(label)))
+			return true;
+	}
+}
+
+static void *probe_lookup(void *arg)
+{
+	struct addrinfo *res;
+
+	if (!getaddrinfo(arg, "7", NULL, &res))
+		freeaddrinfo(res);
+	return NULL;
+}
+
+/* A read of a rank in a thread of its own, so that a hang is seen, not waited out. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static bool read_done;
+static int read_rc;
+static int64_t read_ns;
+
+static void *reader(void *arg)
+{
+	uint64_t v;
+	int64_t t0 = ddss_now_ns();
+	int r = ddss_tp_read(tp, (uint32_t)(uintptr_t)arg, 0, &v, sizeof(v));
+
+	pthread_mutex_lock(&mu);
+	read_rc = r;
+	read_ns = ddss_now_ns() - t0;
+	read_done = true;
+	pthread_cond_broadcast(&cv);
+	pthread_mutex_unlock(&mu);
+	return NULL;
+}
+
+static void start_read(pthread_t *th, uint32_t rank)
+{
+	read_done = false;
+	if (pthread_create(th, NULL, reader, (void *)(uintptr_t)rank)) {
+		printf("FAIL: pthread_create\n");
+		exit(1);
+	}
+}
+
+/* The read's result within RESULT_WAIT_MS, else the test ends here (the thread hangs). */
+static int read_result(pthread_t th)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += RESULT_WAIT_MS / 1000;
+	pthread_mutex_lock(&mu);
+	while (!read_done && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&mu);
+	if (!read_done) {
+		printf("FAIL: the read had not returned after %d ms\n", RESULT_WAIT_MS);
+		fflush(stdout);
+		_exit(1);
+	}
+	pthread_join(th, NULL);
+	return read_rc;
+}
+
+int main(void)
+{
+	struct ddss_tp_node nodes[3] = { { "127.0.0.1", 0 }, { "node2.ddss.test", 7 },
+					 { "node3.ddss.test", 7 } };
+	struct ddss_tp_config cfg = {
+		.rank = 1, .size = 3, .group = 0x78, .nodes = nodes,
+		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = 4000,
+		.connect_timeout_ms = CONNECT_TIMEOUT_MS,
+	};
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	void *pool;
+	struct ddss_tp_mr *mr;
+	int64_t t0, refuse_ns;
+	pthread_t th;
+	int lfd, r;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	r = isolate(); /* first: unshare wants a process of one thread */
+	if (r)
+		return r;
+	/* The premise: a lookup of a name asks DNS here (nsswitch "hosts: ... dns"). */
+	if (pthread_create(&th, NULL, probe_lookup, "probe.ddss.test") || pthread_detach(th)) {
+		printf("FAIL: pthread_create\n");
+		return 1;
+	}
+	if (!query_seen("probe", 3000)) {
+		printf("SKIP: a lookup of a name does not ask the DNS server in resolv.conf here\n");
+		return 77;
+	}
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(lfd, 128) ||
+	    getsockname(lfd, (struct sockaddr *)&sa, &len)) {
+		printf("FAIL: a listening socket on loopback: %s\n", strerror(errno));
+		return 1;
+	}
+	nodes[0].port = ntohs(sa.sin_port);
+	cfg.listen_fd = lfd;
+	pool = test_alloc_pool(POOL_LEN);
+	if (ddss_tp_open("tcp", &cfg, &tp) || ddss_tp_mem_register(tp, pool, POOL_LEN, true, &mr) ||
+	    ddss_tp_start(tp)) {
+		printf("FAIL: cannot start the transport\n");
+		return 1;
+	}
+
+	/* 1: the connect timeout ends the lookup's wait. */
+	start_read(&th, 2);
+	r = read_result(th);
+	printf("1. the read of a rank whose name DNS never answers for: %d (%s) after %lld ms "
+	       "(connect timeout %d ms, the resolver's %d ms)\n", r, ddss_strerror(r),
+	       (long long)(read_ns / 1000000), CONNECT_TIMEOUT_MS, RESOLVER_MS);
+	TEST_CHECK(1, r == -ETIMEDOUT, "read: %d, not -ETIMEDOUT", r);
+	TEST_CHECK(1, read_ns < (CONNECT_TIMEOUT_MS + SLACK_MS) * 1000000ll,
+		   "the read waited %lld ms, past the connect timeout",
+		   (long long)(read_ns / 1000000));
+
+	/* 2: the refusal ends it, and does not wait for it. */
+	start_read(&th, 3);
+	TEST_CHECK(1, query_seen("node3", 3000), "no lookup of rank 3's name under way");
+	t0 = ddss_now_ns();
+	ddss_tp_peer_refuse(tp, 3);
+	refuse_ns = ddss_now_ns() - t0;
+	r = read_result(th);
+	printf("2. refused while its name was looked up: the refusal took %lld ms, the read "
+	       "ended with %d (%s) %lld ms after it\n", (long long)(refuse_ns / 1000000), r,
+	       ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
+	TEST_CHECK(1, r == -EHOSTDOWN, "read: %d, not -EHOSTDOWN", r);
+	TEST_CHECK(1, refuse_ns < SLACK_MS * 1000000ll, "the refusal waited for the lookup");
+	TEST_CHECK(1, ddss_now_ns() - t0 < SLACK_MS * 1000000ll, "the read outlived the refusal");
+
+	/* Closed with both lookups still under way: they end on their own. */
+	ddss_tp_close(tp);
+	free(pool);
+	printf("%s\n", test_failures ? "FAILED" : "passed");
+	return test_failures ? 1 : 0;
+}
