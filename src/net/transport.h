@@ -314,6 +314,8 @@ struct ddss_tp {
 				     * after their poster held them (DDSS_TP_WAITED; tcp) */
 	uint64_t replies_batched;   /* atomic: replies the home sent behind another one in the
 				     * same system call (tcp) */
+	uint64_t transfers_split;   /* atomic: reads and writes longer than the port's largest
+				     * message, posted as several (verbs; tests check it) */
 	bool formed;                /* atomic: every rank has been up (a group barrier passed) */
 	/*
 	 * Set by the provider at open: a fetch&add of 0 returns an 8-byte word sooner than a

@@ -1274,6 +1274,42 @@ static void test_cache_bound(void)
 	EXPECT_EQ(s1.cached, 0, "bytes cached once the segments are released");
 }
 
+/* ---- --max-msg: transfers longer than a message go as several ---- */
+
+static unsigned long max_msg; /* --max-msg, 0 without */
+
+/*
+ * One put and one get of 3 messages and an odd tail, at the next rank's home: each is
+ * posted as several messages (the transport counts it), and the bytes come back exact.
+ * Without this the suite above could pass with DDSS_VERBS_MAX_MSG ignored.
+ */
+static void test_split_transfers(void)
+{
+	size_t len = 3 * max_msg + 100;
+	uint8_t *out = malloc(len), *in = calloc(1, len);
+	ddss_key_t key;
+	uint64_t before;
+
+	CU_ASSERT_FATAL(out && in);
+	for (size_t i = 0; i < len; i++)
+		out[i] = (uint8_t)(i * 7 + me);
+	EXPECT_RC(ddss_allocate_ss(ctx, len, &(struct ddss_seg_attr){
+		.placement = DDSS_PLACE_RANK, .rank = me % nranks + 1 }, &key), 0);
+	before = __atomic_load_n(&ctx->tp->transfers_split, __ATOMIC_RELAXED);
+	EXPECT_RC(ddss_put(ctx, key, 0, out, len), 0);
+	EXPECT_RC(ddss_get(ctx, key, 0, in, len), 0);
+	EXPECT_EQ(__atomic_load_n(&ctx->tp->transfers_split, __ATOMIC_RELAXED) - before, 2,
+		  "transfers posted as several messages (one put, one get)");
+	CU_ASSERT(memcmp(out, in, len) == 0);
+	printf("  rank %u: %zu bytes each way as messages of at most %lu bytes; "
+	       "%llu split transfers in this run\n", me, len, max_msg,
+	       (unsigned long long)__atomic_load_n(&ctx->tp->transfers_split,
+						    __ATOMIC_RELAXED));
+	EXPECT_RC(ddss_release_ss(ctx, key), 0);
+	free(out);
+	free(in);
+}
+
 /* ---- main ---- */
 
 struct test_entry {
@@ -1322,15 +1358,18 @@ int main(int argc, char **argv)
 			flat_len = strtoul(argv[++i], NULL, 0) & ~(size_t)7;
 		else if (!strcmp(a, "--only") && i + 1 < argc)
 			only = argv[++i];
-		else if (!strcmp(a, "--max-msg") && i + 1 < argc)
+		else if (!strcmp(a, "--max-msg") && i + 1 < argc) {
 			/* verbs: transfers as messages of at most this many bytes */
-			setenv("DDSS_VERBS_MAX_MSG", argv[++i], 1);
+			max_msg = strtoul(argv[++i], NULL, 0);
+			setenv("DDSS_VERBS_MAX_MSG", argv[i], 1);
+		}
 		else
 			return usage(argv[0]), 2;
 	}
 	if (nthreads < 1 || nthreads > MAX_THREADS || iters < 10 || flat_len < 64 ||
-	    flat_len > (4u << 20)) {
-		fprintf(stderr, "threads: 1..%d; iters >= 10; payload 64 B .. 4 MiB\n",
+	    flat_len > (4u << 20) || (max_msg && (max_msg < 64 || max_msg > (1u << 20)))) {
+		fprintf(stderr, "threads: 1..%d; iters >= 10; payload 64 B .. 4 MiB; "
+			"max-msg 64 B .. 1 MiB\n",
 			MAX_THREADS);
 		return 2;
 	}
@@ -1408,6 +1447,14 @@ int main(int argc, char **argv)
 			if (!only || strstr(tests[i].name, only))
 				CU_add_test(s, tests[i].name, tests[i].fn);
 		}
+	}
+	/* The transport is the rank's process's: the daemon's in daemon mode. Only verbs
+	 * reads DDSS_VERBS_MAX_MSG. */
+	if (max_msg && direct_mode && !strcmp(ctx->tp->ops->name, "verbs")) {
+		const char *name = "--max-msg: a long put and get go as several messages, exact";
+
+		if (!only || strstr(name, only))
+			CU_add_test(s, name, test_split_transfers);
 	}
 	failed = test_run_all();
 	CU_cleanup_registry();
