@@ -26,6 +26,7 @@
  * SKIP when this kernel answers SYNs to a full listener.
  */
 #include "common/test_util.h"
+#include "common/tp_reader.h"
 #include "net/transport.h"
 
 #include <arpa/inet.h>
@@ -123,57 +124,6 @@ static bool socket_seen(uint16_t port, bool at_port, unsigned state, bool rx)
 	return seen;
 }
 
-/* A read of a rank in a thread of its own, so that a hang is seen, not waited out. */
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static bool read_done;
-static int read_rc;
-static int64_t read_ns;
-
-static void *reader(void *arg)
-{
-	uint64_t v;
-	int64_t t0 = ddss_now_ns();
-	int r = ddss_tp_read(tp, (uint32_t)(uintptr_t)arg, 0, &v, sizeof(v));
-
-	pthread_mutex_lock(&mu);
-	read_rc = r;
-	read_ns = ddss_now_ns() - t0;
-	read_done = true;
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
-	return NULL;
-}
-
-static void start_read(pthread_t *th, uint32_t rank)
-{
-	read_done = false;
-	if (pthread_create(th, NULL, reader, (void *)(uintptr_t)rank)) {
-		printf("FAIL: pthread_create\n");
-		exit(1);
-	}
-}
-
-/* The read's result within RESULT_WAIT_MS, else the test ends here (the thread hangs). */
-static int read_result(pthread_t th)
-{
-	struct timespec until;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += RESULT_WAIT_MS / 1000;
-	pthread_mutex_lock(&mu);
-	while (!read_done && pthread_cond_timedwait(&cv, &mu, &until) == 0)
-		;
-	pthread_mutex_unlock(&mu);
-	if (!read_done) {
-		printf("FAIL: the read had not returned after %d ms\n", RESULT_WAIT_MS);
-		fflush(stdout);
-		_exit(1);
-	}
-	pthread_join(th, NULL);
-	return read_rc;
-}
-
 int main(void)
 {
 	struct ddss_tp_node nodes[4] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 },
@@ -189,7 +139,7 @@ int main(void)
 	struct ddss_tp_mr *mr, *mr4;
 	uint64_t v;
 	int64_t t0, refuse_ns;
-	pthread_t th;
+	int64_t read_ns;
 	int r;
 
 	full = loopback_socket(&full_port, 0);
@@ -214,15 +164,15 @@ int main(void)
 	}
 
 	/* 1: the connect timeout ends it. */
-	start_read(&th, 2);
-	r = read_result(th);
+	tp_reader_start(tp, 2);
+	r = tp_reader_result(RESULT_WAIT_MS, &read_ns);
 	printf("1. the read of a rank that drops SYNs: %d (%s) after %lld ms\n", r,
 	       ddss_strerror(r), (long long)(read_ns / 1000000));
 	TEST_CHECK(1, r == -ETIMEDOUT, "read: %d, not -ETIMEDOUT", r);
 	TEST_CHECK(1, read_ns >= (CONNECT_TIMEOUT_MS - 100) * 1000000ll, "ended early");
 
 	/* 2: the refusal ends it. */
-	start_read(&th, 2);
+	tp_reader_start(tp, 2);
 	t0 = ddss_now_ns();
 	while (!socket_seen(full_port, false, 2, false) && ddss_now_ns() - t0 < 2000000000ll)
 		usleep(1000); /* a bounded poll of the kernel's socket table */
@@ -230,7 +180,7 @@ int main(void)
 	t0 = ddss_now_ns();
 	ddss_tp_peer_refuse(tp, 2);
 	refuse_ns = ddss_now_ns() - t0;
-	r = read_result(th);
+	r = tp_reader_result(RESULT_WAIT_MS, &read_ns);
 	printf("2. refused while connecting: the refusal took %lld ms, the read ended with %d "
 	       "(%s) %lld ms after it\n", (long long)(refuse_ns / 1000000), r, ddss_strerror(r),
 	       (long long)((ddss_now_ns() - t0) / 1000000));
@@ -239,7 +189,7 @@ int main(void)
 	TEST_CHECK(1, ddss_now_ns() - t0 < 1000000000ll, "the read outlived the refusal");
 
 	/* 3: the refusal ends a handshake nobody answers. */
-	start_read(&th, 3);
+	tp_reader_start(tp, 3);
 	t0 = ddss_now_ns();
 	while (!socket_seen(nodes[2].port, true, 1, true) && ddss_now_ns() - t0 < 2000000000ll)
 		usleep(1000); /* a bounded poll of the kernel's socket table */
@@ -247,7 +197,7 @@ int main(void)
 	t0 = ddss_now_ns();
 	ddss_tp_peer_refuse(tp, 3);
 	refuse_ns = ddss_now_ns() - t0;
-	r = read_result(th);
+	r = tp_reader_result(RESULT_WAIT_MS, &read_ns);
 	printf("3. refused while in the handshake: the refusal took %lld ms, the read ended with "
 	       "%d (%s) %lld ms after it\n", (long long)(refuse_ns / 1000000), r,
 	       ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
@@ -277,7 +227,7 @@ int main(void)
 	r = ddss_tp_read(tp, 4, 0, &v, sizeof(v));
 	ddss_tp_set_thread_connect_bound(0);
 	TEST_CHECK(1, r != 0, "a read of the closed rank 4 succeeded");
-	start_read(&th, 4);
+	tp_reader_start(tp, 4);
 	t0 = ddss_now_ns();
 	while (!socket_seen(nodes[3].port, true, 1, true) && ddss_now_ns() - t0 < 3000000000ll)
 		usleep(1000); /* a bounded poll of the kernel's socket table */
@@ -294,7 +244,7 @@ int main(void)
 		   "the bounded read waited %lld ms for the other thread's reconnect",
 		   (long long)(refuse_ns / 1000000));
 	ddss_tp_peer_refuse(tp, 4); /* ends the other thread's handshake */
-	r = read_result(th);
+	r = tp_reader_result(RESULT_WAIT_MS, &read_ns);
 	printf("   the unbounded read ended with %d (%s)\n", r, ddss_strerror(r));
 	TEST_CHECK(1, r != 0, "the unbounded read of a rank that does not answer succeeded");
 

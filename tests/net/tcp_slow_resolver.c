@@ -15,6 +15,7 @@
  * SKIP without root or namespaces, or when a lookup of a name does not ask DNS here.
  */
 #include "common/test_util.h"
+#include "common/tp_reader.h"
 #include "net/transport.h"
 
 #include <arpa/inet.h>
@@ -118,57 +119,6 @@ static void *probe_lookup(void *arg)
 	return NULL;
 }
 
-/* A read of a rank in a thread of its own, so that a hang is seen, not waited out. */
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static bool read_done;
-static int read_rc;
-static int64_t read_ns;
-
-static void *reader(void *arg)
-{
-	uint64_t v;
-	int64_t t0 = ddss_now_ns();
-	int r = ddss_tp_read(tp, (uint32_t)(uintptr_t)arg, 0, &v, sizeof(v));
-
-	pthread_mutex_lock(&mu);
-	read_rc = r;
-	read_ns = ddss_now_ns() - t0;
-	read_done = true;
-	pthread_cond_broadcast(&cv);
-	pthread_mutex_unlock(&mu);
-	return NULL;
-}
-
-static void start_read(pthread_t *th, uint32_t rank)
-{
-	read_done = false;
-	if (pthread_create(th, NULL, reader, (void *)(uintptr_t)rank)) {
-		printf("FAIL: pthread_create\n");
-		exit(1);
-	}
-}
-
-/* The read's result within RESULT_WAIT_MS, else the test ends here (the thread hangs). */
-static int read_result(pthread_t th)
-{
-	struct timespec until;
-
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += RESULT_WAIT_MS / 1000;
-	pthread_mutex_lock(&mu);
-	while (!read_done && pthread_cond_timedwait(&cv, &mu, &until) == 0)
-		;
-	pthread_mutex_unlock(&mu);
-	if (!read_done) {
-		printf("FAIL: the read had not returned after %d ms\n", RESULT_WAIT_MS);
-		fflush(stdout);
-		_exit(1);
-	}
-	pthread_join(th, NULL);
-	return read_rc;
-}
-
 int main(void)
 {
 	struct ddss_tp_node nodes[3] = { { "127.0.0.1", 0 }, { "node2.ddss.test", 7 },
@@ -184,6 +134,7 @@ int main(void)
 	struct ddss_tp_mr *mr;
 	int64_t t0, refuse_ns;
 	pthread_t th;
+	int64_t read_ns;
 	int lfd, r;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -215,8 +166,8 @@ int main(void)
 	}
 
 	/* 1: the connect timeout ends the lookup's wait. */
-	start_read(&th, 2);
-	r = read_result(th);
+	tp_reader_start(tp, 2);
+	r = tp_reader_result(RESULT_WAIT_MS, &read_ns);
 	printf("1. the read of a rank whose name DNS never answers for: %d (%s) after %lld ms "
 	       "(connect timeout %d ms, the resolver's %d ms)\n", r, ddss_strerror(r),
 	       (long long)(read_ns / 1000000), CONNECT_TIMEOUT_MS, RESOLVER_MS);
@@ -226,12 +177,12 @@ int main(void)
 		   (long long)(read_ns / 1000000));
 
 	/* 2: the refusal ends it, and does not wait for it. */
-	start_read(&th, 3);
+	tp_reader_start(tp, 3);
 	TEST_CHECK(1, query_seen("node3", 3000), "no lookup of rank 3's name under way");
 	t0 = ddss_now_ns();
 	ddss_tp_peer_refuse(tp, 3);
 	refuse_ns = ddss_now_ns() - t0;
-	r = read_result(th);
+	r = tp_reader_result(RESULT_WAIT_MS, &read_ns);
 	printf("2. refused while its name was looked up: the refusal took %lld ms, the read "
 	       "ended with %d (%s) %lld ms after it\n", (long long)(refuse_ns / 1000000), r,
 	       ddss_strerror(r), (long long)((ddss_now_ns() - t0) / 1000000));
