@@ -153,8 +153,8 @@ int ddss_resolve(const char *host, uint16_t port, const struct addrinfo *hints,
 	l = slot ? *slot : NULL;
 	if (!l) {
 		l = lookup_start(host, ps, &h);
-		if (!l) /* no thread to spare: look up here, as before (unbounded) */
-			return getaddrinfo(host, ps, &h, res_p) ? -EHOSTUNREACH : 0;
+		if (!l) /* no thread to spare; a lookup here would be unbounded */
+			return -EAGAIN;
 		if (slot)
 			*slot = l;
 	}

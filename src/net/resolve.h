@@ -29,7 +29,8 @@ struct ddss_lookup;
  *   a lookup given up on ends on its own.
  *
  * Returns 0 with *@res_p to freeaddrinfo(), -EHOSTUNREACH (no such host), -ETIMEDOUT (the
- * deadline came first), -EHOSTDOWN (@stop), -EINVAL.
+ * deadline came first), -EHOSTDOWN (@stop), -EAGAIN (no thread for a name's lookup),
+ * -EINVAL.
  */
 int ddss_resolve(const char *host, uint16_t port, const struct addrinfo *hints,
 		 int64_t deadline_ns, bool (*stop)(void *), void *arg, struct ddss_lookup **slot,

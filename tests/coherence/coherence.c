@@ -1360,7 +1360,7 @@ int main(int argc, char **argv)
 			only = argv[++i];
 		else if (!strcmp(a, "--max-msg") && i + 1 < argc) {
 			/* verbs: transfers as messages of at most this many bytes */
-			max_msg = strtoul(argv[++i], NULL, 0);
+			max_msg = strtoul(argv[++i], NULL, 10); /* as the library reads it */
 			setenv("DDSS_VERBS_MAX_MSG", argv[i], 1);
 		}
 		else

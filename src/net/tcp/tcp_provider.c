@@ -196,6 +196,7 @@ static int tcp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss
 	tcp_chan_shutdown(ch, -ECONNRESET); /* one a connect opened as the refusal came */
 	pthread_mutex_lock(&ch->connect_mu);
 	tp->nodes[rank - 1] = *node;
+	ddss_lookup_drop(&ch->lookup); /* a new process: its name is looked up afresh */
 	__atomic_store_n(&ch->ever_up, false, __ATOMIC_RELAXED);
 	ch->readmitted = true; /* it may still be starting: wait for it as at a first start */
 	pthread_mutex_unlock(&ch->connect_mu);

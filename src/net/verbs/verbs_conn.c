@@ -65,18 +65,17 @@ static bool out_refused(void *arg)
 }
 
 /*
- * @node's address, looked up within rdma_cm's own resolution bound. With @o (its mu held),
- * the peer's: a refusal ends the lookup, and one given up on stays in o->lookup.
+ * @node's address with @port, looked up by @deadline_ns. With @o (its mu held), the peer's:
+ * a refusal ends the lookup, and one given up on stays in o->lookup for the next attempt.
  */
-static int node_addr(const struct ddss_tp_node *node, bool with_port, struct verbs_out *o,
-		     struct sockaddr_storage *ss)
+static int node_addr(const struct ddss_tp_node *node, uint16_t port, int64_t deadline_ns,
+		     struct verbs_out *o, struct sockaddr_storage *ss)
 {
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
 	struct addrinfo *res;
 	int r;
 
-	r = ddss_resolve(node->host, with_port ? node->port : 0, &hints,
-			 ddss_now_ns() + VERBS_RESOLVE_MS * 1000000ll, o ? out_refused : NULL, o,
+	r = ddss_resolve(node->host, port, &hints, deadline_ns, o ? out_refused : NULL, o,
 			 o ? &o->lookup : NULL, &res);
 	if (r) {
 		if (r != -EHOSTDOWN)
@@ -234,9 +233,17 @@ int verbs_conn_open(struct verbs_tp *vt)
 		return -errno;
 	r = set_tos(vt, vt->listen_id); /* accepted ids inherit it */
 	if (!r)
-		r = node_addr(me, true, NULL, &ss);
+		r = node_addr(me, me->port, ddss_now_ns() +
+			      (int64_t)vt->base.cfg.connect_timeout_ms * 1000000, NULL, &ss);
 	if (r)
 		return r;
+	/* Our own address once, here: every connect binds to it (port 0), and none of them
+	 * then looks it up with o->mu held. */
+	vt->self_addr = ss;
+	if (ss.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&vt->self_addr)->sin6_port = 0;
+	else
+		((struct sockaddr_in *)&vt->self_addr)->sin_port = 0;
 	if (rdma_bind_addr(vt->listen_id, (struct sockaddr *)&ss)) {
 		r = -errno;
 		DDSS_ERR("verbs: cannot bind %s:%u: %s", me->host, me->port, strerror(-r));
@@ -630,18 +637,23 @@ static void out_teardown(struct verbs_out *o, bool quiesce)
 	o->id = NULL;
 }
 
-/* o->mu held: begin an attempt (address resolution); the cm thread goes on. */
-static int out_start(struct verbs_out *o)
+/*
+ * o->mu held: begin an attempt (address resolution); the cm thread goes on. The peer's
+ * name is looked up by @until (the caller's deadline or bound); a lookup that fails ends
+ * the attempt, with its error, for every waiter.
+ */
+static int out_start(struct verbs_out *o, int64_t until)
 {
 	struct verbs_tp *vt = o->tp;
-	struct sockaddr_storage src, dst;
+	struct sockaddr_storage src = vt->self_addr, dst;
+	const struct ddss_tp_node *node = &vt->base.nodes[o->peer - 1];
 	int r;
 
-	r = node_addr(&vt->base.nodes[vt->base.cfg.rank - 1], false, NULL, &src);
-	if (!r)
-		r = node_addr(&vt->base.nodes[o->peer - 1], true, o, &dst);
-	if (r)
+	r = node_addr(node, node->port, until, o, &dst);
+	if (r) {
+		out_set_failed(o, r, false);
 		return r;
+	}
 	if (rdma_create_id(vt->cm_ch, &o->id, o, RDMA_PS_TCP))
 		return -errno;
 	r = set_tos(vt, o->id);
@@ -821,7 +833,7 @@ int verbs_out_connect(struct verbs_out *o)
 		attempted = true;
 		o->attempt_deadline = deadline;
 		__atomic_add_fetch(&o->attempts, 1, __ATOMIC_RELEASE); /* read unlocked: chain */
-		r = out_start(o);
+		r = out_start(o, deadline < give_up ? deadline : give_up);
 		if (r && !o->retriable)
 			break;
 	}

@@ -207,6 +207,7 @@ struct ddss_tp_mr {
 struct verbs_tp {
 	struct ddss_tp base; /* first: container_of */
 	enum verbs_ctx_kind listen_kind;
+	struct sockaddr_storage self_addr; /* our node's address, port 0: connects bind to it */
 
 	/* Device, found by binding the listener to this rank's address. */
 	struct ibv_context **devices; /* rdma_get_devices: all of them opened before helpers start */

@@ -480,6 +480,7 @@ static int verbs_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct dd
 		pthread_cond_broadcast(&o->cv);
 	}
 	tp->nodes[rank - 1] = *node; /* out_start reads it under o->mu */
+	ddss_lookup_drop(&o->lookup); /* a new process: its name is looked up afresh */
 	__atomic_store_n(&o->ever_up, false, __ATOMIC_RELAXED);
 	o->readmitted = true; /* it may still be starting: wait for it as at a first start */
 	o->peer_epoch = 0;    /* a new process: it tells us its epoch in its first reject */
@@ -679,8 +680,6 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 			return r;
 	}
 	wr.send_flags |= (unsigned)fence;
-	if (len > vt->max_msg)
-		__atomic_add_fetch(&vt->base.transfers_split, 1, __ATOMIC_RELAXED);
 	for (;;) {
 		size_t chunk = len - done < vt->max_msg ? len - done : vt->max_msg;
 		bool last = done + chunk == len;
@@ -710,8 +709,11 @@ static inline __attribute__((always_inline)) int post_rw(struct verbs_tp *vt, ui
 			return r;
 		}
 		done += chunk;
-		if (last)
+		if (last) {
+			if (len > vt->max_msg)
+				__atomic_add_fetch(&vt->base.transfers_split, 1, __ATOMIC_RELAXED);
 			return 0;
+		}
 	}
 }
 
