@@ -1,18 +1,21 @@
 /*
- * A peer whose host is a name that DNS never answers for: the tcp provider's connect is
- * bounded by the connect timeout, and the rank's refusal ends it at once. Before the fix
- * the lookup (getaddrinfo) ran with the channel's connect_mu held for the resolver's whole
- * timeout (timeout:3 attempts:2 here, about 6 s), and the refusal, which the heartbeat
- * thread makes and which needs connect_mu, waited for it.
+ * A peer whose host is a name that DNS never answers for: the connect is bounded by the
+ * connect timeout, and the rank's refusal ends it at once. Before the fix the lookup
+ * (getaddrinfo) ran with the connection's lock held (tcp: connect_mu; verbs: the outgoing
+ * connection's mu) for the resolver's whole timeout (timeout:3 attempts:2 here, about 6 s),
+ * and the refusal, which the heartbeat thread makes and which needs that lock, waited for it.
  *
- * The process moves into a mount and a network namespace of its own (root), with a
- * resolv.conf that names 127.0.0.1 and a UDP socket there that reads nothing and answers
- * nothing. One transport runs as rank 1 of 3; ranks 2 and 3 are names. Checked:
+ * The process moves into a mount namespace of its own (root), with a resolv.conf that names
+ * 127.0.0.1 and a UDP socket there that reads nothing and answers nothing; over tcp into a
+ * network namespace of its own too (over verbs the rxe device must stay in sight: run
+ * under scripts/rdma-exec, --verbs). One transport runs as rank 1 of 3; ranks 2 and 3 are
+ * names. Checked:
  *  1. a read of rank 2 fails with -ETIMEDOUT after the connect timeout (2 s), not after
  *     the resolver's 6 s;
  *  2. a read of rank 3 whose lookup is under way (its query seen at the silent server)
  *     ends with -EHOSTDOWN soon after rank 3 is refused, and the refusal does not wait.
- * SKIP without root or namespaces, or when a lookup of a name does not ask DNS here.
+ * SKIP without root or namespaces, when a lookup of a name does not ask DNS here, or (verbs)
+ * outside the rxe guest.
  */
 #include "common/test_util.h"
 #include "common/tp_reader.h"
@@ -44,8 +47,11 @@
 static struct ddss_tp *tp;
 static int hole = -1; /* the DNS server that never answers */
 
-/* Our own namespaces, resolv.conf and loopback. 0, or 77 (SKIP) with the reason printed. */
-static int isolate(void)
+/*
+ * Our own mount namespace and resolv.conf, with @own_net a network namespace too (its
+ * loopback brought up), and the silent server. 0, or 77 (SKIP) with the reason printed.
+ */
+static int isolate(bool own_net)
 {
 	static const char conf[] = "nameserver 127.0.0.1\noptions timeout:3 attempts:2\n";
 	char path[] = "/tmp/ddss_resolv.XXXXXX";
@@ -58,7 +64,7 @@ static int isolate(void)
 		printf("SKIP: needs root (namespaces of its own)\n");
 		return 77;
 	}
-	if (unshare(CLONE_NEWNS | CLONE_NEWNET) ||
+	if (unshare(CLONE_NEWNS | (own_net ? CLONE_NEWNET : 0)) ||
 	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) {
 		printf("SKIP: no mount and network namespaces here: %s\n", strerror(errno));
 		return 77;
@@ -74,18 +80,24 @@ static int isolate(void)
 	unlink(path); /* the bind mount keeps the file */
 	if (r)
 		return r;
-	s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
-	if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) ||
-	    (ifr.ifr_flags |= IFF_UP, ioctl(s, SIOCSIFFLAGS, &ifr))) {
-		printf("FAIL: cannot bring up the namespace's loopback: %s\n", strerror(errno));
-		return 1;
+	if (own_net) {
+		s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+		if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) ||
+		    (ifr.ifr_flags |= IFF_UP, ioctl(s, SIOCSIFFLAGS, &ifr))) {
+			printf("FAIL: cannot bring up the namespace's loopback: %s\n",
+			       strerror(errno));
+			return 1;
+		}
+		close(s);
 	}
-	close(s);
 	hole = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (hole < 0 || bind(hole, (struct sockaddr *)&sa, sizeof(sa))) {
-		printf("FAIL: cannot bind the silent DNS server: %s\n", strerror(errno));
-		return 1;
+		/* In a network namespace of ours the port is free; elsewhere a real server
+		 * may hold it, and would answer. */
+		printf("%s: cannot bind the silent DNS server at 127.0.0.1:53: %s\n",
+		       own_net ? "FAIL" : "SKIP", strerror(errno));
+		return own_net ? 1 : 77;
 	}
 	return 0;
 }
@@ -119,26 +131,48 @@ static void *probe_lookup(void *arg)
 	return NULL;
 }
 
-int main(void)
+/* tcp: rank 1 listens on loopback, here. 0, or 1 with FAIL printed. */
+static int tcp_listener(struct ddss_tp_config *cfg, struct ddss_tp_node *me)
 {
-	struct ddss_tp_node nodes[3] = { { "127.0.0.1", 0 }, { "node2.ddss.test", 7 },
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(lfd, 128) ||
+	    getsockname(lfd, (struct sockaddr *)&sa, &len)) {
+		printf("FAIL: a listening socket on loopback: %s\n", strerror(errno));
+		return 1;
+	}
+	snprintf(me->host, sizeof(me->host), "127.0.0.1");
+	me->port = ntohs(sa.sin_port);
+	cfg->listen_fd = lfd;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	bool verbs = argc > 1 && !strcmp(argv[1], "--verbs");
+	struct ddss_tp_node nodes[3] = { { "", 0 }, { "node2.ddss.test", 7 },
 					 { "node3.ddss.test", 7 } };
 	struct ddss_tp_config cfg = {
-		.rank = 1, .size = 3, .group = 0x78, .nodes = nodes,
+		.rank = 1, .size = 3, .group = 0x78, .nodes = nodes, .listen_fd = -1,
 		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = 4000,
 		.connect_timeout_ms = CONNECT_TIMEOUT_MS,
 	};
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
 	void *pool;
 	struct ddss_tp_mr *mr;
 	int64_t t0, refuse_ns;
 	pthread_t th;
 	int64_t read_ns;
-	int lfd, r;
+	int r;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	r = isolate(); /* first: unshare wants a process of one thread */
+	if (verbs) {
+		test_rdma_host_or_skip(nodes[0].host, sizeof(nodes[0].host));
+		/* rdma_cm ports are their own space; one per process id keeps runs apart. */
+		nodes[0].port = (uint16_t)(30000 + (getpid() % 10000) * 2);
+	}
+	r = isolate(!verbs); /* first: unshare wants a process of one thread */
 	if (r)
 		return r;
 	/* The premise: a lookup of a name asks DNS here (nsswitch "hosts: ... dns"). */
@@ -150,16 +184,10 @@ int main(void)
 		printf("SKIP: a lookup of a name does not ask the DNS server in resolv.conf here\n");
 		return 77;
 	}
-	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(lfd, 128) ||
-	    getsockname(lfd, (struct sockaddr *)&sa, &len)) {
-		printf("FAIL: a listening socket on loopback: %s\n", strerror(errno));
+	if (!verbs && tcp_listener(&cfg, &nodes[0]))
 		return 1;
-	}
-	nodes[0].port = ntohs(sa.sin_port);
-	cfg.listen_fd = lfd;
 	pool = test_alloc_pool(POOL_LEN);
-	if (ddss_tp_open("tcp", &cfg, &tp) || ddss_tp_mem_register(tp, pool, POOL_LEN, true, &mr) ||
+	if (ddss_tp_open(verbs ? "verbs" : "tcp", &cfg, &tp) || ddss_tp_mem_register(tp, pool, POOL_LEN, true, &mr) ||
 	    ddss_tp_start(tp)) {
 		printf("FAIL: cannot start the transport\n");
 		return 1;
@@ -168,8 +196,9 @@ int main(void)
 	/* 1: the connect timeout ends the lookup's wait. */
 	tp_reader_start(tp, 2);
 	r = tp_reader_result(RESULT_WAIT_MS, &read_ns);
-	printf("1. the read of a rank whose name DNS never answers for: %d (%s) after %lld ms "
-	       "(connect timeout %d ms, the resolver's %d ms)\n", r, ddss_strerror(r),
+	printf("1. %s: the read of a rank whose name DNS never answers for: %d (%s) after %lld ms "
+	       "(connect timeout %d ms, the resolver's %d ms)\n", verbs ? "verbs" : "tcp", r,
+	       ddss_strerror(r),
 	       (long long)(read_ns / 1000000), CONNECT_TIMEOUT_MS, RESOLVER_MS);
 	TEST_CHECK(1, r == -ETIMEDOUT, "read: %d, not -ETIMEDOUT", r);
 	TEST_CHECK(1, read_ns < (CONNECT_TIMEOUT_MS + SLACK_MS) * 1000000ll,
