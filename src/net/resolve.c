@@ -99,7 +99,6 @@ static int lookup_wait(struct ddss_lookup *l, int64_t deadline_ns, bool (*stop)(
 	pthread_mutex_lock(&l->mu);
 	while (!l->done) {
 		int64_t now = ddss_now_ns(), until = now + STOP_SLICE_MS * 1000000ll;
-		struct timespec ts;
 
 		if (stop && stop(arg)) {
 			r = -EHOSTDOWN;
@@ -111,9 +110,9 @@ static int lookup_wait(struct ddss_lookup *l, int64_t deadline_ns, bool (*stop)(
 		}
 		if (until > deadline_ns)
 			until = deadline_ns;
-		/* ddss_now_ns() is CLOCK_MONOTONIC, as the condition variable's clock. */
-		ts.tv_sec = until / 1000000000ll;
-		ts.tv_nsec = until % 1000000000ll;
+		/* CLOCK_MONOTONIC: ddss_now_ns()'s, and the condition variable's. */
+		struct timespec ts = ddss_time_after(CLOCK_MONOTONIC, until - now);
+
 		pthread_cond_timedwait(&l->cv, &l->mu, &ts);
 	}
 	pthread_mutex_unlock(&l->mu);

@@ -46,15 +46,9 @@ void tp_reader_start(struct ddss_tp *tp, uint32_t rank)
 
 int tp_reader_result(int wait_ms, int64_t *ns_p)
 {
-	struct timespec until;
+	/* The condition variable's clock: CLOCK_REALTIME, the default. */
+	struct timespec until = ddss_time_after(CLOCK_REALTIME, (int64_t)wait_ms * 1000000);
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += wait_ms / 1000;
-	until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
 	pthread_mutex_lock(&mu);
 	while (!read_done && pthread_cond_timedwait(&cv, &mu, &until) == 0)
 		;
