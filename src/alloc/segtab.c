@@ -55,6 +55,7 @@ struct ddss_segtab {
 	struct rank_use *use;        /* [rank], 1..group_size */
 	uint32_t max_segments;       /* per rank; 0: no limit */
 	uint64_t max_bytes;          /* per rank; 0: no limit */
+	uint32_t holds;              /* ddss_segtab_hold: while set, no memory is freed */
 };
 
 int ddss_segtab_create(struct ddss_pool *pool, uint32_t rank, uint32_t group_size,
@@ -205,6 +206,8 @@ static void sweep(struct ddss_segtab *tab)
 {
 	uint32_t kept = 0;
 
+	if (tab->holds)
+		return;
 	for (uint32_t j = 0; j < tab->ndraining; j++) {
 		if (words_idle(tab, tab->draining[j]))
 			ddss_pool_free(tab->pool, tab->draining[j]);
@@ -406,7 +409,7 @@ int ddss_segtab_release_end(struct ddss_segtab *tab, uint64_t key)
 		put_slot(tab, i);
 		tab->count--;
 		/* A holder or queued waiter may still run the lock protocol on the words. */
-		if (words_idle(tab, s->hdr_off))
+		if (!tab->holds && words_idle(tab, s->hdr_off))
 			ddss_pool_free(tab->pool, s->hdr_off);
 		else
 			add_draining(tab, s->hdr_off);
@@ -414,6 +417,36 @@ int ddss_segtab_release_end(struct ddss_segtab *tab, uint64_t key)
 	}
 	pthread_mutex_unlock(&tab->mu);
 	return r;
+}
+
+void ddss_segtab_hold(struct ddss_segtab *tab)
+{
+	pthread_mutex_lock(&tab->mu);
+	tab->holds++;
+	pthread_mutex_unlock(&tab->mu);
+}
+
+void ddss_segtab_unhold(struct ddss_segtab *tab)
+{
+	pthread_mutex_lock(&tab->mu);
+	tab->holds--;
+	sweep(tab);
+	pthread_mutex_unlock(&tab->mu);
+}
+
+void ddss_segtab_each(struct ddss_segtab *tab, ddss_segtab_each_fn fn, void *arg)
+{
+	struct ddss_seg_loc loc;
+
+	pthread_mutex_lock(&tab->mu);
+	for (uint32_t i = 0; i < tab->nslots; i++) {
+		if (tab->slots[i].state == SLOT_FREE)
+			continue;
+		fill_loc(tab, i, &loc);
+		fn(arg, (const uint8_t *)ddss_pool_base(tab->pool) + tab->slots[i].hdr_off,
+		   tab->slots[i].hdr_off, &loc);
+	}
+	pthread_mutex_unlock(&tab->mu);
 }
 
 uint64_t ddss_segtab_count(struct ddss_segtab *tab)

@@ -115,6 +115,23 @@ uint32_t ddss_segtab_draining(struct ddss_segtab *tab);
  */
 void ddss_segtab_watch_releases(struct ddss_segtab *tab, uint64_t *epoch);
 
+/*
+ * Keep every segment's memory, released ones' included, until the matching unhold: a
+ * caller that found a header by ddss_segtab_each may then post to it after the table's
+ * lock is dropped, and never reach another segment's memory. Holds nest.
+ */
+void ddss_segtab_hold(struct ddss_segtab *tab);
+void ddss_segtab_unhold(struct ddss_segtab *tab);
+
+/*
+ * Call @fn for every segment not yet freed (live or being released), with its header
+ * (@hdr in this process, @hdr_off in the pool) and its location, under the table's lock:
+ * @fn must not call back into the table, nor wait for a peer.
+ */
+typedef void (*ddss_segtab_each_fn)(void *arg, const void *hdr, uint64_t hdr_off,
+				    const struct ddss_seg_loc *loc);
+void ddss_segtab_each(struct ddss_segtab *tab, ddss_segtab_each_fn fn, void *arg);
+
 /** Segments not yet freed (live or being released). */
 uint64_t ddss_segtab_count(struct ddss_segtab *tab);
 

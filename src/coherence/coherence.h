@@ -57,7 +57,18 @@ int ddss_coh_put(struct ddss_ctx *ctx, const struct ddss_seg_desc *d, size_t off
 /** True if @d's get and put are single RDMA operations, which async requests can overlap. */
 bool ddss_coh_is_plain(const struct ddss_seg_desc *d);
 
+/*
+ * Coordinator mode, the heartbeat thread, before @rank's new process is let in
+ * (net/readmit.c): settle the marks its old process left unfinished on write and delta
+ * segments homed here, so that other ranks' next puts repair them (coh_readmit.c). 0, or
+ * -EBUSY if the old process is not cut off here (nothing settled), -ENOMEM (some left).
+ */
+int ddss_coh_settle_readmitted(ddss_ctx_t *ctx, uint32_t rank);
+
 /* ---- for tests and benchmarks ---- */
+
+/* Marks settled here by ddss_coh_settle_readmitted so far. */
+uint64_t ddss_coh_readmit_settled(ddss_ctx_t *ctx);
 
 struct ddss_coh_stats {
 	uint64_t fetches;  /* data transfers made by caching gets (version, write, delta, temporal) */

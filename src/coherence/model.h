@@ -56,6 +56,9 @@ struct ddss_coh {
 	uint32_t putting[COH_WORD_HINTS];
 	/* The last unsettled mark a put here was warned about, by slot (once each). Atomic. */
 	uint64_t warned_mark[COH_WORD_HINTS];
+	/* Marks of readmitted ranks' old processes settled here as their home (coh_readmit.c).
+	 * Atomic. */
+	uint64_t readmit_settled;
 };
 
 /* The version word, in every segment's header: [completed puts : 63 | a put is writing : 1];

@@ -178,13 +178,15 @@ int ddss_ctx_check_attr(const struct ddss_attr *attr)
 	return configure(attr, &unused, &conf);
 }
 
-/* Heartbeat thread (net/readmit.c): @rank's slot has a new process. Keys of segments the
- * old one homed must not reach the new one's memory through offsets cached here. */
+/* Heartbeat thread (net/readmit.c): @rank's slot has a new process, not let in yet. Keys
+ * of segments the old one homed must not reach the new one's memory through offsets cached
+ * here; puts the old one left unfinished on segments homed here are over. */
 static void ctx_on_readmit(void *arg, uint32_t rank)
 {
 	struct ddss_ctx *ctx = arg;
 
 	ddss_seg_cache_drop_home(ctx->cache, rank);
+	(void)ddss_coh_settle_readmitted(ctx, rank); /* it logs what it leaves */
 }
 
 int ddss_ctx_open(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)

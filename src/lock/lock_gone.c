@@ -15,7 +15,8 @@
  * that would not go to the error state: never vouched for); -EBUSY alive. A rank it sees
  * down and not alive (the rule of lock_rc_ask) it declares dead on the spot. A readmitted
  * rank is a new process and counts as alive: the question is about a rank, not an
- * incarnation, so the answer stays on the safe side.
+ * incarnation, so the answer stays on the safe side. (The marks its old process left here
+ * were settled as the new one came in: coherence/coh_readmit.c.)
  */
 #include "core/ctx.h"
 #include "lock/lock_int.h"

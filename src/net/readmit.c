@@ -73,8 +73,13 @@ void ddss_net_readmit_pending(struct ddss_net *net)
 		 * next round's refusals would shut out the new one.
 		 */
 		ddss_net_refuse_if_pending(net, r);
+		/* A cut that failed is tried again now (ddss_tp_peer_readmit would): the
+		 * layers above settle what the old process left only once it is cut off. */
+		if (ddss_tp_peer_refused(net->tp, r) && !ddss_tp_peer_cut(net->tp, r))
+			ddss_tp_peer_refuse(net->tp, r);
 		/* What the layers above kept of the old process (descriptors of segments it
-		 * homed) goes before anything can reach the new one. */
+		 * homed, marks of puts it left unfinished) goes before anything can reach the
+		 * new one. */
 		fn = __atomic_load_n(&net->readmit_fn, __ATOMIC_ACQUIRE);
 		if (fn)
 			fn(__atomic_load_n(&net->readmit_arg, __ATOMIC_RELAXED), r);

@@ -76,26 +76,16 @@ static void victim(void)
 static void repairer(void)
 {
 	unsigned char v[SEG_LEN], back[SEG_LEN];
-	unsigned eio = 0, other = 0;
-	int r = -1, last_other = 0;
-	double t0;
+	struct test_put_tally t;
+	int r;
 
 	TEST_CHECK(2, test_wait_word(ctx, flags, F_MARKED, WAIT_MS) == 1,
 		   "the victim never marked the word");
 	memset(v, PUT_BYTE, sizeof(v));
-	t0 = test_now_ms();
-	while (test_now_ms() - t0 < REPAIR_MS) {
-		r = ddss_put(ctx, key, 0, v, sizeof(v));
-		if (r == 0)
-			break;
-		if (r == -EIO)
-			eio++;
-		else
-			other++, last_other = r;
-	}
+	r = test_put_retrying(ctx, key, v, sizeof(v), REPAIR_MS, &t);
 	printf("rank 2: the put on the dead writer's mark returned %d after %.0f ms (%u -EIO, "
-	       "%u other errors, the last %d before it)\n", r, test_now_ms() - t0, eio, other,
-	       last_other);
+	       "%u other errors, the last %d before it)\n", r, t.ms, t.eio, t.other,
+	       t.last_other);
 	TEST_CHECK(2, r == 0, "no put repaired the dead writer's mark within %d ms: %d (%s)",
 		   REPAIR_MS, r, ddss_strerror(r));
 	memset(back, 0, sizeof(back));

@@ -529,3 +529,23 @@ void test_put_word(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w
 
 	TEST_CHECK(me, r == 0, "put of word %u: %s", w, ddss_strerror(r));
 }
+
+int test_put_retrying(struct ddss_ctx *ctx, ddss_key_t key, const void *v, size_t len,
+		      int timeout_ms, struct test_put_tally *tally)
+{
+	double t0 = test_now_ms();
+	int r = -ETIMEDOUT;
+
+	*tally = (struct test_put_tally){ 0 };
+	while (test_now_ms() - t0 < timeout_ms) {
+		r = ddss_put(ctx, key, 0, v, len);
+		if (r == 0)
+			break;
+		if (r == -EIO)
+			tally->eio++;
+		else
+			tally->other++, tally->last_other = r;
+	}
+	tally->ms = test_now_ms() - t0;
+	return r;
+}

@@ -187,6 +187,16 @@ ddss_key_t test_segment_at(struct ddss_ctx *ctx, uint32_t me, const char *name, 
  * it cannot be made, as rank @me. No barrier. */
 ddss_key_t test_write_segment_v1(struct ddss_ctx *ctx, uint32_t me, const char *name, size_t len,
 				 unsigned char byte);
+/* What test_put_retrying saw before it returned. */
+struct test_put_tally {
+	unsigned eio, other; /* failures: -EIO, and any other error */
+	int last_other;      /* the last of the others (0: none) */
+	double ms;           /* how long it took */
+};
+/** Put @len bytes of @v at offset 0 of @key until a put succeeds or @timeout_ms passed
+ * (a repair after a writer died); the last put's result. */
+int test_put_retrying(struct ddss_ctx *ctx, ddss_key_t key, const void *v, size_t len,
+		      int timeout_ms, struct test_put_tally *tally);
 /** Put @v into the 8-byte word @w of @key (a signal between ranks); checked as rank @me. */
 void test_put_word(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w, uint64_t v);
 

@@ -11,7 +11,13 @@
  *     lock of its own in the same waiter slot: a survivor takes it back within a bound,
  *     and the new process's lock is not disturbed (the old process's waiter id is not
  *     the new one's: src/lock/lock_int.h, LOCK_ID_WINDOW);
- *  7. all four increment the counter: it is exact (3 x INCREMENTS + 4 x INCREMENTS).
+ *  7. all four increment the counter: it is exact (3 x INCREMENTS + 4 x INCREMENTS);
+ *  8. the old process died inside a put of a write segment homed at rank 1, right after
+ *     its mark landed (before its copy). Nobody puts to it until the new process is in:
+ *     then rank 3's put repairs it, because the home settled the old process's mark as
+ *     it let the new one in (coherence/coh_readmit.c). Before that (2026-12-07) the home
+ *     answered "alive" for the mark's rank and every such put returned -EIO until the new
+ *     process put to the key itself; this test failed at REPAIR_MS.
  * And the name directory (in etcd) survives the death: a name whose static directory rank
  * would be the victim is still found by every survivor and by the replacement; a name
  * bound to the victim's segment says -EHOSTDOWN, and can be created again (rank 2), after
@@ -20,6 +26,9 @@
  * No collective finalize: coord_grow_tcp checks that members let in later finalize with the rest.
  */
 #include "alloc/names.h"
+#include "alloc/pool.h"
+#include "coherence/coherence.h"
+#include "core/seg_cache.h"
 #include "common/test_util.h"
 #include "core/ctx.h"
 #include "net/net.h"
@@ -41,13 +50,18 @@
 #define INCREMENTS 200
 #define WAIT_MS 60000
 #define LOCK_WAIT_MS 15000
+#define REPAIR_MS 20000 /* a lock recovery past the dead holder: a few seconds */
 #define OLD_VALUE 0x01d5e9u
+#define WSEG_LEN 64
+#define W_BYTE_V1 0x5a     /* version 1 of the write segment, rank 1's */
+#define W_BYTE_DEAD 0xd4   /* what the old process was writing when it died */
+#define W_BYTE_REPAIR 0x3c /* rank 3's repair */
 #define NEW_VALUE 0x4e3e57u
 
 /* Words of the results segment (homed at rank 1). */
 enum { W_OLD = 0, W_NEW = 1, W_BACK = 2, W_HELD = 3, W_LGOT = 4, W_MGOT = 5, W_DONE1 = 6,
        W_DONE2 = 6 + NRANKS, W_READ = 6 + 2 * NRANKS, W_RENAMED = 6 + 3 * NRANKS,
-       W_WORDS = 7 + 3 * NRANKS };
+       W_REPAIRED = 7 + 3 * NRANKS, W_WORDS = 8 + 3 * NRANKS };
 #define GONE_NAME "replgone" /* bound to a segment of the victim's */
 static char dir_name[32];    /* a name whose static directory rank is the victim */
 static ddss_key_t dir_seg;
@@ -69,6 +83,7 @@ static bool replacement;
 static ddss_key_t results, counter, old_seg, new_seg;
 static ddss_key_t lock_l; /* held by the old process when it dies */
 static ddss_key_t lock_m; /* the new process's, in the same waiter slot */
+static ddss_key_t wseg;   /* write model at rank 1: the old process dies in a put of it */
 static int to_watcher = -1; /* the victim's pipe to its watcher */
 
 static uint64_t wait_word(unsigned w)
@@ -109,6 +124,8 @@ static void setup(void)
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &m, &lock_m), 0);
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &d, &dir_seg), 0);
 	CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 8, &g, &gone), 0);
+	wseg = test_write_segment_v1(ctx, me, "replwrite", WSEG_LEN, W_BYTE_V1);
+	CU_ASSERT_FATAL(wseg != 0);
 	if (me == VICTIM) {
 		v = OLD_VALUE;
 		CU_ASSERT_EQUAL_FATAL(ddss_allocate_ss(ctx, 64, &o, &old_seg), 0);
@@ -124,6 +141,15 @@ static void setup(void)
 	test_ctx_barrier_or_exit(ctx);
 }
 
+/* The old process, inside its put of the write segment: its mark has landed. Die. */
+static void die_in_put(ddss_ctx_t *c, ddss_key_t k)
+{
+	if (c == ctx && k == wseg) {
+		fflush(stdout);
+		raise(SIGKILL);
+	}
+}
+
 static void test_kill(void)
 {
 	uint64_t keys[4] = { results, counter, lock_l, lock_m };
@@ -137,7 +163,13 @@ static void test_kill(void)
 		/* The replacement learns the keys from us: names may live at any rank. */
 		if (write(to_watcher, keys, sizeof(keys)) != (ssize_t)sizeof(keys))
 			_exit(3);
-		raise(SIGKILL);
+		unsigned char v[WSEG_LEN];
+
+		memset(v, W_BYTE_DEAD, sizeof(v));
+		ddss_coh_marked_hook = die_in_put;
+		r = ddss_put(ctx, wseg, 0, v, sizeof(v));
+		printf("rank %u: the put returned %d instead of dying in it\n", me, r);
+		_exit(4); /* not SIGKILL: the watcher fails */
 	}
 	while (test_now_ms() - t0 < WAIT_MS &&
 	       (r = ddss_net_coord_left(ctx->net, VICTIM, &view, &when)) == -ENOENT)
@@ -165,6 +197,58 @@ static void test_replaced(void)
 	printf("rank %u: get of the old incarnation's segment: %s\n", me, ddss_strerror(r));
 	CU_ASSERT(r == -EHOSTDOWN || r == -ESTALE);
 	CU_ASSERT_EQUAL(v, 0);
+}
+
+/* Rank 3: the first put on the write segment since the old process died in one, with the
+ * new process in. It must repair the old mark, not fail with -EIO. */
+static void repair_put(void)
+{
+	unsigned char v[WSEG_LEN], back[WSEG_LEN];
+	struct test_put_tally t;
+	int r;
+
+	memset(v, W_BYTE_REPAIR, sizeof(v));
+	r = test_put_retrying(ctx, wseg, v, sizeof(v), REPAIR_MS, &t);
+	printf("rank 3: the put on the old process's mark returned %s after %.0f ms (%u -EIO, "
+	       "%u other errors%s%s)\n", ddss_strerror(r), t.ms, t.eio, t.other,
+	       t.other ? ", the last " : "", t.other ? ddss_strerror(t.last_other) : "");
+	CU_ASSERT_EQUAL(r, 0);
+	memset(back, 0, sizeof(back));
+	CU_ASSERT_EQUAL(ddss_get(ctx, wseg, 0, back, sizeof(back)), 0);
+	CU_ASSERT_EQUAL(memcmp(back, v, sizeof(v)), 0);
+	put_word(W_REPAIRED, 1);
+}
+
+/* Rank 1, the home: it settled the old process's mark when it let the new one in, and the
+ * repair completed version 2 with rank 3's bytes. */
+static void check_repaired_home(void)
+{
+	const struct ddss_seg_desc *d;
+	const char *base = ddss_pool_base(ctx->pool);
+	uint64_t word;
+	bool whole = true;
+
+	printf("rank 1: marks of an old process settled at its readmission: %llu\n",
+	       (unsigned long long)ddss_coh_readmit_settled(ctx));
+	CU_ASSERT_EQUAL(ddss_coh_readmit_settled(ctx), 1);
+	CU_ASSERT_FATAL(wait_word(W_REPAIRED) == 1);
+	CU_ASSERT_EQUAL_FATAL(ddss_ctx_desc(ctx, wseg, &d), 0);
+	word = __atomic_load_n((const uint64_t *)(base + d->data_off - DDSS_SEG_HDR_LEN +
+						  DDSS_SEG_HDR_VERSION), __ATOMIC_SEQ_CST);
+	for (unsigned i = 0; i < WSEG_LEN; i++)
+		whole &= (unsigned char)base[d->data_off + i] == W_BYTE_REPAIR;
+	ddss_seg_cache_put(d);
+	printf("rank 1: the write segment's version word %#llx\n", (unsigned long long)word);
+	CU_ASSERT_EQUAL(word, 4); /* version 2, the dead put's, completed by the repair */
+	CU_ASSERT(whole);
+}
+
+static void test_dead_put(void)
+{
+	if (me == 3)
+		repair_put();
+	if (me == 1)
+		check_repaired_home();
 }
 
 /* The name directory after the death: in etcd, not at the victim. */
@@ -380,6 +464,8 @@ int main(int argc, char **argv)
 			    test_names);
 		CU_add_test(suite, "a lock the dead process held, while the new one holds its own",
 			    test_stale_lock);
+		CU_add_test(suite, "a put the dead process left half done is repaired",
+			    test_dead_put);
 	}
 	CU_add_test(suite, "the locked counter stays exact", test_counter);
 	failed = test_run_all();

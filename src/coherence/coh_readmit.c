@@ -1,0 +1,125 @@
+/*
+ * A rank taken over by a new process (coordinator mode, net/readmit.c): the marks its old
+ * process left on write and delta segments homed here are settled before the new process
+ * is let in (docs/coherence.md, "A dead writer's mark").
+ *
+ * A mark names a rank, not a process (coh_slots.c). Once the rank is readmitted, the home
+ * answers "alive" when another rank's put asks whether the mark's writer is over
+ * (lock/lock_gone.c): until the new process itself put to that key, every other rank's
+ * put on it returned -EIO. At this moment the home knows better. The old process is cut
+ * off here (nothing of it can land any more), and the new one cannot have reached this
+ * pool yet: its handshakes are refused until the door opens, after this runs. So every
+ * unsettled mark naming the rank is the old process's, and over. Recording it in the
+ * settled word, as the failed put's own settle would have, lets the next put repair it.
+ */
+#include "coherence/coherence.h"
+#include "coherence/model.h"
+#include "alloc/segtab.h"
+#include "core/ctx.h"
+#include "core/log.h"
+#include "net/transport.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+struct old_mark {
+	uint64_t key;
+	uint64_t hdr_off;
+};
+
+struct mark_scan {
+	uint32_t rank;
+	struct old_mark *marks;
+	size_t n, cap;
+	bool short_of_memory;
+};
+
+/*
+ * Under the segment table's lock: a write or delta segment whose version word reads
+ * marked by @s->rank and not settled. A look only (this process's view of its own pool);
+ * the words are read again through the transport before anything changes.
+ */
+static void pick_old_mark(void *arg, const void *hdr, uint64_t hdr_off,
+			  const struct ddss_seg_loc *loc)
+{
+	struct mark_scan *s = arg;
+	const uint64_t *words = hdr;
+	uint64_t word;
+
+	if (loc->coherence != DDSS_COHERENCE_WRITE && loc->coherence != DDSS_COHERENCE_DELTA)
+		return;
+	word = __atomic_load_n(&words[COH_VERSION_OFF / 8], __ATOMIC_RELAXED);
+	if (!(word & COH_WRITING) || word >> COH_WRITER_SHIFT != s->rank ||
+	    __atomic_load_n(&words[COH_SETTLED_OFF / 8], __ATOMIC_RELAXED) == word)
+		return;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 8;
+		struct old_mark *m = realloc(s->marks, cap * sizeof(*m));
+
+		if (!m) {
+			s->short_of_memory = true;
+			return;
+		}
+		s->marks = m;
+		s->cap = cap;
+	}
+	s->marks[s->n++] = (struct old_mark){ .key = loc->key, .hdr_off = hdr_off };
+}
+
+/* Settle one old mark: a compare&swap of the settled word, through the transport (the
+ * words are the NIC's: its atomics need not be atomic with the CPU's). True if settled. */
+static bool settle_old_mark(ddss_ctx_t *ctx, uint32_t rank, const struct old_mark *m)
+{
+	struct ddss_tp *tp = ctx->tp;
+	uint64_t mark = 0, settled = 0, was = 0;
+	int r = ddss_tp_read(tp, ctx->rank, m->hdr_off + COH_VERSION_OFF, &mark, 8);
+
+	if (!r)
+		r = ddss_tp_read(tp, ctx->rank, m->hdr_off + COH_SETTLED_OFF, &settled, 8);
+	if (r || !(mark & COH_WRITING) || mark >> COH_WRITER_SHIFT != rank || settled == mark)
+		return false; /* moved meanwhile: another rank's put took it over (lock_gone) */
+	r = ddss_tp_cas(tp, ctx->rank, m->hdr_off + COH_SETTLED_OFF, settled, mark, &was);
+	if (r || was != settled) {
+		/* Left unsettled, as before: puts on it fail with -EIO until the rank's new
+		 * process puts to it (coh_slots.c, own_mark_over). */
+		DDSS_WARN("coherence: %#llx: cannot settle the mark rank %u's old process left "
+			  "(%s)", (unsigned long long)m->key, rank,
+			  r ? ddss_strerror(r) : "the settled word moved");
+		return false;
+	}
+	DDSS_WARN("coherence: %#llx: rank %u's old process died in the put of version %llu; "
+		  "settled as it is readmitted, the next put rewrites the copy",
+		  (unsigned long long)m->key, rank,
+		  (unsigned long long)((mark & ~COH_WRITER_MASK) >> 1) + 1);
+	return true;
+}
+
+int ddss_coh_settle_readmitted(ddss_ctx_t *ctx, uint32_t rank)
+{
+	struct mark_scan s = { .rank = rank };
+	unsigned settled = 0;
+
+	if (!ctx->segtab || !ctx->coh || rank == ctx->rank)
+		return 0;
+	/* Only a cut process is over; the readmission is refused (-EBUSY) otherwise. */
+	if (!ddss_tp_peer_cut(ctx->tp, rank))
+		return -EBUSY;
+	ddss_segtab_hold(ctx->segtab);
+	ddss_segtab_each(ctx->segtab, pick_old_mark, &s);
+	for (size_t i = 0; i < s.n; i++)
+		settled += settle_old_mark(ctx, rank, &s.marks[i]);
+	ddss_segtab_unhold(ctx->segtab);
+	free(s.marks);
+	__atomic_fetch_add(&ctx->coh->readmit_settled, settled, __ATOMIC_RELAXED);
+	if (s.short_of_memory) {
+		DDSS_WARN("coherence: out of memory: some marks rank %u's old process left stay "
+			  "unsettled (their puts fail with -EIO)", rank);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+uint64_t ddss_coh_readmit_settled(ddss_ctx_t *ctx)
+{
+	return ctx->coh ? __atomic_load_n(&ctx->coh->readmit_settled, __ATOMIC_RELAXED) : 0;
+}
