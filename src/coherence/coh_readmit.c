@@ -66,38 +66,103 @@ static void pick_old_mark(void *arg, const void *hdr, uint64_t hdr_off,
 	s->marks[s->n++] = (struct old_mark){ .key = loc->key, .hdr_off = hdr_off };
 }
 
-/* Settle one old mark: a compare&swap of the settled word, through the transport (the
- * words are the NIC's: its atomics need not be atomic with the CPU's). True if settled. */
-static bool settle_old_mark(ddss_ctx_t *ctx, uint32_t rank, const struct old_mark *m)
+/*
+ * How long the whole scan may wait on this rank's own pool. It runs on the heartbeat
+ * thread, whose beats must not stop for an operation timeout (30 s by default, more than
+ * the peer timeout). On tcp the operations run inline; on verbs they go through the
+ * loopback QP, which answers in microseconds unless the device is broken.
+ */
+#define SCAN_BOUND_MS 1000
+
+/* One operation of this rank on its own pool, heap-held so that one still out at the
+ * deadline can be left to the transport (which fails it by the operation timeout) rather
+ * than freed under it. */
+struct own_op {
+	struct ddss_tp_req req;
+	uint64_t word;
+};
+
+static int own_op(ddss_ctx_t *ctx, enum ddss_tp_op op, uint64_t off, uint64_t a, uint64_t b,
+		  int64_t deadline, uint64_t *result_p)
 {
 	struct ddss_tp *tp = ctx->tp;
+	int64_t left_ms = (deadline - ddss_now_ns()) / 1000000;
+	struct own_op *o;
+	int r;
+
+	if (left_ms <= 0)
+		return -ETIMEDOUT;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	r = tp->ops->post_ex(tp, op, ctx->rank, off, op == DDSS_TP_OP_READ ? &o->word : NULL,
+			     op == DDSS_TP_OP_READ ? 8 : 0, a, b, 0, &o->req);
+	if (r) {
+		free(o);
+		return r;
+	}
+	r = ddss_tp_wait(tp, &o->req, (int)left_ms);
+	if (r == -ETIMEDOUT) {
+		DDSS_WARN("coherence: an operation on this rank's own pool is still out after "
+			  "%d ms: left to the transport", SCAN_BOUND_MS);
+		return r; /* @o stays with the transport */
+	}
+	if (!r)
+		r = o->req.status;
+	if (!r)
+		*result_p = op == DDSS_TP_OP_READ ? o->word : o->req.result;
+	free(o);
+	return r;
+}
+
+/* A header word: a fetch&add of 0 where the transport fetches faster that way (the two
+ * words change only by atomics), else a read. */
+static int own_word(ddss_ctx_t *ctx, uint64_t off, int64_t deadline, uint64_t *word_p)
+{
+	if (ctx->tp->fetch_by_fadd)
+		return own_op(ctx, DDSS_TP_OP_FADD, off, 0, 0, deadline, word_p);
+	return own_op(ctx, DDSS_TP_OP_READ, off, 0, 0, deadline, word_p);
+}
+
+/* Settle one old mark: a compare&swap of the settled word, through the transport (the
+ * words are the NIC's: its atomics need not be atomic with the CPU's). 1 if settled, 0 if
+ * nothing to do any more, else -errno (left unsettled). */
+static int settle_old_mark(ddss_ctx_t *ctx, uint32_t rank, const struct old_mark *m,
+			   int64_t deadline)
+{
 	uint64_t mark = 0, settled = 0, was = 0;
-	int r = ddss_tp_read(tp, ctx->rank, m->hdr_off + COH_VERSION_OFF, &mark, 8);
+	int r = own_word(ctx, m->hdr_off + COH_VERSION_OFF, deadline, &mark);
 
 	if (!r)
-		r = ddss_tp_read(tp, ctx->rank, m->hdr_off + COH_SETTLED_OFF, &settled, 8);
-	if (r || !(mark & COH_WRITING) || mark >> COH_WRITER_SHIFT != rank || settled == mark)
-		return false; /* moved meanwhile: another rank's put took it over (lock_gone) */
-	r = ddss_tp_cas(tp, ctx->rank, m->hdr_off + COH_SETTLED_OFF, settled, mark, &was);
-	if (r || was != settled) {
+		r = own_word(ctx, m->hdr_off + COH_SETTLED_OFF, deadline, &settled);
+	if (!r && (!(mark & COH_WRITING) || mark >> COH_WRITER_SHIFT != rank || settled == mark))
+		return 0; /* moved meanwhile: another rank's put took it over (lock_gone.c) */
+	if (!r)
+		r = own_op(ctx, DDSS_TP_OP_CAS, m->hdr_off + COH_SETTLED_OFF, settled, mark,
+			   deadline, &was);
+	if (!r && was != settled)
+		r = -EAGAIN; /* a put settled its own mark meanwhile */
+	if (r) {
 		/* Left unsettled, as before: puts on it fail with -EIO until the rank's new
 		 * process puts to it (coh_slots.c, own_mark_over). */
-		DDSS_WARN("coherence: %#llx: cannot settle the mark rank %u's old process left "
-			  "(%s)", (unsigned long long)m->key, rank,
-			  r ? ddss_strerror(r) : "the settled word moved");
-		return false;
+		DDSS_WARN("coherence: %#llx: cannot settle the mark rank %u's old process left: "
+			  "%s", (unsigned long long)m->key, rank,
+			  r == -EAGAIN ? "the settled word moved" : ddss_strerror(r));
+		return r;
 	}
 	DDSS_WARN("coherence: %#llx: rank %u's old process died in the put of version %llu; "
 		  "settled as it is readmitted, the next put rewrites the copy",
 		  (unsigned long long)m->key, rank,
 		  (unsigned long long)((mark & ~COH_WRITER_MASK) >> 1) + 1);
-	return true;
+	return 1;
 }
 
 int ddss_coh_settle_readmitted(ddss_ctx_t *ctx, uint32_t rank)
 {
 	struct mark_scan s = { .rank = rank };
+	int64_t deadline = ddss_now_ns() + SCAN_BOUND_MS * 1000000ll;
 	unsigned settled = 0;
+	int r = 0;
 
 	if (!ctx->segtab || !ctx->coh || rank == ctx->rank)
 		return 0;
@@ -106,8 +171,14 @@ int ddss_coh_settle_readmitted(ddss_ctx_t *ctx, uint32_t rank)
 		return -EBUSY;
 	ddss_segtab_hold(ctx->segtab);
 	ddss_segtab_each(ctx->segtab, pick_old_mark, &s);
-	for (size_t i = 0; i < s.n; i++)
-		settled += settle_old_mark(ctx, rank, &s.marks[i]);
+	for (size_t i = 0; i < s.n && r != -ETIMEDOUT; i++) {
+		int one = settle_old_mark(ctx, rank, &s.marks[i], deadline);
+
+		if (one > 0)
+			settled++;
+		else if (one < 0)
+			r = one;
+	}
 	ddss_segtab_unhold(ctx->segtab);
 	free(s.marks);
 	__atomic_fetch_add(&ctx->coh->readmit_settled, settled, __ATOMIC_RELAXED);
@@ -116,7 +187,7 @@ int ddss_coh_settle_readmitted(ddss_ctx_t *ctx, uint32_t rank)
 			  "unsettled (their puts fail with -EIO)", rank);
 		return -ENOMEM;
 	}
-	return 0;
+	return r;
 }
 
 uint64_t ddss_coh_readmit_settled(ddss_ctx_t *ctx)

@@ -181,12 +181,16 @@ int ddss_ctx_check_attr(const struct ddss_attr *attr)
 /* Heartbeat thread (net/readmit.c): @rank's slot has a new process, not let in yet. Keys
  * of segments the old one homed must not reach the new one's memory through offsets cached
  * here; puts the old one left unfinished on segments homed here are over. */
-static void ctx_on_readmit(void *arg, uint32_t rank)
+static int ctx_on_readmit(void *arg, uint32_t rank)
 {
 	struct ddss_ctx *ctx = arg;
+	int r;
 
 	ddss_seg_cache_drop_home(ctx->cache, rank);
-	(void)ddss_coh_settle_readmitted(ctx, rank); /* it logs what it leaves */
+	/* -EBUSY (not cut off yet): the readmission waits for the next round. Other errors
+	 * leave some marks unsettled (logged): the new process is let in all the same. */
+	r = ddss_coh_settle_readmitted(ctx, rank);
+	return r == -EBUSY ? r : 0;
 }
 
 int ddss_ctx_open(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
@@ -258,10 +262,13 @@ int ddss_ctx_open(const struct ddss_attr *attr, ddss_ctx_t **ctx_p)
 		ddss_segtab_set_first_generation(ctx->segtab, randombytes_uniform(DDSS_KEY_GEN_MASK));
 	if (!r)
 		r = ddss_seg_cache_create(ddss_seg_ack, ctx, &ctx->cache);
-	if (!r) /* a rank's new process: what we cached of the old one's segments goes */
-		ddss_net_on_readmit(ctx->net, ctx_on_readmit, ctx);
 	if (!r)
 		r = ddss_coh_create(conf.cache_len, &ctx->coh);
+	/* A rank's new process: what we cached of the old one's segments goes, and the puts
+	 * it left unfinished here are settled (both set up by now: the heartbeat thread
+	 * reads them). */
+	if (!r)
+		ddss_net_on_readmit(ctx->net, ctx_on_readmit, ctx);
 	if (!r)
 		r = ddss_rpc_open(ctx->net, ddss_seg_serve, ctx, &ctx->rpc);
 	if (!r)

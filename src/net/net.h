@@ -114,8 +114,9 @@ void ddss_net_reconnect_ask(struct ddss_net *net, uint32_t rank);
 int ddss_net_readmit(struct ddss_net *net, uint32_t rank, const struct ddss_tp_node *node,
 		     uint64_t incarnation, uint32_t generation);
 /* Runs on the heartbeat thread before a readmitted rank can be reached: drop what was kept
- * of its old process. */
-typedef void (*ddss_net_readmit_fn)(void *arg, uint32_t rank);
+ * of its old process. -EBUSY: not now (the old process is not cut off yet); the
+ * readmission waits for the next round, as when the transport says so. */
+typedef int (*ddss_net_readmit_fn)(void *arg, uint32_t rank);
 /** Set the readmit handler (any time; readmissions before it skip it). */
 void ddss_net_on_readmit(struct ddss_net *net, ddss_net_readmit_fn fn, void *arg);
 

@@ -81,16 +81,18 @@ void ddss_net_readmit_pending(struct ddss_net *net)
 		 * homed, marks of puts it left unfinished) goes before anything can reach the
 		 * new one. */
 		fn = __atomic_load_n(&net->readmit_fn, __ATOMIC_ACQUIRE);
-		if (fn)
-			fn(__atomic_load_n(&net->readmit_arg, __ATOMIC_RELAXED), r);
-		/* The old process's state goes before the door opens: the new one's handshake
-		 * may report it up at once, and that must stay. */
-		pthread_mutex_lock(&net->mu);
-		net->peer_state[r] = DDSS_TP_PEER_UNKNOWN;
-		net->barrier_arrived[r] = 0; /* the old process's arrivals are not the new one's */
-		pthread_mutex_unlock(&net->mu);
-		ddss_net_heartbeat_peer_up(net, r); /* its silence counts from now */
-		err = ddss_tp_peer_readmit(net->tp, r, &a.node, a.incarnation, a.generation);
+		err = fn ? fn(__atomic_load_n(&net->readmit_arg, __ATOMIC_RELAXED), r) : 0;
+		if (err != -EBUSY) {
+			/* The old process's state goes before the door opens: the new one's
+			 * handshake may report it up at once, and that must stay. */
+			pthread_mutex_lock(&net->mu);
+			net->peer_state[r] = DDSS_TP_PEER_UNKNOWN;
+			net->barrier_arrived[r] = 0; /* the old process's are not the new one's */
+			pthread_mutex_unlock(&net->mu);
+			ddss_net_heartbeat_peer_up(net, r); /* its silence counts from now */
+			err = ddss_tp_peer_readmit(net->tp, r, &a.node, a.incarnation,
+						   a.generation);
+		}
 		pthread_mutex_lock(&net->mu);
 		if (err)
 			net->peer_state[r] = DDSS_TP_PEER_DOWN;

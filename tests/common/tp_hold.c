@@ -6,7 +6,7 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static bool held, release;
+static unsigned holds, releases; /* handlers that held so far; let-gos so far */
 static uint32_t hold_from;
 static uint16_t hold_tag;
 
@@ -34,9 +34,10 @@ void tp_hold_on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, siz
 	(void)arg, (void)buf, (void)len;
 	pthread_mutex_lock(&mu);
 	if (from == hold_from && tag == hold_tag) {
-		held = true;
+		unsigned mine = holds++;
+
 		pthread_cond_broadcast(&cv);
-		while (!release && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+		while (releases <= mine && pthread_cond_timedwait(&cv, &mu, &until) == 0)
 			;
 	}
 	pthread_mutex_unlock(&mu);
@@ -48,9 +49,9 @@ bool tp_hold_wait_held(void)
 	bool r;
 
 	pthread_mutex_lock(&mu);
-	while (!held && pthread_cond_timedwait(&cv, &mu, &until) == 0)
+	while (holds <= releases && pthread_cond_timedwait(&cv, &mu, &until) == 0)
 		;
-	r = held;
+	r = holds > releases;
 	pthread_mutex_unlock(&mu);
 	return r;
 }
@@ -58,7 +59,7 @@ bool tp_hold_wait_held(void)
 void tp_hold_let_go(void)
 {
 	pthread_mutex_lock(&mu);
-	release = true;
+	releases++;
 	pthread_cond_broadcast(&cv);
 	pthread_mutex_unlock(&mu);
 }

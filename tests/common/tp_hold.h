@@ -2,7 +2,8 @@
  * Holding a transport's progress thread from a test: a message with tag @tag from @rank
  * parks the thread in its handler until the test lets it go (bounded by TP_HOLD_MS). The
  * thread that serves requests then serves none, so a test can line up what it finds when
- * it resumes (tests/net/tcp_stale_close.c, tcp_superseded.c). One hold per process.
+ * it resumes (tests/net/tcp_stale_close.c, tcp_superseded.c). Holds come one after the
+ * other: each such message holds until its own let-go (tcp_readmit_backlog.c holds twice).
  */
 #ifndef DDSS_TESTS_TP_HOLD_H
 #define DDSS_TESTS_TP_HOLD_H
@@ -17,9 +18,9 @@
 void tp_hold_on(uint32_t from, uint16_t tag);
 /* The on_msg handler to install (struct ddss_tp_handlers). */
 void tp_hold_on_msg(void *arg, uint32_t from, uint16_t tag, const void *buf, size_t len);
-/* Wait until the handler holds (at most TP_HOLD_MS): whether it does. */
+/* Wait until a handler holds that was not let go yet (at most TP_HOLD_MS): whether one does. */
 bool tp_hold_wait_held(void);
-/* Let the held thread go. */
+/* Let the held thread go (the oldest hold not let go yet). */
 void tp_hold_let_go(void);
 
 #endif

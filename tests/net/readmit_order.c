@@ -9,6 +9,10 @@
  * for rank 3's readmission, after that round's refusals. Checked: rank 3's new incarnation
  * is let in, and a later round does not refuse it. (Before the fix the death waited for the
  * next round's refusals, which then shut the new incarnation out for good.)
+ *
+ * Then a handler that says -EBUSY (the layers above are not ready: coherence settles the
+ * old process's marks only once it is cut off, core/ctx.c): that readmission waits, the
+ * rank stays refused, and the next round asks the handler again and lets it in.
  */
 #include "common/test_util.h"
 #include "net/net.h"
@@ -35,14 +39,24 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static unsigned calls_for_2;
 static bool refused_3_later;
+static bool busy_next;       /* the next call for rank 2 says -EBUSY */
+static bool refused_at_retry; /* rank 2 was still refused when the handler was asked again */
 
-static void on_readmit(void *arg, uint32_t rank)
+static int on_readmit(void *arg, uint32_t rank)
 {
+	int r = 0;
+
 	(void)arg;
 	if (rank != 2)
-		return;
+		return 0;
 	pthread_mutex_lock(&mu);
 	calls_for_2++;
+	if (calls_for_2 == 4)
+		refused_at_retry = ddss_tp_peer_refused(ddss_net_tp(net), 2);
+	if (busy_next) {
+		busy_next = false;
+		r = -EBUSY;
+	}
 	if (calls_for_2 == 1) {
 		/* The view that let rank 2 in also removed rank 3 and let its new process in. */
 		ddss_net_declare_dead(net, 3);
@@ -53,6 +67,7 @@ static void on_readmit(void *arg, uint32_t rank)
 	}
 	pthread_cond_broadcast(&cv);
 	pthread_mutex_unlock(&mu);
+	return r;
 }
 
 static bool wait_calls(unsigned want)
@@ -129,6 +144,24 @@ int main(void)
 	printf("rank 3's new incarnation %s, and %s after a later round\n",
 	       in ? "let in" : "not let in", refused_3_later ? "refused" : "still in");
 	TEST_CHECK(1, !refused_3_later, "a later round refused rank 3's new incarnation");
+	/* The handler says -EBUSY once: rank 2 waits for the next round, then comes in. */
+	for (double t0 = test_now_ms(); ddss_tp_peer_refused(ddss_net_tp(net), 2) &&
+					test_now_ms() - t0 < WAIT_MS;)
+		usleep(1000); /* the last readmission's door, as above */
+	pthread_mutex_lock(&mu);
+	busy_next = true;
+	pthread_mutex_unlock(&mu);
+	ddss_net_declare_dead(net, 2);
+	TEST_CHECK(1, ddss_net_readmit(net, 2, &nodes[1], 4, 1) == 0, "readmit 2, held back");
+	TEST_CHECK(1, wait_calls(4), "the held-back readmission was never asked again");
+	for (double t0 = test_now_ms(); ddss_tp_peer_refused(ddss_net_tp(net), 2) &&
+					test_now_ms() - t0 < WAIT_MS;)
+		usleep(1000);
+	in = !ddss_tp_peer_refused(ddss_net_tp(net), 2);
+	printf("a handler's -EBUSY: rank 2 %s when asked again, %s after\n",
+	       refused_at_retry ? "still refused" : "already let in", in ? "let in" : "refused");
+	TEST_CHECK(1, refused_at_retry, "rank 2 was let in although its handler said -EBUSY");
+	TEST_CHECK(1, in, "rank 2 was not let in after its handler said yes");
 	ddss_net_close(net);
 	free(pool);
 	printf("%s\n", test_failures ? "FAILED" : "passed");

@@ -417,8 +417,9 @@ static int weak_release(struct tcp_tp *t, struct tcp_served *s, bool all)
 	struct tcp_held *newest = NULL;
 	bool sampled = false;
 
-	/* Declared dead meanwhile: it may not read the pool any more. */
-	if (ddss_tp_peer_refused(&t->base, s->peer))
+	/* Declared dead meanwhile (or taken over since): it may not read the pool any more. */
+	if (ddss_tp_peer_refused(&t->base, s->peer) ||
+	    s->gen != ddss_tp_peer_generation(&t->base, s->peer))
 		return -EHOSTDOWN;
 	for (struct tcp_held *h = s->held_head; h; h = h->next) {
 		if (h->late) {
@@ -444,11 +445,18 @@ static int weak_release(struct tcp_tp *t, struct tcp_served *s, bool all)
 	return weak_send(t, s);
 }
 
-/* Whether the request in s->cur may act on the pool: not once its rank was declared dead,
- * nor, posted bound, once the rank connected again (see the top). */
+/*
+ * Whether the request in s->cur may act on the pool: not once its rank was declared dead,
+ * nor once the rank was readmitted as a new process (the connection's generation is the
+ * old one's), nor, posted bound, once the rank connected again (see the top). The cut only
+ * shuts the old connections down: what they had queued is still read until this thread
+ * closes them, which may be after the readmission cleared the refusal. Served then, an old
+ * process's late write would land on a mark its home settled for it (coh_readmit.c).
+ */
 static bool request_may_act(struct tcp_tp *t, const struct tcp_served *s)
 {
 	return !ddss_tp_peer_refused(&t->base, s->peer) &&
+	       s->gen == ddss_tp_peer_generation(&t->base, s->peer) &&
 	       !((s->cur.flags & TCP_WIRE_F_BOUND) &&
 		 __atomic_load_n(&s->superseded, __ATOMIC_ACQUIRE));
 }
@@ -457,7 +465,8 @@ static bool request_may_act(struct tcp_tp *t, const struct tcp_served *s)
 static const char *serve_failure(int r)
 {
 	if (r == -EHOSTDOWN)
-		return "its rank was declared dead: the rest of what it sent is dropped";
+		return "its rank was declared dead (or taken over by a new process): the rest "
+		       "of what it sent is dropped";
 	return "cannot send a reply";
 }
 
@@ -472,8 +481,10 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 	uint64_t *word = s->cur_err ? NULL : (uint64_t *)(t->pool + c->off);
 	bool late = false, read = false;
 
-	/* Declared dead while its request was on the way: it may not touch the pool any more. */
-	if (ddss_tp_peer_refused(&t->base, s->peer))
+	/* Declared dead while its request was on the way, or taken over by a new process
+	 * since: it may not touch the pool any more. */
+	if (ddss_tp_peer_refused(&t->base, s->peer) ||
+	    s->gen != ddss_tp_peer_generation(&t->base, s->peer))
 		return -EHOSTDOWN;
 	/* Bound, of a superseded connection: dropped unanswered (the rank failed it; a write's
 	 * bytes went nowhere, payload_dst). */
