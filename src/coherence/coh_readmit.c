@@ -74,12 +74,18 @@ static void pick_old_mark(void *arg, const void *hdr, uint64_t hdr_off,
  */
 #define SCAN_BOUND_MS 1000
 
-/* One operation of this rank on its own pool, heap-held so that one still out at the
- * deadline can be left to the transport (which fails it by the operation timeout) rather
- * than freed under it. */
-struct own_op {
+/*
+ * One operation of this rank on its own pool, heap-held so that one still out at the
+ * deadline is left to the transport rather than freed under it. A read left out is
+ * harmless. A compare&swap left out is not: landing later, after the new process is in,
+ * it could settle a mark of the new process's that is still in flight. So each is kept
+ * on the coherence state's list, and no readmission goes ahead while one is still out
+ * (ddss_coh_settle_readmitted says -EBUSY until the transport has ended it).
+ */
+struct coh_own_op {
 	struct ddss_tp_req req;
 	uint64_t word;
+	struct coh_own_op *next; /* on ddss_coh.readmit_out while a compare&swap is out */
 };
 
 static int own_op(ddss_ctx_t *ctx, enum ddss_tp_op op, uint64_t off, uint64_t a, uint64_t b,
@@ -87,7 +93,7 @@ static int own_op(ddss_ctx_t *ctx, enum ddss_tp_op op, uint64_t off, uint64_t a,
 {
 	struct ddss_tp *tp = ctx->tp;
 	int64_t left_ms = (deadline - ddss_now_ns()) / 1000000;
-	struct own_op *o;
+	struct coh_own_op *o;
 	int r;
 
 	if (left_ms <= 0)
@@ -104,7 +110,11 @@ static int own_op(ddss_ctx_t *ctx, enum ddss_tp_op op, uint64_t off, uint64_t a,
 	r = ddss_tp_wait(tp, &o->req, (int)left_ms);
 	if (r == -ETIMEDOUT) {
 		DDSS_WARN("coherence: an operation on this rank's own pool is still out after "
-			  "%d ms: left to the transport", SCAN_BOUND_MS);
+			  "the readmission's %d ms: left to the transport", SCAN_BOUND_MS);
+		if (op == DDSS_TP_OP_CAS) {
+			o->next = ctx->coh->readmit_out;
+			ctx->coh->readmit_out = o;
+		}
 		return r; /* @o stays with the transport */
 	}
 	if (!r)
@@ -113,6 +123,26 @@ static int own_op(ddss_ctx_t *ctx, enum ddss_tp_op op, uint64_t off, uint64_t a,
 		*result_p = op == DDSS_TP_OP_READ ? o->word : o->req.result;
 	free(o);
 	return r;
+}
+
+/* Free the compare&swaps left out that the transport has ended; how many are still out. */
+static unsigned reap_left_out(ddss_ctx_t *ctx)
+{
+	struct coh_own_op **link = &ctx->coh->readmit_out;
+	unsigned out = 0;
+
+	while (*link) {
+		struct coh_own_op *o = *link;
+
+		if (ddss_tp_req_done(&o->req) || ddss_tp_test(ctx->tp, &o->req) == 0) {
+			*link = o->next;
+			free(o);
+		} else {
+			link = &o->next;
+			out++;
+		}
+	}
+	return out;
 }
 
 /* A header word: a fetch&add of 0 where the transport fetches faster that way (the two
@@ -140,14 +170,16 @@ static int settle_old_mark(ddss_ctx_t *ctx, uint32_t rank, const struct old_mark
 	if (!r)
 		r = own_op(ctx, DDSS_TP_OP_CAS, m->hdr_off + COH_SETTLED_OFF, settled, mark,
 			   deadline, &was);
-	if (!r && was != settled)
-		r = -EAGAIN; /* a put settled its own mark meanwhile */
-	if (r) {
-		/* Left unsettled, as before: puts on it fail with -EIO until the rank's new
-		 * process puts to it (coh_slots.c, own_mark_over). */
+	if (!r && was != settled) {
+		/* A put that took the mark over settled its own meanwhile. Left unsettled, as
+		 * before: puts on it fail with -EIO until that writer puts to the key. */
 		DDSS_WARN("coherence: %#llx: cannot settle the mark rank %u's old process left: "
-			  "%s", (unsigned long long)m->key, rank,
-			  r == -EAGAIN ? "the settled word moved" : ddss_strerror(r));
+			  "the settled word moved", (unsigned long long)m->key, rank);
+		return 0;
+	}
+	if (r) {
+		DDSS_WARN("coherence: %#llx: cannot settle the mark rank %u's old process left: "
+			  "%s", (unsigned long long)m->key, rank, ddss_strerror(r));
 		return r;
 	}
 	DDSS_WARN("coherence: %#llx: rank %u's old process died in the put of version %llu; "
@@ -166,12 +198,15 @@ int ddss_coh_settle_readmitted(ddss_ctx_t *ctx, uint32_t rank)
 
 	if (!ctx->segtab || !ctx->coh || rank == ctx->rank)
 		return 0;
-	/* Only a cut process is over; the readmission is refused (-EBUSY) otherwise. */
-	if (!ddss_tp_peer_cut(ctx->tp, rank))
+	if (!ddss_tp_peer_refused(ctx->tp, rank))
+		return -EINVAL; /* not declared dead: ddss_tp_peer_readmit refuses it too */
+	/* Only a cut process is over: the readmission waits (-EBUSY) otherwise, and while a
+	 * compare&swap of an earlier scan is still out (own_op). */
+	if (!ddss_tp_peer_cut(ctx->tp, rank) || reap_left_out(ctx))
 		return -EBUSY;
 	ddss_segtab_hold(ctx->segtab);
 	ddss_segtab_each(ctx->segtab, pick_old_mark, &s);
-	for (size_t i = 0; i < s.n && r != -ETIMEDOUT; i++) {
+	for (size_t i = 0; i < s.n && r != -ETIMEDOUT && !ctx->coh->readmit_out; i++) {
 		int one = settle_old_mark(ctx, rank, &s.marks[i], deadline);
 
 		if (one > 0)
@@ -187,7 +222,7 @@ int ddss_coh_settle_readmitted(ddss_ctx_t *ctx, uint32_t rank)
 			  "unsettled (their puts fail with -EIO)", rank);
 		return -ENOMEM;
 	}
-	return r;
+	return ctx->coh->readmit_out ? -EBUSY : r;
 }
 
 uint64_t ddss_coh_readmit_settled(ddss_ctx_t *ctx)

@@ -61,7 +61,9 @@ bool ddss_coh_is_plain(const struct ddss_seg_desc *d);
  * Coordinator mode, the heartbeat thread, before @rank's new process is let in
  * (net/readmit.c): settle the marks its old process left unfinished on write and delta
  * segments homed here, so that other ranks' next puts repair them (coh_readmit.c). 0, or
- * -EBUSY if the old process is not cut off here (nothing settled), -ENOMEM (some left).
+ * -EBUSY if the old process is not cut off here yet or a compare&swap of a settle is still
+ * out (the readmission must wait), -EINVAL if @rank was not declared dead, -ETIMEDOUT or
+ * -ENOMEM (some marks left unsettled), or a transport error.
  */
 int ddss_coh_settle_readmitted(ddss_ctx_t *ctx, uint32_t rank);
 

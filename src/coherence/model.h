@@ -43,6 +43,8 @@ extern const struct coh_model coh_null, coh_strict, coh_read, coh_write, coh_ver
 
 #define COH_WORD_HINTS 256
 
+struct coh_own_op; /* coh_readmit.c */
+
 struct ddss_coh {
 	struct coh_cache *cache;
 	int64_t (*now_ns)(void *arg);
@@ -59,6 +61,9 @@ struct ddss_coh {
 	/* Marks of readmitted ranks' old processes settled here as their home (coh_readmit.c).
 	 * Atomic. */
 	uint64_t readmit_settled;
+	/* Compare&swaps of those settles still out past the scan's bound (coh_readmit.c,
+	 * own_op); the heartbeat thread's only. */
+	struct coh_own_op *readmit_out;
 };
 
 /* The version word, in every segment's header: [completed puts : 63 | a put is writing : 1];

@@ -127,7 +127,7 @@ int main(void)
 		TEST_CHECK(2, r == 0, "posting the write: %d", r);
 		r = ddss_tp_post_fadd(b.tp, 1, 8, 1, &fadd_req);
 		TEST_CHECK(2, r == 0, "posting the fetch&add: %d", r);
-		TEST_CHECK(1, wait_unread(a.tp, 3 * (int)sizeof(struct tcp_wire_hdr)),
+		TEST_CHECK(1, wait_unread(a.tp, 3 * (int)TCP_WIRE_HDR_LEN),
 			   "B's messages never reached A's socket (%d bytes)", unread_of_2(a.tp));
 	}
 	if (test_failures) {
