@@ -12,6 +12,11 @@
  * names. Checked:
  *  1. a read of rank 2 fails with -ETIMEDOUT after the connect timeout (2 s), not after
  *     the resolver's 6 s;
+ *  1b. a second read of rank 2, while its first lookup is still under way, waits for
+ *     that lookup rather than starting one more (the connection's slot, net/resolve.c: at
+ *     most one lookup thread per peer): every query for rank 2's name reaching the server
+ *     comes from the first lookup's socket (its source port; the resolver keeps one
+ *     socket for all its tries);
  *  2. a read of rank 3 whose lookup is under way (its query seen at the silent server)
  *     ends with -EHOSTDOWN soon after rank 3 is refused, and the refusal does not wait.
  * SKIP without root or namespaces, when a lookup of a name does not ask DNS here, or (verbs)
@@ -122,6 +127,36 @@ static bool query_seen(const char *label, int ms)
 	}
 }
 
+/* Read every query waiting at the silent server; note the source ports of those naming
+ * @label in @ports (up to @max, each once). How many of those came from a port not in
+ * @ports already when @add is false; with @add, how many ports were added. */
+static unsigned drain_ports(const char *label, uint16_t *ports, unsigned *n, unsigned max,
+			    bool add)
+{
+	unsigned found = 0;
+	char buf[512];
+
+	for (;;) {
+		struct sockaddr_in from;
+		socklen_t len = sizeof(from);
+		ssize_t got = recvfrom(hole, buf, sizeof(buf), MSG_DONTWAIT,
+				       (struct sockaddr *)&from, &len);
+		bool known = false;
+
+		if (got < 0)
+			return found;
+		if (!memmem(buf, (size_t)got, label, strlen(label)))
+			continue;
+		for (unsigned i = 0; i < *n; i++)
+			known |= ports[i] == ntohs(from.sin_port);
+		if (known)
+			continue;
+		found++;
+		if (add && *n < max)
+			ports[(*n)++] = ntohs(from.sin_port);
+	}
+}
+
 static void *probe_lookup(void *arg)
 {
 	struct addrinfo *res;
@@ -204,6 +239,24 @@ int main(int argc, char **argv)
 	TEST_CHECK(1, read_ns < (CONNECT_TIMEOUT_MS + SLACK_MS) * 1000000ll,
 		   "the read waited %lld ms, past the connect timeout",
 		   (long long)(read_ns / 1000000));
+
+	/* 1b: a second read while the first lookup goes on joins it. */
+	{
+		uint16_t ports[8];
+		unsigned n = 0, strangers;
+
+		drain_ports("node2", ports, &n, 8, true);
+		tp_reader_start(tp, 2);
+		r = tp_reader_result(RESULT_WAIT_MS, &read_ns);
+		strangers = drain_ports("node2", ports, &n, 8, false);
+		printf("1b. a second read of rank 2 during its lookup: %d (%s) after %lld ms; "
+		       "queries for its name from %u port(s) before, from %u other port(s) "
+		       "during it\n", r, ddss_strerror(r), (long long)(read_ns / 1000000), n,
+		       strangers);
+		TEST_CHECK(1, n >= 1, "the first lookup's query never reached the server");
+		TEST_CHECK(1, r == -ETIMEDOUT, "read: %d, not -ETIMEDOUT", r);
+		TEST_CHECK(1, strangers == 0, "the second read started a lookup of its own");
+	}
 
 	/* 2: the refusal ends it, and does not wait for it. */
 	tp_reader_start(tp, 3);
