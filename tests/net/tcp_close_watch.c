@@ -14,6 +14,7 @@
  *     a few seconds, with nothing sent to B. Without the watch nothing would tell it.
  */
 #include "common/test_util.h"
+#include "common/tp_pair.h"
 #include "net/tcp/tcp.h"
 #include "net/transport.h"
 
@@ -26,7 +27,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POOL_LEN 65536
 #define WAIT_MS 5000
 #define MARK_A 0x41ull
 #define MARK_B 0x42ull
@@ -56,12 +56,7 @@ static unsigned downs(void)
 	return n;
 }
 
-struct proc {
-	struct ddss_tp *tp;
-	uint64_t *pool;
-};
-
-static void open_proc(struct proc *p, uint32_t rank, const struct ddss_tp_node *nodes, int lfd,
+static void open_proc(struct tp_proc *p, uint32_t rank, const struct ddss_tp_node *nodes, int lfd,
 		      bool handlers)
 {
 	struct ddss_tp_config cfg = {
@@ -69,16 +64,10 @@ static void open_proc(struct proc *p, uint32_t rank, const struct ddss_tp_node *
 		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = WAIT_MS,
 		.connect_timeout_ms = 3000,
 	};
-	struct ddss_tp_mr *mr;
 
 	if (handlers)
 		cfg.handlers = (struct ddss_tp_handlers){ .on_peer = on_peer };
-	p->pool = test_alloc_pool(POOL_LEN);
-	if (ddss_tp_open("tcp", &cfg, &p->tp) ||
-	    ddss_tp_mem_register(p->tp, p->pool, POOL_LEN, true, &mr) || ddss_tp_start(p->tp)) {
-		printf("FAIL: cannot start the transport of rank %u\n", rank);
-		exit(1);
-	}
+	tp_proc_open(p, &cfg);
 }
 
 static struct tcp_chan *chan_to(struct ddss_tp *tp, uint32_t peer)
@@ -124,20 +113,12 @@ int main(void)
 {
 	struct ddss_tp_node nodes[2] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 } };
 	struct timespec until;
-	struct proc a, b;
-	unsigned port;
+	struct tp_proc a, b;
 	int lfd[2], r;
 	int64_t give_up, t0;
 	uint64_t v = 0;
 
-	for (int i = 0; i < 2; i++) {
-		lfd[i] = test_listen_loopback(&port);
-		if (lfd[i] < 0) {
-			printf("FAIL: loopback listener\n");
-			return 1;
-		}
-		nodes[i].port = (uint16_t)port;
-	}
+	tp_pair_listen(nodes, lfd, 2);
 	open_proc(&a, 1, nodes, lfd[0], true);
 	open_proc(&b, 2, nodes, lfd[1], false);
 	a.pool[0] = MARK_A;
@@ -192,9 +173,8 @@ int main(void)
 	TEST_CHECK(3, r > 0, "A did not hear of B's death in %d ms (state %d)", WAIT_MS,
 		   state_of_2(a.tp));
 
-	ddss_tp_close(a.tp);
-	free(a.pool);
-	free(b.pool);
+	tp_proc_close(&a);
+	free(b.pool); /* its transport was closed above, as its death */
 	printf("%s\n", test_failures ? "FAILED" : "passed");
 	return test_failures ? 1 : 0;
 }

@@ -23,6 +23,7 @@
  */
 #include "common/test_util.h"
 #include "common/tp_hold.h"
+#include "common/tp_pair.h"
 #include "net/tcp/tcp.h"
 #include "net/tcp/tcp_wire.h"
 #include "net/transport.h"
@@ -35,7 +36,6 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#define POOL_LEN 65536
 #define TAG_HOLD 42
 #define WAIT_MS TP_HOLD_MS
 #define FIRST_VALUE 0x1111111111111111ull
@@ -44,12 +44,7 @@
 static const uint64_t incarnations[3] = { 0, 1, 1 };
 static const uint32_t generations[3] = { 0, 1, 1 };
 
-struct proc {
-	struct ddss_tp *tp;
-	uint64_t *pool;
-};
-
-static void open_proc(struct proc *p, uint32_t rank, const struct ddss_tp_node *nodes, int lfd)
+static void open_proc(struct tp_proc *p, uint32_t rank, const struct ddss_tp_node *nodes, int lfd)
 {
 	struct ddss_tp_config cfg = {
 		.rank = rank, .size = 2, .group = 0x7ead, .nodes = nodes, .listen_fd = lfd,
@@ -57,16 +52,10 @@ static void open_proc(struct proc *p, uint32_t rank, const struct ddss_tp_node *
 		.connect_timeout_ms = 3000, .incarnations = incarnations,
 		.generations = generations,
 	};
-	struct ddss_tp_mr *mr;
 
 	if (rank == 1)
 		cfg.handlers = (struct ddss_tp_handlers){ .on_msg = tp_hold_on_msg };
-	p->pool = test_alloc_pool(POOL_LEN);
-	if (ddss_tp_open("tcp", &cfg, &p->tp) ||
-	    ddss_tp_mem_register(p->tp, p->pool, POOL_LEN, true, &mr) || ddss_tp_start(p->tp)) {
-		printf("FAIL: cannot start the transport of rank %u\n", rank);
-		exit(1);
-	}
+	tp_proc_open(p, &cfg);
 }
 
 /* Bytes A has not read yet from its connection of rank 2. */
@@ -98,18 +87,10 @@ int main(void)
 	struct ddss_tp_node nodes[2] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 } };
 	uint64_t old_value = OLD_VALUE;
 	struct ddss_tp_req write_req, fadd_req;
-	struct proc a, b;
-	unsigned port;
+	struct tp_proc a, b;
 	int lfd[2], r;
 
-	for (int i = 0; i < 2; i++) {
-		lfd[i] = test_listen_loopback(&port);
-		if (lfd[i] < 0) {
-			printf("FAIL: loopback listener\n");
-			return 1;
-		}
-		nodes[i].port = (uint16_t)port;
-	}
+	tp_pair_listen(nodes, lfd, 2);
 	open_proc(&a, 1, nodes, lfd[0]);
 	open_proc(&b, 2, nodes, lfd[1]);
 	a.pool[0] = FIRST_VALUE;
@@ -166,10 +147,8 @@ int main(void)
 		   "the old process was told its requests succeeded (%d, %d)", write_req.status,
 		   fadd_req.status);
 
-	ddss_tp_close(b.tp);
-	ddss_tp_close(a.tp);
-	free(a.pool);
-	free(b.pool);
+	tp_proc_close(&b);
+	tp_proc_close(&a);
 	printf("%s\n", test_failures ? "FAILED" : "passed");
 	return test_failures ? 1 : 0;
 }

@@ -17,6 +17,7 @@
  */
 #include "common/test_util.h"
 #include "common/tp_hold.h"
+#include "common/tp_pair.h"
 #include "net/tcp/tcp.h"
 #include "net/transport.h"
 
@@ -28,7 +29,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POOL_LEN 65536
 #define TAG_HOLD 41
 #define WAIT_MS TP_HOLD_MS
 #define MARK 0x6e6577ull /* what the new process keeps in its pool */
@@ -46,12 +46,7 @@ static void on_peer(void *arg, uint32_t rank, enum ddss_tp_peer_state state)
 	pthread_mutex_unlock(&mu);
 }
 
-struct proc {
-	struct ddss_tp *tp;
-	uint64_t *pool;
-};
-
-static void open_proc(struct proc *p, uint32_t rank, const struct ddss_tp_node *nodes, int lfd,
+static void open_proc(struct tp_proc *p, uint32_t rank, const struct ddss_tp_node *nodes, int lfd,
 		      const uint64_t *incarnations, const uint32_t *generations, bool handlers)
 {
 	struct ddss_tp_config cfg = {
@@ -60,17 +55,11 @@ static void open_proc(struct proc *p, uint32_t rank, const struct ddss_tp_node *
 		.connect_timeout_ms = 3000, .incarnations = incarnations,
 		.generations = generations,
 	};
-	struct ddss_tp_mr *mr;
 
 	if (handlers)
 		cfg.handlers = (struct ddss_tp_handlers){ .on_msg = tp_hold_on_msg,
 							  .on_peer = on_peer };
-	p->pool = test_alloc_pool(POOL_LEN);
-	if (ddss_tp_open("tcp", &cfg, &p->tp) ||
-	    ddss_tp_mem_register(p->tp, p->pool, POOL_LEN, true, &mr) || ddss_tp_start(p->tp)) {
-		printf("FAIL: cannot start the transport of rank %u\n", rank);
-		exit(1);
-	}
+	tp_proc_open(p, &cfg);
 }
 
 static enum ddss_tp_peer_state state_of_2(struct ddss_tp *tp)
@@ -98,29 +87,18 @@ static bool serves_rank_2(struct ddss_tp *tp)
 
 int main(void)
 {
-	struct ddss_tp_node nodes_old[2] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 } };
-	struct ddss_tp_node nodes_new[2] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 } };
+	struct ddss_tp_node all[3], nodes_old[2], nodes_new[2]; /* A, old rank 2, new rank 2 */
 	const uint64_t inc_old[3] = { 0, 1, 10 }, inc_new[3] = { 0, 1, 11 };
 	const uint32_t gen_old[3] = { 0, 1, 1 }, gen_new[3] = { 0, 1, 2 };
-	struct proc a, old2, new2;
-	unsigned port;
+	struct tp_proc a, old2, new2;
 	int lfd[3], r;
 	int64_t give_up;
 	uint64_t v = 0;
 
-	for (int i = 0; i < 3; i++) {
-		lfd[i] = test_listen_loopback(&port);
-		if (lfd[i] < 0) {
-			printf("FAIL: loopback listener\n");
-			return 1;
-		}
-		if (i == 0)
-			nodes_old[0].port = nodes_new[0].port = (uint16_t)port;
-		else if (i == 1)
-			nodes_old[1].port = (uint16_t)port;
-		else
-			nodes_new[1].port = (uint16_t)port;
-	}
+	tp_pair_listen(all, lfd, 3);
+	nodes_old[0] = nodes_new[0] = all[0];
+	nodes_old[1] = all[1];
+	nodes_new[1] = all[2];
 	open_proc(&a, 1, nodes_old, lfd[0], inc_old, gen_old, true);
 	open_proc(&old2, 2, nodes_old, lfd[1], inc_old, gen_old, false);
 	open_proc(&new2, 2, nodes_new, lfd[2], inc_new, gen_new, false);
@@ -166,12 +144,9 @@ int main(void)
 	TEST_CHECK(1, r == 0 && v == MARK, "read of the new process: %d, %#llx", r,
 		   (unsigned long long)v);
 
-	ddss_tp_close(old2.tp);
-	ddss_tp_close(new2.tp);
-	ddss_tp_close(a.tp);
-	free(a.pool);
-	free(old2.pool);
-	free(new2.pool);
+	tp_proc_close(&old2);
+	tp_proc_close(&new2);
+	tp_proc_close(&a);
 	printf("%s\n", test_failures ? "FAILED" : "passed");
 	return test_failures ? 1 : 0;
 }

@@ -24,6 +24,7 @@
  */
 #include "common/test_util.h"
 #include "common/tp_hold.h"
+#include "common/tp_pair.h"
 #include "net/tcp/tcp.h"
 #include "net/transport.h"
 
@@ -35,7 +36,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POOL_LEN 65536
 #define TAG_HOLD 42
 #define WAIT_MS TP_HOLD_MS
 #define FIRST_VALUE 0x1111111111111111ull
@@ -43,28 +43,17 @@
 #define NEW_VALUE 0x6e65776e65776e65ull
 #define KEPT_VALUE 0x6b6570746b657074ull /* an ordinary write: still lands */
 
-struct proc {
-	struct ddss_tp *tp;
-	uint64_t *pool;
-};
-
-static void open_proc(struct proc *p, uint32_t rank, const struct ddss_tp_node *nodes, int lfd)
+static void open_proc(struct tp_proc *p, uint32_t rank, const struct ddss_tp_node *nodes, int lfd)
 {
 	struct ddss_tp_config cfg = {
 		.rank = rank, .size = 2, .group = 0x5e9e, .nodes = nodes, .listen_fd = lfd,
 		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = WAIT_MS,
 		.connect_timeout_ms = 3000,
 	};
-	struct ddss_tp_mr *mr;
 
 	if (rank == 1)
 		cfg.handlers = (struct ddss_tp_handlers){ .on_msg = tp_hold_on_msg };
-	p->pool = test_alloc_pool(POOL_LEN);
-	if (ddss_tp_open("tcp", &cfg, &p->tp) ||
-	    ddss_tp_mem_register(p->tp, p->pool, POOL_LEN, true, &mr) || ddss_tp_start(p->tp)) {
-		printf("FAIL: cannot start the transport of rank %u\n", rank);
-		exit(1);
-	}
+	tp_proc_open(p, &cfg);
 }
 
 /* How many connections of rank 2 A serves; read under the locks a close takes. */
@@ -98,18 +87,10 @@ int main(void)
 	uint64_t old_value = OLD_VALUE, new_value = NEW_VALUE, kept_value = KEPT_VALUE, v = 0, word0;
 	struct ddss_tp_req old_req, fadd_req, kept_req, new_req;
 	struct ddss_tp_req *old_reqs[] = { &old_req, &fadd_req, &kept_req };
-	struct proc a, b;
-	unsigned port;
+	struct tp_proc a, b;
 	int lfd[2], r;
 
-	for (int i = 0; i < 2; i++) {
-		lfd[i] = test_listen_loopback(&port);
-		if (lfd[i] < 0) {
-			printf("FAIL: loopback listener\n");
-			return 1;
-		}
-		nodes[i].port = (uint16_t)port;
-	}
+	tp_pair_listen(nodes, lfd, 2);
 	open_proc(&a, 1, nodes, lfd[0]);
 	open_proc(&b, 2, nodes, lfd[1]);
 	a.pool[0] = FIRST_VALUE;
@@ -179,10 +160,8 @@ int main(void)
 	TEST_CHECK(2, r == 0 && v == word0, "a read on the new connection: %d, %#llx", r,
 		   (unsigned long long)v);
 
-	ddss_tp_close(b.tp);
-	ddss_tp_close(a.tp);
-	free(a.pool);
-	free(b.pool);
+	tp_proc_close(&b);
+	tp_proc_close(&a);
 	printf("%s\n", test_failures ? "FAILED" : "passed");
 	return test_failures ? 1 : 0;
 }
