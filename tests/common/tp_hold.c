@@ -1,6 +1,7 @@
 /* Holding a transport's progress thread from a test: tp_hold.h. */
 #include "common/tp_hold.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -62,4 +63,18 @@ void tp_hold_let_go(void)
 	releases++;
 	pthread_cond_broadcast(&cv);
 	pthread_mutex_unlock(&mu);
+}
+
+int tp_hold_park(struct ddss_tp *from, uint32_t to)
+{
+	uint16_t tag;
+	int r;
+
+	pthread_mutex_lock(&mu);
+	tag = hold_tag;
+	pthread_mutex_unlock(&mu);
+	r = ddss_tp_msg_send(from, to, tag, "h", 1);
+	if (r)
+		return r;
+	return tp_hold_wait_held() ? 0 : -ETIMEDOUT;
 }

@@ -97,9 +97,9 @@ int main(void)
 	tp_hold_on(2, TAG_HOLD);
 
 	/* 1: B connects and parks A's progress thread. */
-	r = ddss_tp_msg_send(b.tp, 1, TAG_HOLD, "h", 1);
-	TEST_CHECK(2, r == 0, "the hold message: %d", r);
-	TEST_CHECK(2, tp_hold_wait_held(), "A's handler never got the message");
+	r = tp_hold_park(b.tp, 1);
+	TEST_CHECK(2, r == 0, "parking A's progress thread (the hold message sent, its handler "
+		   "holding): %d (%s)", r, ddss_strerror(r));
 	/* 2: a second hold, and plain requests behind it, all in A's socket. */
 	if (!test_failures) {
 		r = ddss_tp_msg_send(b.tp, 1, TAG_HOLD, "h", 1);

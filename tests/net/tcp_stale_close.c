@@ -106,9 +106,9 @@ int main(void)
 
 	/* 1: the old process connects and parks A's progress thread. */
 	tp_hold_on(2, TAG_HOLD);
-	r = ddss_tp_msg_send(old2.tp, 1, TAG_HOLD, "h", 1);
-	TEST_CHECK(1, r == 0, "the old process's message: %d", r);
-	TEST_CHECK(1, tp_hold_wait_held(), "A's handler never got the message");
+	r = tp_hold_park(old2.tp, 1);
+	TEST_CHECK(1, r == 0, "parking A's progress thread (the old process's message sent, "
+		   "its handler holding): %d (%s)", r, ddss_strerror(r));
 	TEST_CHECK(1, state_of_2(a.tp) == DDSS_TP_PEER_UP, "rank 2 is not up at A: %d",
 		   state_of_2(a.tp));
 	if (test_failures)

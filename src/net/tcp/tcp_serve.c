@@ -406,6 +406,34 @@ static void weak_overtaken(struct tcp_served *s, int64_t now)
 }
 
 /*
+ * Whether @s's rank may still touch the pool: not once it was declared dead, nor once it
+ * was readmitted as a new process (the connection's generation is the old one's). The cut
+ * only shuts the old connections down: what they had queued is still read until this
+ * thread closes them, which may be after the readmission cleared the refusal. Served then,
+ * an old process's late write would land on a mark its home settled for it
+ * (coh_readmit.c).
+ */
+static bool peer_current(struct tcp_tp *t, const struct tcp_served *s)
+{
+	return !ddss_tp_peer_refused(&t->base, s->peer) &&
+	       s->gen == ddss_tp_peer_generation(&t->base, s->peer);
+}
+
+/* Whether the request in s->cur was posted bound on a connection the rank has since
+ * replaced (see the top): it must not act. */
+static bool bound_superseded(const struct tcp_served *s)
+{
+	return (s->cur.flags & TCP_WIRE_F_BOUND) &&
+	       __atomic_load_n(&s->superseded, __ATOMIC_ACQUIRE);
+}
+
+/* Whether the request in s->cur may act on the pool. */
+static bool request_may_act(struct tcp_tp *t, const struct tcp_served *s)
+{
+	return peer_current(t, s) && !bound_superseded(s);
+}
+
+/*
  * Release held replies: every one (@all: a fenced request is next), else those held for a
  * whole round, overtaken READs only once their hold is over. The released READs sample
  * the pool newest first; an older READ still held is overtaken by the sampling of a newer
@@ -418,8 +446,7 @@ static int weak_release(struct tcp_tp *t, struct tcp_served *s, bool all)
 	bool sampled = false;
 
 	/* Declared dead meanwhile (or taken over since): it may not read the pool any more. */
-	if (ddss_tp_peer_refused(&t->base, s->peer) ||
-	    s->gen != ddss_tp_peer_generation(&t->base, s->peer))
+	if (!peer_current(t, s))
 		return -EHOSTDOWN;
 	for (struct tcp_held *h = s->held_head; h; h = h->next) {
 		if (h->late) {
@@ -445,22 +472,6 @@ static int weak_release(struct tcp_tp *t, struct tcp_served *s, bool all)
 	return weak_send(t, s);
 }
 
-/*
- * Whether the request in s->cur may act on the pool: not once its rank was declared dead,
- * nor once the rank was readmitted as a new process (the connection's generation is the
- * old one's), nor, posted bound, once the rank connected again (see the top). The cut only
- * shuts the old connections down: what they had queued is still read until this thread
- * closes them, which may be after the readmission cleared the refusal. Served then, an old
- * process's late write would land on a mark its home settled for it (coh_readmit.c).
- */
-static bool request_may_act(struct tcp_tp *t, const struct tcp_served *s)
-{
-	return !ddss_tp_peer_refused(&t->base, s->peer) &&
-	       s->gen == ddss_tp_peer_generation(&t->base, s->peer) &&
-	       !((s->cur.flags & TCP_WIRE_F_BOUND) &&
-		 __atomic_load_n(&s->superseded, __ATOMIC_ACQUIRE));
-}
-
 /* Why a connection is closed after serving it failed with @r. */
 static const char *serve_failure(int r)
 {
@@ -483,12 +494,11 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 
 	/* Declared dead while its request was on the way, or taken over by a new process
 	 * since: it may not touch the pool any more. */
-	if (ddss_tp_peer_refused(&t->base, s->peer) ||
-	    s->gen != ddss_tp_peer_generation(&t->base, s->peer))
+	if (!peer_current(t, s))
 		return -EHOSTDOWN;
 	/* Bound, of a superseded connection: dropped unanswered (the rank failed it; a write's
 	 * bytes went nowhere, payload_dst). */
-	if (!request_may_act(t, s))
+	if (bound_superseded(s))
 		return 0;
 	switch (c->kind) {
 	case TCP_K_READ:
