@@ -52,27 +52,46 @@
 #define REC_LEN (REC_ENTRY + 8u * REC_ENTRIES)
 
 /*
- * Sealed record words: a 32-bit value in the low half, its complement in the high half.
- * A peer fills them with an RDMA write that a CPU of ours may read at any moment, and
- * neither InfiniBand nor PCIe promises that the 8 bytes land together (Soft-RoCE in a TCG
- * guest places them one at a time: a release read a successor id of 0x80ff, its rank
- * bytes still missing). Each byte of the word either landed or still holds the 0 its
- * owner cleared it to, and a byte pair (v_i, ~v_i) matches only once both landed (0 and
- * ~0 differ), unless the missing byte already held its final value. So a word that
- * unseals is whole; one that does not is empty or still arriving, and is read as empty.
- * Words written by CPUs or NIC atomics only (grant, ovf, link) are not sealed: grant is 0
- * or 1, and an atomic's write-back is one store.
+ * Sealed record words: a 32-bit value spread over the 8 bytes a nibble each, every byte
+ * [~n : 4 | n : 4]. A peer fills them with an RDMA write that a CPU of ours may read at any
+ * moment, and neither InfiniBand nor PCIe promises that the 8 bytes land together
+ * (Soft-RoCE in a TCG guest places them one at a time: a release read a successor id of
+ * 0x80ff, its rank bytes still missing). The owner clears the word to 0 before anyone can
+ * write it, and no byte of a sealed word is 0, so each byte is either 0 (still to land) or
+ * its final value, and the word unseals only once all 8 landed: then the write is over.
+ *
+ * That last part matters as much as the first. The first seal, [~v : 32 | v : 32], matched
+ * as soon as every byte that differs from 0 had landed; a 0 byte could still be on its way.
+ * The release went on, the slot was taken again and its record cleared, and the late 0
+ * landed in the next successor's id, which then never unsealed (a release waited for its
+ * successor for ever, lock_posted_tcp_weak). Words written by CPUs or NIC atomics only
+ * (grant, ovf, link) are not sealed: grant is 0 or 1, and an atomic's write-back is one
+ * store.
  */
+#define LOCK_SEAL_LOW 0x0f0f0f0f0f0f0f0full
+
 static inline uint64_t lock_seal(uint32_t v)
 {
-	return (uint64_t)~v << 32 | v;
+	uint64_t w = 0;
+
+	for (unsigned i = 0; i < 8; i++) {
+		uint64_t n = (v >> (4 * i)) & 0xfu;
+
+		w |= ((n ^ 0xfu) << 4 | n) << (8 * i);
+	}
+	return w;
 }
 
 static inline bool lock_unseal(uint64_t w, uint32_t *v_p)
 {
-	if ((uint32_t)(w >> 32) != (uint32_t)~w)
+	uint64_t lo = w & LOCK_SEAL_LOW, hi = (w >> 4) & LOCK_SEAL_LOW;
+	uint32_t v = 0;
+
+	if ((lo ^ hi) != LOCK_SEAL_LOW) /* a byte still 0, or not a sealed word */
 		return false;
-	*v_p = (uint32_t)w;
+	for (unsigned i = 0; i < 8; i++)
+		v |= (uint32_t)(lo >> (8 * i) & 0xfu) << (4 * i);
+	*v_p = v;
 	return true;
 }
 

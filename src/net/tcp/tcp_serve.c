@@ -602,8 +602,8 @@ static void store_word(struct tcp_tp *t, unsigned char *dst, const unsigned char
 		/* One window wide enough for a reader to land in, after a different number
 		 * of bytes each time. No more: a sched_yield between the other bytes, as there
 		 * was until 2026-12-07, gave the CPU away for a whole time slice each on a
-		 * crowded machine, and the weak suites ran past their barriers' 30 s
-		 * (lock_posted_tcp_weak, CI45). */
+		 * crowded machine. (lock_posted_tcp_weak's overruns, once put down to that,
+		 * were a late 0 byte landing in a reused lock record: locks.md.) */
 		if (i == window) {
 			struct timespec ts = { 0, TCP_WEAK_TEAR_NS };
 

@@ -11,8 +11,9 @@
 
 #define TCP_WIRE_HDR_LEN 48u
 #define TCP_WIRE_MAGIC 0x53534444u /* "DDSS" */
-#define TCP_WIRE_VERSION 5u /* 3: the fence flag; 4: protected frames (tcp_protect.h);
-			     * 5: the bound flag */
+#define TCP_WIRE_VERSION 6u /* 3: the fence flag; 4: protected frames (tcp_protect.h);
+			     * 5: the bound flag; 6: lock records sealed a nibble a byte
+			     * (lock_int.h): a rank of 5 would misread them */
 #define TCP_WIRE_HELLO_LEN 88u
 #define TCP_WIRE_HELLO_AUTH 1u /* hello flag: the sender has a group secret */
 /* Hello flags: the sender protects frames (DDSS_TCP_PROTECT); both sides must agree, and

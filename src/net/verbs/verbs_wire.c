@@ -12,7 +12,7 @@
 #define HELLO_MAGIC 0x56535344u  /* "DDSV" */
 #define REJECT_MAGIC 0x52535344u /* "DDSR" */
 #define MSG_MAGIC 0x4d44u        /* "DM" */
-#define PROTO_VERSION 1u
+#define PROTO_VERSION 2u /* 2: lock records sealed a nibble a byte (lock_int.h) */
 
 static void put32(unsigned char *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
 static void put64(unsigned char *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
