@@ -53,6 +53,10 @@ enum tcp_order {
 #define TCP_WEAK_HOLD_NS 1000000LL
 /* Weak order: how long an 8-byte write stays part landed, once (store_word). */
 #define TCP_WEAK_TEAR_NS 100000L
+/* How long a cut waits for the progress thread to end a write or atomic of the rank it
+ * refused that had passed its check (tcp_serve_cut): a copy or an atomic takes
+ * microseconds; longer means the thread was descheduled, and the cut is tried again. */
+#define TCP_CUT_ACT_WAIT_NS 1000000000LL
 /* Weak order: a served connection is not read while it holds this many replies. */
 #define TCP_WEAK_MAX_HELD 256u
 
@@ -230,6 +234,10 @@ struct tcp_tp {
 	uint64_t round;
 	struct tcp_served *weak_list;
 	unsigned weak_tears; /* 8-byte writes placed byte by byte so far (store_word) */
+	/* rank + 1 while the progress thread places a write's bytes or runs an atomic of that
+	 * rank's, from before its check that the rank may still act; else 0 (atomic). A cut
+	 * waits it out (tcp_serve.c, act_announce). */
+	uint32_t acting;
 };
 
 static inline struct tcp_tp *tcp_tp_of(struct ddss_tp *tp)
@@ -346,7 +354,15 @@ int tcp_serve_start(struct tcp_tp *t);
 void tcp_serve_stop(struct tcp_tp *t);
 /** Whether @rank's current process has a connection to us open (its close not seen yet). */
 bool tcp_serve_has(struct tcp_tp *t, uint32_t rank);
-/** Close every connection @rank made to us (it was refused). Any thread. */
-void tcp_serve_cut(struct tcp_tp *t, uint32_t rank);
+/**
+ * Close every connection @rank made to us (it was refused), and wait out a write or atomic
+ * of the rank that passed its check before the refusal (about 1 s at most). 0 once nothing
+ * of the rank can land any more; -EBUSY if the progress thread still acts for it. Any
+ * thread but the progress thread's act (which calls out to nothing).
+ */
+int tcp_serve_cut(struct tcp_tp *t, uint32_t rank);
+/* Tests only: called on the progress thread once a rank's atomic passed its check, right
+ * before it runs (NULL: nothing). */
+extern void (*tcp_serve_act_hook)(struct tcp_tp *t, uint32_t rank);
 
 #endif /* DDSS_NET_TCP_TCP_H */

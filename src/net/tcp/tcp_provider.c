@@ -182,10 +182,12 @@ static int tcp_peer_disconnect(struct ddss_tp *tp, uint32_t rank)
 	 * the peer down, and whoever sees that may already act on the refusal (the server also
 	 * checks the flag before each request, for one it was reading right now).
 	 */
+	int r = 0;
+
 	if (ddss_tp_peer_refused(tp, rank) && tcp_tp_of(tp)->started)
-		tcp_serve_cut(tcp_tp_of(tp), rank);
+		r = tcp_serve_cut(tcp_tp_of(tp), rank);
 	tcp_chan_shutdown(&tcp_tp_of(tp)->peers[rank].chan, -ECONNRESET);
-	return 0;
+	return r;
 }
 
 static int tcp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp_node *node)

@@ -415,8 +415,34 @@ static void weak_overtaken(struct tcp_served *s, int64_t now)
  */
 static bool peer_current(struct tcp_tp *t, const struct tcp_served *s)
 {
-	return !ddss_tp_peer_refused(&t->base, s->peer) &&
-	       s->gen == ddss_tp_peer_generation(&t->base, s->peer);
+	const struct ddss_tp *tp = &t->base;
+
+	/* Sequentially consistent: the second half of act_announce's handshake with a cut. */
+	return !__atomic_load_n(&tp->refused[s->peer], __ATOMIC_SEQ_CST) &&
+	       s->gen == (tp->generation ?
+				  __atomic_load_n(&tp->generation[s->peer], __ATOMIC_SEQ_CST) : 0);
+}
+
+void (*tcp_serve_act_hook)(struct tcp_tp *t, uint32_t rank);
+
+/*
+ * A write's bytes or an atomic of @s's rank is about to be checked (peer_current) and then
+ * to act on the pool: say so first. A cut stores the refusal, then waits while this says
+ * the rank (tcp_serve_cut); both sequentially consistent, so either the check sees the
+ * refusal or the cut sees this and waits until act_end. Without it a request that passed
+ * its check just before the cut was acted on after the cut returned: after a readmission
+ * (which needs the cut), on a mark its home had settled for the old process
+ * (coh_readmit.c). One atomic store per write and atomic; READs, notifications and
+ * messages do not act on the pool, and their handlers may cut a rank themselves.
+ */
+static void act_announce(struct tcp_tp *t, const struct tcp_served *s)
+{
+	__atomic_store_n(&t->acting, s->peer + 1, __ATOMIC_SEQ_CST);
+}
+
+static void act_end(struct tcp_tp *t)
+{
+	__atomic_store_n(&t->acting, 0, __ATOMIC_RELEASE);
 }
 
 /* Whether the request in s->cur was posted bound on a connection the rank has since
@@ -490,16 +516,24 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 	const void *data = NULL;
 	/* Only formed once the request passed validation (cur_err == 0). */
 	uint64_t *word = s->cur_err ? NULL : (uint64_t *)(t->pool + c->off);
-	bool late = false, read = false;
+	bool late = false, read = false, atomic = c->kind == TCP_K_CAS || c->kind == TCP_K_FADD;
 
+	if (atomic)
+		act_announce(t, s); /* ended below, once it ran */
 	/* Declared dead while its request was on the way, or taken over by a new process
 	 * since: it may not touch the pool any more. */
-	if (!peer_current(t, s))
+	if (!peer_current(t, s)) {
+		act_end(t);
 		return -EHOSTDOWN;
+	}
 	/* Bound, of a superseded connection: dropped unanswered (the rank failed it; a write's
 	 * bytes went nowhere, payload_dst). */
-	if (bound_superseded(s))
+	if (bound_superseded(s)) {
+		act_end(t);
 		return 0;
+	}
+	if (atomic && tcp_serve_act_hook)
+		tcp_serve_act_hook(t, s->peer);
 	switch (c->kind) {
 	case TCP_K_READ:
 		if (!s->cur_err) {
@@ -537,19 +571,27 @@ static int serve_request(struct tcp_tp *t, struct tcp_served *s)
 	default:
 		return -EPROTO;
 	}
+	act_end(t);
 	/* Weak order: held, or behind a held reply or one still going out. */
 	if (late || s->held_head || s->out_iovcnt)
 		return weak_hold(t, s, &rep, late, read);
 	return served_reply(t, s, &rep, data);
 }
 
-/* Destination of the next payload bytes of s->cur, or NULL to discard them. */
+/*
+ * Destination of the next payload bytes of s->cur, or NULL to discard them. In the pool,
+ * the act is announced (act_announce): the caller ends it (act_end) once they are placed.
+ */
 static unsigned char *payload_dst(struct tcp_tp *t, struct tcp_served *s)
 {
 	/* A write of a rank declared dead meanwhile lands nowhere (serve_request refuses the
 	 * rest of what it sends), nor does a bound one of a superseded connection. */
-	if (s->cur.kind == TCP_K_WRITE && !s->cur_err && request_may_act(t, s))
-		return t->pool + s->cur.off + s->payload_got;
+	if (s->cur.kind == TCP_K_WRITE && !s->cur_err) {
+		act_announce(t, s);
+		if (request_may_act(t, s))
+			return t->pool + s->cur.off + s->payload_got;
+		act_end(t);
+	}
 	if (s->cur.kind == TCP_K_MSG)
 		return s->msgbuf + s->payload_got;
 	return NULL;
@@ -650,6 +692,7 @@ static int served_step_sealed(struct tcp_tp *t, struct tcp_served *s)
 		memcpy(dst, s->prx.buf + TCP_WIRE_HDR_LEN, len);
 		DDSS_POOL_ACCESS_END();
 	}
+	act_end(t);
 	tcp_pframe_done(&s->prx);
 	return serve_request(t, s);
 }
@@ -686,17 +729,17 @@ static int served_step(struct tcp_tp *t, struct tcp_served *s)
 
 		if (n > avail)
 			n = avail;
-		if (n == 0)
-			return -EAGAIN;
 		if (n == 8 && s->cur.len == 8 && dst && !((uintptr_t)dst & 7)) {
 			store_word(t, dst, s->rxbuf + s->rx_start);
-		} else if (s->cur.len == 8 && n < 8) {
-			return -EAGAIN; /* wait for all 8 bytes */
+		} else if (n == 0 || (s->cur.len == 8 && n < 8)) {
+			act_end(t);
+			return -EAGAIN; /* nothing yet, or wait for all 8 bytes */
 		} else if (dst) {
 			DDSS_POOL_ACCESS_BEGIN();
 			memcpy(dst, s->rxbuf + s->rx_start, n);
 			DDSS_POOL_ACCESS_END();
 		}
+		act_end(t);
 		s->rx_start += n;
 		s->payload_got += n;
 		if (s->payload_got < s->cur.len)
@@ -773,6 +816,7 @@ static void served_input(struct tcp_tp *t, struct tcp_served *s)
 	DDSS_POOL_ACCESS_BEGIN(); /* large write payloads land in the pool directly */
 	n = recv(s->fd, dst, room, MSG_DONTWAIT);
 	DDSS_POOL_ACCESS_END();
+	act_end(t); /* announced if payload_dst gave a place in the pool */
 	if (n == 0) {
 		served_close(t, s, "peer closed the connection");
 		return;
@@ -1010,13 +1054,31 @@ bool tcp_serve_has(struct tcp_tp *t, uint32_t rank)
 	return has;
 }
 
-void tcp_serve_cut(struct tcp_tp *t, uint32_t rank)
+int tcp_serve_cut(struct tcp_tp *t, uint32_t rank)
 {
+	int64_t give_up = ddss_now_ns() + TCP_CUT_ACT_WAIT_NS;
+
 	pthread_mutex_lock(&t->served_mu);
 	for (struct tcp_served *s = t->served; s; s = s->next)
 		if (s->peer == rank)
 			shutdown(s->fd, SHUT_RDWR); /* the progress thread sees the end and closes */
 	pthread_mutex_unlock(&t->served_mu);
+	/*
+	 * The refusal is stored (ddss_tp_peer_refuse): a write or atomic of the rank that
+	 * announced itself before checking it may have passed the check. Wait until the
+	 * progress thread says anything else: a later act of the rank sees the refusal. A
+	 * thread descheduled mid-act for this long leaves the rank marked, not cut.
+	 */
+	while (__atomic_load_n(&t->acting, __ATOMIC_SEQ_CST) == rank + 1) {
+		if (ddss_now_ns() >= give_up) {
+			DDSS_WARN("rank %u: a request of its was still acting on the pool %d ms "
+				  "after it was refused: not cut off yet", rank,
+				  (int)(TCP_CUT_ACT_WAIT_NS / 1000000));
+			return -EBUSY;
+		}
+		sched_yield();
+	}
+	return 0;
 }
 
 int tcp_serve_add(struct tcp_tp *t, int fd, const struct tcp_accept_hs *hs,
