@@ -119,10 +119,19 @@ bool ddss_net_refusal_pending(struct ddss_net *net, uint32_t rank)
 	       __atomic_load_n(&net->dead_pending[rank], __ATOMIC_SEQ_CST);
 }
 
+/*
+ * The refusals declared since the last round; and the cuts that did not hold, again: until
+ * a rank is cut off, a home cannot vouch that its writes are over (lock/lock_gone.c), and a
+ * static group has nothing else that would try again (coordinator mode's readmission does).
+ */
 static void refuse_pending(struct ddss_net *net)
 {
-	for (uint32_t r = 1; r <= net->env.size; r++)
-		ddss_net_refuse_if_pending(net, r);
+	for (uint32_t r = 1; r <= net->env.size; r++) {
+		if (ddss_net_refusal_pending(net, r))
+			ddss_net_refuse_if_pending(net, r);
+		else if (ddss_tp_peer_cut_failed(net->tp, r))
+			ddss_tp_peer_refuse(net->tp, r);
+	}
 }
 
 /* The longest a heartbeat post may wait behind other posts to its peer. */

@@ -449,6 +449,17 @@ static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)
 #define DDSS_TP_REFUSED_CUTTING 3 /* its channels being closed now (ddss_tp_peer_refuse) */
 
 /**
+ * True if @rank was declared dead but its cut did not hold: closing its channels failed,
+ * or (tcp) a request of it still acted on our pool a second after. The heartbeat thread
+ * tries the cut again each round (net/heartbeat.c). Any thread.
+ */
+static inline bool ddss_tp_peer_cut_failed(const struct ddss_tp *tp, uint32_t rank)
+{
+	return rank >= 1 && rank <= tp->cfg.size &&
+	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE) == DDSS_TP_REFUSED_MARKED;
+}
+
+/**
  * True once @rank was declared dead and ddss_tp_peer_refuse has closed its channels here:
  * nothing it sent can land in our memory any more. Marked refused is not enough on verbs,
  * where the NIC serves a one-sided operation until its QP is in the error state. For a

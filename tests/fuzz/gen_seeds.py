@@ -29,12 +29,19 @@ def write(target, name, data):
         f.write(data)
 
 
+# The wire versions the seeds speak: keep in step with src/net/tcp/tcp_wire.h
+# (TCP_WIRE_VERSION) and src/net/verbs/verbs_wire.c (PROTO_VERSION), or the decoders refuse
+# the hellos at their version and the fuzzers never get past it.
+TCP_WIRE_VERSION = 6
+VERBS_PROTO_VERSION = 2
+
+
 def tcp_hdr(kind, tag=0, ln=0, status=0, seq=0, off=0, a=0, b=0):
     return struct.pack("<BBHIiIQQQQ", kind, 0, tag, ln, status, 0, seq, off, a, b)
 
 
 def tcp_hello(frm=1, to=2, size=4, group=0x1234, pool=1 << 20, flags=0):
-    return (struct.pack("<IIIIIIQQ", 0x53534444, 2, frm, to, size, flags, group, pool)
+    return (struct.pack("<IIIIIIQQ", 0x53534444, TCP_WIRE_VERSION, frm, to, size, flags, group, pool)
             + bytes(range(16)) + bytes(range(32)))
 
 
@@ -46,7 +53,7 @@ for name, h in [("read", tcp_hdr(1, off=64, a=128)), ("write", tcp_hdr(2, ln=16,
     write("tcp_wire", name, h + tcp_hello() + pool)
 write("tcp_wire", "auth", tcp_hdr(10, ln=88) + tcp_hello(flags=1) + pool)
 
-vh = struct.pack("<IIQIIQQII", 0x56535344, 1, 0x1234, 2, 4, 0x7F0000000000, 1 << 20, 0x42, 0)
+vh = struct.pack("<IIQIIQQII", 0x56535344, VERBS_PROTO_VERSION, 0x1234, 2, 4, 0x7F0000000000, 1 << 20, 0x42, 0)
 write("verbs_wire", "hello", vh)
 write("verbs_wire", "auth_req", struct.pack("<IQIQ", 0x32414444, 0x1234, 2, 0x1122334455667788)
       + bytes(range(16)) + bytes(range(16)))

@@ -4,17 +4,19 @@
  * came (src/net/tcp/tcp_serve.c, act_announce and tcp_serve_cut). Readmitting a rank as a
  * new process, and a home vouching for a dead writer, both rest on that.
  *
- * Two in-process tcp transports on loopback: rank 1 (A, the home) and rank 2 (B). Steps:
- *  1. B posts a fetch&add of 1 to word 1 of A's pool;
- *  2. A's progress thread checks that rank 2 may act and, right before the atomic runs,
- *     stops in a test hook (tcp_serve_act_hook) until the test lets it go;
- *  3. another thread of A refuses rank 2, and notes whether it is cut off and word 1
- *     once the refusal returned; the test waits for that at most CUT_EARLY_MS;
+ * Three in-process tcp transports on loopback: rank 1 (the home), ranks 2 and 3. Each case:
+ *  1. the rank posts a fetch&add of 1 to its word of the home's pool;
+ *  2. the home's progress thread checks that the rank may act and, right before the atomic
+ *     runs, stops in a test hook (tcp_serve_act_hook) until the test lets it go;
+ *  3. another thread of the home refuses the rank, and notes whether it is cut off and
+ *     the word once the refusal returned; the test waits for that at most CUT_EARLY_MS;
  *  4. the hook lets the progress thread go: the fetch&add runs, as it passed its check.
- * Checked: the refusal did not return while the fetch&add was still to run, and it did end
- * with rank 2 cut off, word 1 then as it is at the end (1). Before the cut waited for the
- * act (2026-12-07), the refusal returned at once with rank 2 cut off and word 1 still 0,
- * and the fetch&add landed after.
+ * Rank 2, within the bound: the refusal did not return while the fetch&add was still to
+ * run, and it ended with the rank cut off, the word then as it is at the end (1). Rank 3,
+ * the act held past the cut's bound (1 s): the refusal gives up and says the rank is
+ * refused but not cut off; a second refusal once the act is over cuts it off. Before the
+ * cut waited for the act (2026-12-07), the refusal returned at once with the rank cut off
+ * and the word still 0, and the fetch&add landed after.
  */
 #include "common/test_util.h"
 #include "common/tp_pair.h"
@@ -29,13 +31,16 @@
 #include <unistd.h>
 
 #define WAIT_MS 10000
-#define CUT_EARLY_MS 500 /* how long the test gives a wrong cut to return */
+#define CUT_EARLY_MS 200 /* how long the test gives a wrong cut to return (the right one
+			  * waits 1 s at most: the rest is the margin for the act to end) */
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static bool armed = true, in_act, let_go, cut_done, cut_ok;
+/* The case under way (under mu): the rank whose atomic stops, and what was seen. */
+static uint32_t stop_rank;
+static bool in_act, let_go, cut_done, cut_ok;
 static uint64_t word_at_cut;
-static struct tp_proc a, b;
+static struct tp_proc home, peer[2];
 
 static void deadline_in(struct timespec *ts, int ms)
 {
@@ -60,6 +65,16 @@ static bool wait_flag_locked(const bool *flag, int ms)
 	return *flag;
 }
 
+static bool wait_flag(const bool *flag, int ms)
+{
+	bool set;
+
+	pthread_mutex_lock(&mu);
+	set = wait_flag_locked(flag, ms);
+	pthread_mutex_unlock(&mu);
+	return set;
+}
+
 static void set_flag(bool *flag)
 {
 	pthread_mutex_lock(&mu);
@@ -68,13 +83,13 @@ static void set_flag(bool *flag)
 	pthread_mutex_unlock(&mu);
 }
 
-/* A's progress thread, rank 2's atomic checked and about to run: the first time, stop. */
+/* The home's progress thread, an atomic checked and about to run: stop the case's one. */
 static void act_hook(struct tcp_tp *t, uint32_t rank)
 {
 	(void)t;
 	pthread_mutex_lock(&mu);
-	if (armed && rank == 2) {
-		armed = false;
+	if (rank == stop_rank) {
+		stop_rank = 0;
 		in_act = true;
 		pthread_cond_broadcast(&cv);
 		wait_flag_locked(&let_go, WAIT_MS);
@@ -82,15 +97,21 @@ static void act_hook(struct tcp_tp *t, uint32_t rank)
 	pthread_mutex_unlock(&mu);
 }
 
-static void *refuse_2(void *arg)
+static uint64_t word(uint32_t rank)
 {
+	return __atomic_load_n(&home.pool[rank], __ATOMIC_SEQ_CST);
+}
+
+/* Refuse @arg's rank at the home; note whether it is cut off, and its word, after. */
+static void *refuse(void *arg)
+{
+	uint32_t rank = (uint32_t)(uintptr_t)arg;
 	bool cut;
 	uint64_t w;
 
-	(void)arg;
-	ddss_tp_peer_refuse(a.tp, 2);
-	cut = ddss_tp_peer_cut(a.tp, 2);
-	w = __atomic_load_n(&a.pool[1], __ATOMIC_SEQ_CST);
+	ddss_tp_peer_refuse(home.tp, rank);
+	cut = ddss_tp_peer_cut(home.tp, rank);
+	w = word(rank);
 	pthread_mutex_lock(&mu);
 	cut_ok = cut;
 	word_at_cut = w;
@@ -99,10 +120,80 @@ static void *refuse_2(void *arg)
 	return NULL;
 }
 
+/*
+ * Rank @rank's fetch&add of 1 on word @rank of the home's pool, stopped between its check
+ * and its run, and the rank refused meanwhile from another thread. @past_bound: the act
+ * lasts longer than a cut waits (TCP_CUT_ACT_WAIT_NS); the refusal must then say "not
+ * cut", and a second one, once the act is over, "cut".
+ */
+static void run_case(uint32_t rank, bool past_bound)
+{
+	struct tp_proc *p = &peer[rank - 2];
+	struct ddss_tp_req req;
+	bool early, ended = false, cut_during = false, cut_again = false;
+	uint64_t final = 0;
+	pthread_t th;
+	int r;
+
+	pthread_mutex_lock(&mu);
+	stop_rank = rank;
+	in_act = let_go = cut_done = cut_ok = false;
+	pthread_mutex_unlock(&mu);
+	r = ddss_tp_post_fadd(p->tp, 1, 8 * rank, 1, &req);
+	TEST_CHECK(rank, r == 0, "posting the fetch&add: %d (%s)", r, ddss_strerror(r));
+	if (r || !wait_flag(&in_act, WAIT_MS)) {
+		TEST_CHECK(1, false, "the progress thread never reached rank %u's fetch&add", rank);
+		exit(1);
+	}
+	if (pthread_create(&th, NULL, refuse, (void *)(uintptr_t)rank)) {
+		printf("rank 1: FAIL cannot start a thread\n");
+		exit(1);
+	}
+	early = wait_flag(&cut_done, CUT_EARLY_MS);
+	if (past_bound) { /* the cut gives up after TCP_CUT_ACT_WAIT_NS */
+		ended = wait_flag(&cut_done, WAIT_MS);
+		pthread_mutex_lock(&mu);
+		cut_during = cut_ok;
+		pthread_mutex_unlock(&mu);
+	}
+	set_flag(&let_go);
+	pthread_join(th, NULL);
+	for (int64_t give_up = ddss_now_ns() + (int64_t)WAIT_MS * 1000000;
+	     !(final = word(rank)) && ddss_now_ns() < give_up;)
+		usleep(1000);
+	r = ddss_tp_wait(p->tp, &req, WAIT_MS);
+	if (past_bound) {
+		ddss_tp_peer_refuse(home.tp, rank);
+		cut_again = ddss_tp_peer_cut(home.tp, rank);
+	}
+	printf("rank 1, case %s: refusal returned %s the act; cut off: %s; word at the cut "
+	       "%llu, at the end %llu\n", past_bound ? "past the bound" : "within it",
+	       early ? "before" : "after", cut_ok ? "yes" : "no",
+	       (unsigned long long)word_at_cut, (unsigned long long)final);
+	printf("rank %u: its fetch&add: %d (status %d, %s)\n", rank, r, req.status,
+	       ddss_strerror(req.status));
+	TEST_CHECK(1, !early, "the refusal returned while a fetch&add of the rank, past its "
+		   "check, was still to run");
+	TEST_CHECK(1, final == 1, "the fetch&add that passed its check did not run (%llu)",
+		   (unsigned long long)final);
+	if (!past_bound) {
+		TEST_CHECK(1, cut_ok, "rank %u not cut off once its act was over", rank);
+		TEST_CHECK(1, !cut_ok || word_at_cut == final,
+			   "the fetch&add landed after the cut said nothing of rank %u would "
+			   "(%llu, then %llu)", rank, (unsigned long long)word_at_cut,
+			   (unsigned long long)final);
+	} else {
+		TEST_CHECK(1, ended, "the refusal did not give up while the act lasted");
+		TEST_CHECK(1, !cut_during, "rank %u said cut off while its act still ran", rank);
+		TEST_CHECK(1, ddss_tp_peer_refused(home.tp, rank), "rank %u not refused", rank);
+		TEST_CHECK(1, cut_again, "rank %u not cut off by a refusal after its act", rank);
+	}
+}
+
 static void open_proc(struct tp_proc *p, uint32_t rank, const struct ddss_tp_node *nodes, int lfd)
 {
 	struct ddss_tp_config cfg = {
-		.rank = rank, .size = 2, .group = 0xac7, .nodes = nodes, .listen_fd = lfd,
+		.rank = rank, .size = 3, .group = 0xac7, .nodes = nodes, .listen_fd = lfd,
 		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = WAIT_MS,
 		.connect_timeout_ms = 3000,
 	};
@@ -112,61 +203,21 @@ static void open_proc(struct tp_proc *p, uint32_t rank, const struct ddss_tp_nod
 
 int main(void)
 {
-	struct ddss_tp_node nodes[2] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 } };
-	struct ddss_tp_req fadd_req;
-	bool stopped, early;
-	uint64_t final = 0;
-	pthread_t th;
-	int lfd[2], r;
+	struct ddss_tp_node nodes[3] = { { "127.0.0.1", 0 }, { "127.0.0.1", 0 },
+					 { "127.0.0.1", 0 } };
+	int lfd[3];
 
-	tp_pair_listen(nodes, lfd, 2);
-	open_proc(&a, 1, nodes, lfd[0]);
-	open_proc(&b, 2, nodes, lfd[1]);
+	tp_pair_listen(nodes, lfd, 3);
+	open_proc(&home, 1, nodes, lfd[0]);
+	open_proc(&peer[0], 2, nodes, lfd[1]);
+	open_proc(&peer[1], 3, nodes, lfd[2]);
 	tcp_serve_act_hook = act_hook;
-
-	/* 1, 2: the fetch&add, stopped between its check and its run. */
-	r = ddss_tp_post_fadd(b.tp, 1, 8, 1, &fadd_req);
-	TEST_CHECK(2, r == 0, "posting the fetch&add: %d (%s)", r, ddss_strerror(r));
-	pthread_mutex_lock(&mu);
-	stopped = !r && wait_flag_locked(&in_act, WAIT_MS);
-	pthread_mutex_unlock(&mu);
-	TEST_CHECK(1, stopped, "A's progress thread never reached rank 2's fetch&add");
-	if (!stopped)
-		return 1;
-
-	/* 3: the refusal, from another thread; a correct one waits for the act. */
-	if (pthread_create(&th, NULL, refuse_2, NULL)) {
-		printf("rank 1: FAIL cannot start a thread\n");
-		return 1;
-	}
-	pthread_mutex_lock(&mu);
-	early = wait_flag_locked(&cut_done, CUT_EARLY_MS);
-	pthread_mutex_unlock(&mu);
-
-	/* 4: the act runs; the refusal ends. */
-	set_flag(&let_go);
-	pthread_join(th, NULL);
-	for (int64_t give_up = ddss_now_ns() + (int64_t)WAIT_MS * 1000000;
-	     !(final = __atomic_load_n(&a.pool[1], __ATOMIC_SEQ_CST)) && ddss_now_ns() < give_up;)
-		usleep(1000);
-	r = ddss_tp_wait(b.tp, &fadd_req, WAIT_MS);
-	printf("rank 1: refusal returned %s the act; cut off: %s; word 1 at the cut %llu, at "
-	       "the end %llu\n", early ? "before" : "after", cut_ok ? "yes" : "no",
-	       (unsigned long long)word_at_cut, (unsigned long long)final);
-	printf("rank 2: its fetch&add: %d (status %d, %s)\n", r, fadd_req.status,
-	       ddss_strerror(fadd_req.status));
-	TEST_CHECK(1, !early, "the refusal returned while a fetch&add of the rank, past its "
-		   "check, was still to run");
-	TEST_CHECK(1, cut_ok, "rank 2 not cut off once its act was over");
-	TEST_CHECK(1, final == 1, "the fetch&add that passed its check did not run (%llu)",
-		   (unsigned long long)final);
-	TEST_CHECK(1, !cut_ok || word_at_cut == final,
-		   "the fetch&add landed after the cut said nothing of rank 2 would (%llu, then "
-		   "%llu)", (unsigned long long)word_at_cut, (unsigned long long)final);
-
+	run_case(2, false);
+	run_case(3, true);
 	tcp_serve_act_hook = NULL;
-	tp_proc_close(&b);
-	tp_proc_close(&a);
+	tp_proc_close(&peer[1]);
+	tp_proc_close(&peer[0]);
+	tp_proc_close(&home);
 	printf("%s\n", test_failures ? "FAILED" : "passed");
 	return test_failures ? 1 : 0;
 }
