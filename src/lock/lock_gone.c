@@ -10,9 +10,12 @@
  * would otherwise undo.
  *
  * The home answers on its progress thread, from the transport's refusal state
- * (net/transport.h, ddss_tp_peer_cut): 0 cut off; -EAGAIN being cut off (the asker asks
- * again every GONE_RETRY_NS, up to the operation timeout); -EIO if its cut failed (a QP
- * that would not go to the error state: never vouched for); -EBUSY alive. A rank it sees
+ * (net/transport.h, ddss_tp_peer_cut): 0 cut off; -EAGAIN being cut off, or its cut did
+ * not hold and the heartbeat thread tries it again each round (a QP that would not go to
+ * the error state; on tcp a request of the rank still acting on the pool a second after
+ * its refusal): the asker asks again every GONE_RETRY_NS, up to the operation timeout;
+ * -EBUSY alive. (Until 2026-12-07 a cut that failed was never tried again in a static
+ * group, and the answer was -EIO at once.) A rank it sees
  * down and not alive (the rule of lock_rc_ask) it declares dead on the spot. A readmitted
  * rank is a new process and counts as alive: the question is about a rank, not an
  * incarnation, so the answer stays on the safe side. (The marks its old process left here
@@ -41,14 +44,10 @@ void lock_gone_on_ask(struct ddss_lock *lk, uint32_t from, const struct rc_msg *
 	} else if (ddss_tp_peer_cut(lk->tp, rank)) {
 		status = 0;
 	} else if (ddss_tp_peer_refused(lk->tp, rank)) {
-		/* Being cut off (the heartbeat thread closes its channels), or its cut failed:
-		 * a declaration marks it refused after it marks the refusal pending, and the
-		 * heartbeat thread clears that after the cut, so a last look at the cut settles
-		 * the race. */
-		if (ddss_tp_peer_cutting(lk->tp, rank) || ddss_net_refusal_pending(net, rank))
-			status = -EAGAIN;
-		else
-			status = ddss_tp_peer_cut(lk->tp, rank) ? 0 : -EIO;
+		/* Being cut off (the heartbeat thread closes its channels), or its cut failed
+		 * and is tried again next round: either way, ask again. A last look at the cut
+		 * settles a race with the one that just ended. */
+		status = ddss_tp_peer_cut(lk->tp, rank) ? 0 : -EAGAIN;
 	} else if (lock_peer_down(lk, rank)) {
 		/* The rule of lock_rc_ask: down and not alive is dead. */
 		if (ddss_net_down_but_alive(net, rank)) {

@@ -72,7 +72,7 @@ int main(void)
 	struct ddss_net_env env = {
 		.rank = 1, .size = 2, .nodes = nodes, .group = GROUP,
 		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = WAIT_MS,
-		.connect_timeout_ms = 1000, .peer_timeout_ms = 300,
+		.connect_timeout_ms = 1000, .peer_timeout_ms = 1000,
 	};
 	struct ddss_tp_config cfg2 = {
 		.rank = 2, .size = 2, .group = GROUP, .nodes = nodes,

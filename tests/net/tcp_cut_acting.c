@@ -185,6 +185,8 @@ static void run_case(uint32_t rank, bool past_bound)
 	} else {
 		TEST_CHECK(1, ended, "the refusal did not give up while the act lasted");
 		TEST_CHECK(1, !cut_during, "rank %u said cut off while its act still ran", rank);
+		TEST_CHECK(1, word_at_cut == 0, "rank %u's fetch&add ran before it was let go "
+			   "(%llu)", rank, (unsigned long long)word_at_cut);
 		TEST_CHECK(1, ddss_tp_peer_refused(home.tp, rank), "rank %u not refused", rank);
 		TEST_CHECK(1, cut_again, "rank %u not cut off by a refusal after its act", rank);
 	}
