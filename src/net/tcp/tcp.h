@@ -361,8 +361,8 @@ bool tcp_serve_has(struct tcp_tp *t, uint32_t rank);
  * thread but the progress thread's act (which calls out to nothing).
  */
 int tcp_serve_cut(struct tcp_tp *t, uint32_t rank);
-/* Tests only: called on the progress thread once a rank's atomic passed its check, right
- * before it runs (NULL: nothing). */
+/* Tests only: called on the progress thread once a rank's atomic or write passed its
+ * check, right before it runs or its bytes are placed (NULL: nothing). */
 extern void (*tcp_serve_act_hook)(struct tcp_tp *t, uint32_t rank);
 
 #endif /* DDSS_NET_TCP_TCP_H */

@@ -588,8 +588,11 @@ static unsigned char *payload_dst(struct tcp_tp *t, struct tcp_served *s)
 	 * rest of what it sends), nor does a bound one of a superseded connection. */
 	if (s->cur.kind == TCP_K_WRITE && !s->cur_err) {
 		act_announce(t, s);
-		if (request_may_act(t, s))
+		if (request_may_act(t, s)) {
+			if (tcp_serve_act_hook)
+				tcp_serve_act_hook(t, s->peer);
 			return t->pool + s->cur.off + s->payload_got;
+		}
 		act_end(t);
 	}
 	if (s->cur.kind == TCP_K_MSG)
