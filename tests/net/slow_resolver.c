@@ -19,6 +19,9 @@
  *     socket for all its tries);
  *  2. a read of rank 3 whose lookup is under way (its query seen at the silent server)
  *     ends with -EHOSTDOWN soon after rank 3 is refused, and the refusal does not wait.
+ *  3. rank 3, refused in 2 while its lookup goes on, is readmitted as a new process under
+ *     the same name: the next read looks the name up afresh (a query from a new port),
+ *     rather than joining the old process's lookup still in the connection's slot.
  * SKIP without root or namespaces, when a lookup of a name does not ask DNS here, or (verbs)
  * outside the rxe guest.
  */
@@ -157,6 +160,17 @@ static unsigned drain_ports(const char *label, uint16_t *ports, unsigned *n, uns
 	}
 }
 
+/* Wait up to @ms for a query naming @label; note its source port in @ports. */
+static bool ports_seen(const char *label, uint16_t *ports, unsigned *n, int ms)
+{
+	struct pollfd p = { .fd = hole, .events = POLLIN };
+
+	for (double t0 = test_now_ms(); !*n && test_now_ms() - t0 < ms;)
+		if (poll(&p, 1, 100) > 0)
+			drain_ports(label, ports, n, 8, true);
+	return *n > 0;
+}
+
 static void *probe_lookup(void *arg)
 {
 	struct addrinfo *res;
@@ -189,16 +203,21 @@ int main(int argc, char **argv)
 	bool verbs = argc > 1 && !strcmp(argv[1], "--verbs");
 	struct ddss_tp_node nodes[3] = { { "", 0 }, { "node2.ddss.test", 7 },
 					 { "node3.ddss.test", 7 } };
+	static const uint64_t incarnations[4] = { 0, 1, 1, 1 };
+	static const uint32_t generations[4] = { 0, 1, 1, 1 };
 	struct ddss_tp_config cfg = {
 		.rank = 1, .size = 3, .group = 0x78, .nodes = nodes, .listen_fd = -1,
 		.completion = DDSS_TP_COMPLETION_EVENT, .op_timeout_ms = 4000,
-		.connect_timeout_ms = CONNECT_TIMEOUT_MS,
+		.connect_timeout_ms = CONNECT_TIMEOUT_MS, .incarnations = incarnations,
+		.generations = generations,
 	};
 	void *pool;
 	struct ddss_tp_mr *mr;
 	int64_t t0, refuse_ns;
 	pthread_t th;
 	int64_t read_ns;
+	uint16_t ports3[8];
+	unsigned n3 = 0;
 	int r;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -258,9 +277,9 @@ int main(int argc, char **argv)
 		TEST_CHECK(1, strangers == 0, "the second read started a lookup of its own");
 	}
 
-	/* 2: the refusal ends it, and does not wait for it. */
+	/* 2: the refusal ends it, and does not wait for it. The lookup's port is kept for 3. */
 	tp_reader_start(tp, 3);
-	TEST_CHECK(1, query_seen("node3", 3000), "no lookup of rank 3's name under way");
+	TEST_CHECK(1, ports_seen("node3", ports3, &n3, 3000), "no lookup of rank 3's name under way");
 	t0 = ddss_now_ns();
 	ddss_tp_peer_refuse(tp, 3);
 	refuse_ns = ddss_now_ns() - t0;
@@ -272,7 +291,26 @@ int main(int argc, char **argv)
 	TEST_CHECK(1, refuse_ns < SLACK_MS * 1000000ll, "the refusal waited for the lookup");
 	TEST_CHECK(1, ddss_now_ns() - t0 < SLACK_MS * 1000000ll, "the read outlived the refusal");
 
-	/* Closed with both lookups still under way: they end on their own. */
+	/* 3: rank 3, its lookup from 2 still under way, readmitted: looked up afresh. */
+	{
+		unsigned strangers = 0;
+		struct pollfd p = { .fd = hole, .events = POLLIN };
+
+		r = ddss_tp_peer_readmit(tp, 3, &nodes[2], 2, 2);
+		TEST_CHECK(1, r == 0, "readmitting rank 3: %d (%s)", r, ddss_strerror(r));
+		tp_reader_start(tp, 3);
+		for (double t1 = test_now_ms(); !strangers && test_now_ms() - t1 < 3000;)
+			if (poll(&p, 1, 100) > 0)
+				strangers = drain_ports("node3", ports3, &n3, 8, false);
+		r = tp_reader_result(RESULT_WAIT_MS, &read_ns);
+		printf("3. rank 3 readmitted under the same name during its old lookup (%u port(s)): "
+		       "queries from %u new port(s); the read %d (%s) after %lld ms\n", n3,
+		       strangers, r, ddss_strerror(r), (long long)(read_ns / 1000000));
+		TEST_CHECK(1, strangers >= 1, "the readmitted rank's name was not looked up afresh");
+		TEST_CHECK(1, r == -ETIMEDOUT, "read: %d, not -ETIMEDOUT", r);
+	}
+
+	/* Closed with lookups still under way: they end on their own. */
 	ddss_tp_close(tp);
 	free(pool);
 	printf("%s\n", test_failures ? "FAILED" : "passed");
