@@ -429,24 +429,36 @@ uint64_t ddss_tp_pair_group(const struct ddss_tp *tp, uint32_t peer);
 int ddss_tp_peer_readmit(struct ddss_tp *tp, uint32_t rank, const struct ddss_tp_node *node,
 			 uint64_t incarnation, uint32_t generation);
 
+/*
+ * The door's state loads below are sequentially consistent, not just acquire: the tcp
+ * server's check before a write or atomic pairs with a cut's wait (tcp_serve.c,
+ * act_announce). A plain load on x86 and an ldar on Arm either way.
+ */
+
 /** @rank's generation (cfg.generations, as readmissions change it); 0 in a static group. */
 static inline uint32_t ddss_tp_peer_generation(const struct ddss_tp *tp, uint32_t rank)
 {
 	return tp->generation && rank >= 1 && rank <= tp->cfg.size ?
-		       __atomic_load_n(&tp->generation[rank], __ATOMIC_ACQUIRE) : 0;
-}
-
-/** True if @rank was declared dead (providers refuse its handshakes and connects). */
-static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)
-{
-	return rank >= 1 && rank <= tp->cfg.size &&
-	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE);
+		       __atomic_load_n(&tp->generation[rank], __ATOMIC_SEQ_CST) : 0;
 }
 
 /* tp->refused[rank]: 0, or declared dead and ... */
 #define DDSS_TP_REFUSED_MARKED 1  /* marked: its channels are to be closed (or could not be) */
 #define DDSS_TP_REFUSED_CUT 2     /* its channels closed: nothing of it lands any more */
 #define DDSS_TP_REFUSED_CUTTING 3 /* its channels being closed now (ddss_tp_peer_refuse) */
+
+/** @rank's refusal state: 0 or a DDSS_TP_REFUSED_* (0 for a rank out of range). */
+static inline uint8_t ddss_tp_peer_refusal(const struct ddss_tp *tp, uint32_t rank)
+{
+	return rank >= 1 && rank <= tp->cfg.size ?
+		       __atomic_load_n(&tp->refused[rank], __ATOMIC_SEQ_CST) : 0;
+}
+
+/** True if @rank was declared dead (providers refuse its handshakes and connects). */
+static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)
+{
+	return ddss_tp_peer_refusal(tp, rank) != 0;
+}
 
 /**
  * True if @rank was declared dead but its cut did not hold: closing its channels failed,
@@ -455,8 +467,7 @@ static inline bool ddss_tp_peer_refused(const struct ddss_tp *tp, uint32_t rank)
  */
 static inline bool ddss_tp_peer_cut_failed(const struct ddss_tp *tp, uint32_t rank)
 {
-	return rank >= 1 && rank <= tp->cfg.size &&
-	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE) == DDSS_TP_REFUSED_MARKED;
+	return ddss_tp_peer_refusal(tp, rank) == DDSS_TP_REFUSED_MARKED;
 }
 
 /**
@@ -467,15 +478,13 @@ static inline bool ddss_tp_peer_cut_failed(const struct ddss_tp *tp, uint32_t ra
  */
 static inline bool ddss_tp_peer_cut(const struct ddss_tp *tp, uint32_t rank)
 {
-	return rank >= 1 && rank <= tp->cfg.size &&
-	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE) == DDSS_TP_REFUSED_CUT;
+	return ddss_tp_peer_refusal(tp, rank) == DDSS_TP_REFUSED_CUT;
 }
 
 /** True while ddss_tp_peer_refuse is closing @rank's channels. Any thread. */
 static inline bool ddss_tp_peer_cutting(const struct ddss_tp *tp, uint32_t rank)
 {
-	return rank >= 1 && rank <= tp->cfg.size &&
-	       __atomic_load_n(&tp->refused[rank], __ATOMIC_ACQUIRE) == DDSS_TP_REFUSED_CUTTING;
+	return ddss_tp_peer_refusal(tp, rank) == DDSS_TP_REFUSED_CUTTING;
 }
 
 /*

@@ -415,12 +415,10 @@ static void weak_overtaken(struct tcp_served *s, int64_t now)
  */
 static bool peer_current(struct tcp_tp *t, const struct tcp_served *s)
 {
-	const struct ddss_tp *tp = &t->base;
-
-	/* Sequentially consistent: the second half of act_announce's handshake with a cut. */
-	return !__atomic_load_n(&tp->refused[s->peer], __ATOMIC_SEQ_CST) &&
-	       s->gen == (tp->generation ?
-				  __atomic_load_n(&tp->generation[s->peer], __ATOMIC_SEQ_CST) : 0);
+	/* Sequentially consistent loads (transport.h): the second half of act_announce's
+	 * handshake with a cut. */
+	return !ddss_tp_peer_refused(&t->base, s->peer) &&
+	       s->gen == ddss_tp_peer_generation(&t->base, s->peer);
 }
 
 void (*tcp_serve_act_hook)(struct tcp_tp *t, uint32_t rank);
@@ -728,15 +726,15 @@ static int served_step(struct tcp_tp *t, struct tcp_served *s)
 	}
 	if (s->payload_got < s->cur.len) {
 		size_t n = s->cur.len - s->payload_got;
-		unsigned char *dst = payload_dst(t, s);
+		unsigned char *dst;
 
 		if (n > avail)
 			n = avail;
+		if (n == 0 || (s->cur.len == 8 && n < 8))
+			return -EAGAIN; /* nothing yet, or wait for all 8 bytes */
+		dst = payload_dst(t, s); /* announces the act: ended below */
 		if (n == 8 && s->cur.len == 8 && dst && !((uintptr_t)dst & 7)) {
 			store_word(t, dst, s->rxbuf + s->rx_start);
-		} else if (n == 0 || (s->cur.len == 8 && n < 8)) {
-			act_end(t);
-			return -EAGAIN; /* nothing yet, or wait for all 8 bytes */
 		} else if (dst) {
 			DDSS_POOL_ACCESS_BEGIN();
 			memcpy(dst, s->rxbuf + s->rx_start, n);
