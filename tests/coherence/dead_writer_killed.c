@@ -92,7 +92,7 @@ static void repairer(void)
 	r = ddss_get(ctx, key, 0, back, sizeof(back));
 	TEST_CHECK(2, r == 0 && memcmp(back, v, SEG_LEN) == 0,
 		   "the get after the repair: %d, first byte %#x", r, back[0]);
-	test_put_word(ctx, me, flags, F_REPAIRED, 1);
+	test_put_farewell(ctx, me, flags, F_REPAIRED, 1); /* rank 1 leaves once it has it */
 }
 
 /* Rank 1: the segment's words and copy, as the repair left them. */

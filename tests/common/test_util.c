@@ -530,6 +530,15 @@ void test_put_word(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w
 	TEST_CHECK(me, r == 0, "put of word %u: %s", w, ddss_strerror(r));
 }
 
+void test_put_farewell(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w, uint64_t v)
+{
+	int r = ddss_put(ctx, key, 8 * w, &v, 8);
+
+	if (r)
+		printf("rank %u: the farewell put of word %u: %s (the home may have left on seeing "
+		       "it)\n", me, w, ddss_strerror(r));
+}
+
 int test_put_retrying(struct ddss_ctx *ctx, ddss_key_t key, const void *v, size_t len,
 		      int timeout_ms, struct test_put_tally *tally)
 {

@@ -199,5 +199,9 @@ int test_put_retrying(struct ddss_ctx *ctx, ddss_key_t key, const void *v, size_
 		      int timeout_ms, struct test_put_tally *tally);
 /** Put @v into the 8-byte word @w of @key (a signal between ranks); checked as rank @me. */
 void test_put_word(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w, uint64_t v);
+/** The last signal to @key's home, which leaves (exits) once it sees it: put @v into the word
+ * @w, not checked. The home can read the bytes and exit before its reply to the put goes
+ * out, so the put may fail after it landed; the home checks that it saw the word. */
+void test_put_farewell(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w, uint64_t v);
 
 #endif

@@ -106,7 +106,7 @@ static void test_carry_on(void)
 		printf("counter %" PRIu64 ", expected %u\n", total, (NRANKS - 1) * INCREMENTS);
 	CU_ASSERT_EQUAL(total, (NRANKS - 1) * INCREMENTS);
 	/* Rank 1 is the home of both segments: it leaves after everyone has read. */
-	CU_ASSERT_EQUAL(ddss_put(ctx, results, 8 * (W_READ + me - 1), &done, sizeof(done)), 0);
+	test_put_farewell(ctx, me, results, W_READ + me - 1, done);
 	for (uint32_t s = 1; me == 1 && s <= NRANKS; s++)
 		if (s != VICTIM)
 			CU_ASSERT_EQUAL(wait_word(W_READ + s - 1), 1);

@@ -152,7 +152,7 @@ static void leave(void)
 {
 	if (me != 1)
 		CHECK(wait_word(W_READ), "rank 1 did not finish");
-	put_word(W_READ + me - 1, 1);
+	test_put_farewell(ctx, me, results, W_READ + me - 1, 1);
 	for (uint32_t s = 2; me == 1 && s <= NRANKS; s++)
 		CHECK(wait_word(W_READ + s - 1), "rank %u did not leave", s);
 }

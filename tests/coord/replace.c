@@ -344,7 +344,7 @@ static void test_counter(void)
 		printf("counter %" PRIu64 ", expected %" PRIu64 "\n", total, expect);
 	CU_ASSERT_EQUAL(total, expect);
 	/* Rank 1 homes the results: it leaves after everyone has read. */
-	put_word(W_READ + me - 1, 1);
+	test_put_farewell(ctx, me, results, W_READ + me - 1, 1);
 	for (uint32_t s = 1; me == 1 && s <= NRANKS; s++)
 		CU_ASSERT_EQUAL(wait_word(W_READ + s - 1), 1);
 }
