@@ -15,6 +15,7 @@
 #include "daemon/lane.h"
 #include "daemon/sock.h"
 #include "lock/lock.h"
+#include "net/spin.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -107,6 +108,10 @@ static void *worker_main(void *arg)
 	unsigned others;
 
 	ddss_lock_act_for(cl->id);
+	/* While this worker waits on the fabric, its client spins for the answer (as long as
+	 * the channel spin, or longer): the worker's waits spin at least as long, rather than
+	 * sleep and be woken onto a core the spinning client holds (net/spin.h). */
+	ddss_spin_thread_floor(ddss_chan_spin_ns());
 	for (;;) {
 		struct dmsg_req q;
 		struct dmsg_resp a;

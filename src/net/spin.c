@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -102,6 +103,8 @@ int ddss_spin_env(long *us_p)
 static pthread_once_t spin_once = PTHREAD_ONCE_INIT;
 static int spin_err;
 static int64_t spin_bound = DDSS_SPIN_MAX_NS, spin_wake;
+static bool spin_by_env; /* DDSS_SPIN_US set the bound: no thread's floor moves it */
+static __thread int64_t thread_floor;
 
 static void spin_calibrate(void)
 {
@@ -113,6 +116,7 @@ static void spin_calibrate(void)
 	if (spin_err)
 		return;
 	if (us >= 0) {
+		spin_by_env = true;
 		spin_bound = (int64_t)us * 1000;
 		DDSS_INFO("spin bound %lld ns (DDSS_SPIN_US)", (long long)spin_bound);
 		return;
@@ -138,7 +142,14 @@ int ddss_spin_init(void)
 int64_t ddss_spin_ns(void)
 {
 	pthread_once(&spin_once, spin_calibrate);
+	if (!spin_by_env && thread_floor > spin_bound)
+		return thread_floor < DDSS_SPIN_MAX_NS ? thread_floor : DDSS_SPIN_MAX_NS;
 	return spin_bound;
+}
+
+void ddss_spin_thread_floor(int64_t ns)
+{
+	thread_floor = ns > 0 ? ns : 0;
 }
 
 int64_t ddss_spin_wake_ns(void)

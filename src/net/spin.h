@@ -50,8 +50,20 @@ int ddss_spin_env(long *us_p);
  */
 int ddss_spin_init(void);
 
-/** The spin bound in ns (runs ddss_spin_init first if nobody has). */
+/** The spin bound in ns for the calling thread's waits (runs ddss_spin_init first if nobody
+ * has): the process's, or the thread's floor (below) when that is higher, at most
+ * DDSS_SPIN_MAX_NS. */
 int64_t ddss_spin_ns(void);
+
+/**
+ * The calling thread's waits spin at least @ns (0: no floor) from now on, unless
+ * DDSS_SPIN_US fixed the bound. For a thread whose waits have somebody spinning on their
+ * result: a daemon's worker, whose client spins for its answer while the worker waits on
+ * the fabric. Sleeping there frees no core (the client takes it), and the wake-up must
+ * then displace the spinning client, which on the 2-vCPU VM cost a get through the daemon
+ * about 5 us (docs/daemon.md, "The worker spins while its client does").
+ */
+void ddss_spin_thread_floor(int64_t ns);
 
 /** The wake-up round trip ddss_spin_init measured, in ns; 0 when DDSS_SPIN_US set it. */
 int64_t ddss_spin_wake_ns(void);

@@ -2,7 +2,9 @@
  * net/spin.c, the spin bound of adaptive completion: the wake-up measurement gives a
  * plausible round trip, the bound stays within its cap, DDSS_SPIN_US overrides it and
  * garbage in it fails with a message naming the variable; DDSS_COMPLETION takes adaptive
- * (the default) and refuses anything else with a message listing the three modes.
+ * (the default) and refuses anything else with a message listing the three modes; a
+ * thread's floor (a daemon's worker) raises the bound for that thread only, within the cap,
+ * and not over DDSS_SPIN_US.
  */
 #include "net/spin.h"
 #include "net/nodes.h"
@@ -13,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Run @fn with stderr captured; its output (truncated) in @out. */
@@ -161,10 +165,84 @@ static void test_completion_modes(void)
 	unsetenv("DDSS_COMPLETION");
 }
 
-int main(void)
+static void *other_thread_bound(void *arg)
+{
+	*(int64_t *)arg = ddss_spin_ns();
+	return NULL;
+}
+
+/*
+ * In a fresh process (this program run again: the bound is fixed on first use, and a fork
+ * would inherit this one's): DDSS_SPIN_US=@env_us_set (or unset when
+ * negative). Exit status 0 when the floor behaves, else the number of the check failed.
+ */
+static int floor_child(long env_us_set)
+{
+	int64_t base, other = -1;
+	pthread_t th;
+
+	if (env_us_set >= 0) {
+		char v[24];
+
+		snprintf(v, sizeof(v), "%ld", env_us_set);
+		setenv("DDSS_SPIN_US", v, 1);
+	} else {
+		unsetenv("DDSS_SPIN_US");
+	}
+	base = ddss_spin_ns();
+	if (env_us_set >= 0) { /* the variable wins over any floor */
+		ddss_spin_thread_floor(base + 20000);
+		return ddss_spin_ns() == env_us_set * 1000 ? 0 : 1;
+	}
+	if (base >= DDSS_SPIN_MAX_NS)
+		return 0; /* nothing to raise on a machine whose wake-up is that dear */
+	ddss_spin_thread_floor(base / 2);
+	if (ddss_spin_ns() != base)
+		return 2; /* a lower floor changes nothing */
+	ddss_spin_thread_floor(base + 1000);
+	if (ddss_spin_ns() != base + 1000)
+		return 3;
+	if (pthread_create(&th, NULL, other_thread_bound, &other) || pthread_join(th, NULL) ||
+	    other != base)
+		return 4; /* the floor is this thread's only */
+	ddss_spin_thread_floor(10ll * DDSS_SPIN_MAX_NS);
+	if (ddss_spin_ns() != DDSS_SPIN_MAX_NS)
+		return 5; /* capped */
+	ddss_spin_thread_floor(0);
+	return ddss_spin_ns() == base ? 0 : 6;
+}
+
+static void test_thread_floor(void)
+{
+	long envs[] = { -1, 3 };
+
+	for (unsigned i = 0; i < sizeof(envs) / sizeof(envs[0]); i++) {
+		int status = 0;
+		pid_t pid = fork();
+
+		CU_ASSERT_FATAL(pid >= 0);
+		if (pid == 0) {
+			char v[24];
+
+			snprintf(v, sizeof(v), "%ld", envs[i]);
+			execl("/proc/self/exe", "spin_unit", "--floor-child", v, (char *)NULL);
+			_exit(127);
+		}
+		CU_ASSERT_EQUAL_FATAL(waitpid(pid, &status, 0), pid);
+		if (!WIFEXITED(status) || WEXITSTATUS(status))
+			printf("\nthread floor, DDSS_SPIN_US %ld: check %d failed\n", envs[i],
+			       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+}
+
+int main(int argc, char **argv)
 {
 	CU_pSuite s;
 	unsigned failed;
+
+	if (argc == 3 && !strcmp(argv[1], "--floor-child"))
+		return floor_child(atol(argv[2]));
 
 	if (CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -173,6 +251,7 @@ int main(void)
 	CU_add_test(s, "the bound stays within its cap", test_bound_clamped);
 	CU_add_test(s, "DDSS_SPIN_US: values and garbage", test_env);
 	CU_add_test(s, "DDSS_COMPLETION: adaptive by default, three modes", test_completion_modes);
+	CU_add_test(s, "a thread's floor: its own, capped, not over DDSS_SPIN_US", test_thread_floor);
 	failed = test_run_all();
 	CU_cleanup_registry();
 	return failed ? 1 : 0;
