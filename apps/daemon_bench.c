@@ -2,7 +2,11 @@
  * ddss-daemon-bench: what daemon mode adds to a call (docs/daemon.md). The same calls are
  * timed twice in one run, against the same segment at the same home:
  *   direct  inside rank 1's ddssd, which is a direct-mode rank (the daemon times them itself
- *           on request: DOP_BENCH), i.e. what the call costs a process that drives the NIC;
+ *           on request: DOP_BENCH), i.e. what the call costs a process that drives the NIC.
+ *           DOP_BENCH runs on a worker thread, whose waits spin at least the channel spin
+ *           (net/spin.h: its client spins meanwhile); a direct-mode process's adaptive
+ *           waits get the same where its core is free (2026-12-07, 2 runs each: get 1 B
+ *           10.0-10.2 us here, 10.3-11.3 us in ddss-peers-bench with adaptive completion);
  *   daemon  by a client process of that ddssd, through its shared-memory channel.
  * The difference is the daemon mode's cost per call: request into the channel, the
  * daemon's worker picking it up, the answer back, the payload copies, and the core that a

@@ -12,9 +12,17 @@ tries=${1:-10}
 rounds=${2:-5000}
 for v in "$tries" "$rounds"; do
 	case $v in '' | *[!0-9]*) echo "usage: $0 [TRIES] [ROUNDS]" >&2; exit 2 ;; esac
+	if [ ${#v} -gt 7 ] || [ "$v" -lt 1 ]; then
+		echo "usage: $0 [TRIES] [ROUNDS] (each 1..9999999)" >&2
+		exit 2
+	fi
 done
-if [ "$(nproc)" -lt 2 ]; then
-	echo "loopback-floor: SKIP: needs 2 CPUs (both ends spin)" >&2
+if ! taskset -c 0,1 true 2>/dev/null; then
+	echo "loopback-floor: SKIP: needs CPUs 0 and 1 (both ends spin, one on each)" >&2
+	exit 77
+fi
+if ! command -v cc >/dev/null; then
+	echo "loopback-floor: SKIP: no C compiler (cc)" >&2
 	exit 77
 fi
 tmp=$(mktemp -d)
@@ -26,6 +34,7 @@ cat >"$tmp/floor.c" <<'C'
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -47,8 +56,10 @@ static void pin(int cpu)
 
 	CPU_ZERO(&s);
 	CPU_SET(cpu, &s);
-	if (sched_setaffinity(0, sizeof(s), &s))
-		perror("sched_setaffinity");
+	if (sched_setaffinity(0, sizeof(s), &s)) {
+		perror("sched_setaffinity"); /* unpinned, the figure would mean something else */
+		exit(1);
+	}
 }
 
 static int cmp(const void *a, const void *b)
@@ -87,6 +98,7 @@ int main(int argc, char **argv)
 	if (child < 0)
 		return perror("fork"), 1;
 	if (child == 0) { /* the server: a 16-byte reply to each 64-byte request */
+		alarm(60); /* never outlives a parent that failed before connecting */
 		pin(1);
 		fd = accept(ls, NULL, NULL);
 		if (fd < 0)
@@ -97,16 +109,23 @@ int main(int argc, char **argv)
 				_exit(1);
 		_exit(0);
 	}
+	close(ls);
 	pin(0);
 	fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)))
-		return perror("connect"), 1;
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		perror("connect");
+		kill(child, SIGKILL);
+		return 1;
+	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	for (int i = 0; i < n; i++) {
 		double t0 = now_us();
 
-		if (send(fd, buf, 64, 0) != 64 || recv_spin(fd, buf, 16))
-			return perror("round trip"), 1;
+		if (send(fd, buf, 64, 0) != 64 || recv_spin(fd, buf, 16)) {
+			perror("round trip");
+			kill(child, SIGKILL);
+			return 1;
+		}
 		t[i] = now_us() - t0;
 	}
 	close(fd);
@@ -120,7 +139,8 @@ cc -O2 -o "$tmp/floor" "$tmp/floor.c"
 echo "loopback TCP round trip, 64 B request + 16 B reply, both ends spinning, CPUs 0 and 1"
 echo "$rounds round trips per try, in us:"
 for i in $(seq 1 "$tries"); do
-	read -r med p10 p90 < <("$tmp/floor" "$rounds")
+	out=$(timeout 120 "$tmp/floor" "$rounds") || { echo "loopback-floor: try $i failed" >&2; exit 1; }
+	read -r med p10 p90 <<<"$out"
 	echo "  try $i: median $med  (p10 $p10, p90 $p90)"
 	[ "$i" = "$tries" ] || sleep 1 # spacing between tries, not synchronisation
 done

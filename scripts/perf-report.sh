@@ -23,8 +23,8 @@
 # against new; that comparison is printed only, never written into the docs.
 #
 # Environment: PERF_TIMEOUT (default 600) bounds one daemon or lock run in seconds; a peers
-# run gets 8 times as much (it runs DDSS five times and MPI three: run-peers.sh's pairs). DDSS_* variables are
-# passed through and recorded in machine.txt.
+# run gets 8 times as much (it runs DDSS seven times and MPI five, most of them short:
+# run-peers.sh's pairs). DDSS_* variables are passed through and recorded in machine.txt.
 # Exit status: 0; 1 when a benchmark fails, times out or prints no figures, or the tables
 # cannot be written; 2 on bad usage.
 set -u

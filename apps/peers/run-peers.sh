@@ -9,10 +9,11 @@
 #   2. ddssrun -n 2 ddss-peers-bench: DDSS (direct mode, tcp, event completion) vs Redis:
 #      get/put 1 B, 64 B, 4 KiB, lock + unlock, 8-client throughput, ratios and targets;
 #   3. ddssrun --daemon -n 2 ddss-peers-bench: DDSS in daemon mode vs Redis;
-#   4. --pairs N (default 3) pairs of runs back to back: the same as 2 with
-#      DDSS_COMPLETION=poll, latencies only (MPI polls: the fair comparison), then
-#      mpirun -np 2 ddss-mpi-bench: Open MPI one-sided RMA (osc pt2pt over btl tcp on lo);
-#      MPI is skipped with the reason when mpirun cannot run here;
+#   4. --pairs N (default 5) pairs of runs back to back: the same as 2 with
+#      DDSS_COMPLETION=poll, latencies only (MPI polls: the fair comparison), and
+#      mpirun -np 2 ddss-mpi-bench: Open MPI one-sided RMA (osc pt2pt over btl tcp on lo),
+#      DDSS first in odd pairs, MPI first in even ones; MPI is skipped with the reason when
+#      mpirun cannot run here (then one poll run, no pairs);
 #   5. a summary of the ratios: DDSS vs Redis (get, put, lock + unlock, throughput; direct
 #      and daemon mode) and DDSS vs MPI (get, put, lock): each pair's DDSS / MPI, and their
 #      median.
@@ -20,7 +21,9 @@
 # VM of issue 31 a bare round trip, both ends spinning, took 4.4 us in one and 9.7 us in
 # the other, and every program's latency moved with it (docs/performance.md, "Two speeds of
 # loopback"). Two programs cannot share blocks of calls as DDSS and Redis do, so each DDSS
-# run is compared with the MPI run right after it, the two most likely to share a state.
+# run is compared with the MPI run next to it, the two most likely to share a state. A
+# state can still change inside a pair, either way; the median of the pairs' ratios holds
+# while most pairs share one.
 # --quick passes --quick to the programs (the smoke test: about a second each) and makes
 # the default --pairs 1. --csv
 # prints one CSV instead (the programs' rows with a leading "run" column, then the DDSS /
@@ -54,7 +57,7 @@ while [ $# -gt 0 ]; do
 	--pairs)
 		[ $# -ge 2 ] || usage
 		case $2 in '' | *[!0-9]*) usage ;; esac
-		if [ "$2" -lt 1 ] || [ "$2" -gt 20 ]; then usage; fi
+		if [ ${#2} -gt 2 ] || [ "$2" -lt 1 ] || [ "$2" -gt 20 ]; then usage; fi
 		pairs=$2
 		shift ;;
 	--transport)
@@ -67,7 +70,7 @@ while [ $# -gt 0 ]; do
 done
 
 if [ -z "$pairs" ]; then
-	pairs=3
+	pairs=5
 	[ ${#quick[@]} = 0 ] || pairs=1
 fi
 
@@ -231,19 +234,30 @@ fi
 
 # ---- DDSS in poll mode and MPI, pair by pair ----
 
-for k in $(seq 1 "$pairs"); do
+poll_run() {
 	note ""
-	note "== pair $k of $pairs: DDSS vs Redis, direct mode, $transport, poll completion (latencies; for the MPI comparison) =="
-	DDSS_COMPLETION=poll run "direct-poll.$k" "$ddssrun" -n 2 --transport "$transport" \
+	note "== pair $1 of $pairs: DDSS vs Redis, direct mode, $transport, poll completion (latencies; for the MPI comparison) =="
+	DDSS_COMPLETION=poll run "direct-poll.$1" "$ddssrun" -n 2 --transport "$transport" \
 		--timeout 300 -- "$peers" "${peers_args[@]}" --skip-throughput \
-		--csv-out "$tmp/direct-poll.$k.csv" || exit 1
-	runs+=("direct-poll.$k")
-	[ -z "$mpi_skip" ] || continue
+		--csv-out "$tmp/direct-poll.$1.csv" || return 1
+	runs+=("direct-poll.$1")
+}
+mpi_run() {
 	note ""
-	note "== pair $k of $pairs: MPI one-sided RMA, right after =="
-	run "mpi.$k" timeout 300 "${mpi[@]}" "$mpib" --label "$mpi_label" "${quick[@]}" \
-		--csv-out "$tmp/mpi.$k.csv" || exit 1
-	runs+=("mpi.$k")
+	note "== pair $1 of $pairs: MPI one-sided RMA =="
+	run "mpi.$1" timeout 300 "${mpi[@]}" "$mpib" --label "$mpi_label" "${quick[@]}" \
+		--csv-out "$tmp/mpi.$1.csv" || return 1
+	runs+=("mpi.$1")
+}
+[ -z "$mpi_skip" ] || pairs=1 # nothing to pair with: one poll run for its latencies
+for k in $(seq 1 "$pairs"); do
+	if [ -n "$mpi_skip" ]; then
+		poll_run "$k" || exit 1
+	elif [ $((k % 2)) = 1 ]; then # which goes first alternates: no side always second
+		poll_run "$k" && mpi_run "$k" || exit 1
+	else
+		mpi_run "$k" && poll_run "$k" || exit 1
+	fi
 done
 
 # ---- summary ----

@@ -136,7 +136,7 @@ snmp() {
   local l k=() v=() i
   UDPIN=0 IPDROP=0
   while read -r -a l; do
-    case ${l[0]} in
+    case ${l[0]-} in # an empty line reads as an empty array
       Ip:|Udp:)
         if [ ${#k[@]} -eq 0 ] || [ "${k[0]}" != "${l[0]}" ]; then k=("${l[@]}"); continue; fi
         v=("${l[@]}")

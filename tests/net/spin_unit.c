@@ -194,13 +194,17 @@ static int floor_child(long env_us_set)
 		ddss_spin_thread_floor(base + 20000);
 		return ddss_spin_ns() == env_us_set * 1000 ? 0 : 1;
 	}
-	if (base >= DDSS_SPIN_MAX_NS)
-		return 0; /* nothing to raise on a machine whose wake-up is that dear */
+	if (base >= DDSS_SPIN_MAX_NS) { /* nothing to raise: the wake-up is that dear here */
+		ddss_spin_thread_floor(base + 1000);
+		printf("\nthe bound is at its cap (%lld ns): only checked that a floor keeps it\n",
+		       (long long)base);
+		return ddss_spin_ns() == DDSS_SPIN_MAX_NS ? 0 : 7;
+	}
 	ddss_spin_thread_floor(base / 2);
 	if (ddss_spin_ns() != base)
 		return 2; /* a lower floor changes nothing */
 	ddss_spin_thread_floor(base + 1000);
-	if (ddss_spin_ns() != base + 1000)
+	if (ddss_spin_ns() != (base + 1000 < DDSS_SPIN_MAX_NS ? base + 1000 : DDSS_SPIN_MAX_NS))
 		return 3;
 	if (pthread_create(&th, NULL, other_thread_bound, &other) || pthread_join(th, NULL) ||
 	    other != base)
