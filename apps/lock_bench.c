@@ -113,8 +113,12 @@ enum { CTL_ANNOUNCED = 0, CTL_RATE = 16, CTL_CHECKED = 24, CTL_RATE_HOME = 32,
 enum lat_op { L_S_LOCK, L_S_UNLOCK, L_X_LOCK, L_X_UNLOCK, L_COUNT };
 static const char *const lat_names[L_COUNT] = { "S_lock", "S_unlock", "X_lock", "X_unlock" };
 /* RAW_CAS_BEHIND: a cas posted right behind another cas that nobody waits for yet, timed from
- * its own post: the raw pattern of an exclusive lock asked for just after a posted release. */
-enum { RAW_CAS, RAW_FADD, RAW_CAS_BEHIND, RAW_COUNT };
+ * its own post: the raw pattern of an exclusive lock asked for just after a posted release.
+ * RAW_CAS_ONE_WRITE: the same two, the first held (DDSS_TP_MORE) so that both leave in one
+ * write, timed from the same point: what the first one's separate write costs the second
+ * (docs/locks.md, "What the posted release costs the next lock"). Not a lock's pattern: a
+ * release cannot wait for a next call that may never come. */
+enum { RAW_CAS, RAW_FADD, RAW_CAS_BEHIND, RAW_CAS_ONE_WRITE, RAW_COUNT };
 enum { M_SHARED, M_EXCL, M_COUNT };
 static const enum ddss_lock_mode modes[M_COUNT] = { DDSS_LOCK_SHARED, DDSS_LOCK_EXCLUSIVE };
 static const char *const mode_names[M_COUNT] = { "shared", "exclusive" };
@@ -510,14 +514,18 @@ static double lat_raw(struct lb *lb, int op)
 	return (double)(bench_ticks() - t0);
 }
 
-/* A raw cas behind a posted one (RAW_CAS_BEHIND); the posted one is reaped after it. */
-static double lat_raw_behind(struct lb *lb)
+/*
+ * A raw cas behind a posted one (RAW_CAS_BEHIND; @one_write: RAW_CAS_ONE_WRITE, the first
+ * held until the second's post sends both); the posted one is reaped after it.
+ */
+static double lat_raw_behind(struct lb *lb, bool one_write)
 {
 	struct ddss_tp_req first = { 0 };
 	uint64_t t0, t1, old;
 	int r, r1;
 
-	r = ddss_tp_post_cas(lb->ctx->tp, lb->home, lb->word_off, 0, 0, &first);
+	r = lb->ctx->tp->ops->post_ex(lb->ctx->tp, DDSS_TP_OP_CAS, lb->home, lb->word_off, NULL, 0,
+				      0, 0, one_write ? DDSS_TP_MORE : 0, &first);
 	if (r)
 		fail("raw posted cas", r);
 	t0 = bench_ticks();
@@ -533,7 +541,7 @@ static double lat_raw_behind(struct lb *lb)
 static void lat_block(struct lb *lb, int s, size_t base, unsigned i0, unsigned i1,
 		      double *raw[RAW_COUNT], double *lat[NSCHEMES][L_COUNT], double *impl)
 {
-	for (int k = 0; k < 5; k++)
+	for (int k = 0; k < 6; k++)
 		for (unsigned i = i0; i < i1; i++) {
 			size_t j = base + i;
 
@@ -549,7 +557,10 @@ static void lat_block(struct lb *lb, int s, size_t base, unsigned i0, unsigned i
 				raw[RAW_FADD][j * NSCHEMES + s] = lat_raw(lb, RAW_FADD);
 				break;
 			case 4:
-				raw[RAW_CAS_BEHIND][j * NSCHEMES + s] = lat_raw_behind(lb);
+				raw[RAW_CAS_BEHIND][j * NSCHEMES + s] = lat_raw_behind(lb, false);
+				break;
+			case 5:
+				raw[RAW_CAS_ONE_WRITE][j * NSCHEMES + s] = lat_raw_behind(lb, true);
 				break;
 			default:
 				/* ncosed: also the pair behind the API, first on every other
@@ -584,7 +595,8 @@ static void measure_latency(struct lb *lb, struct lat_result *res)
 		for (unsigned i = 0; me && i < WARMUP; i++) {
 			lat_raw(lb, RAW_CAS);
 			lat_raw(lb, RAW_FADD);
-			lat_raw_behind(lb);
+			lat_raw_behind(lb, false);
+			lat_raw_behind(lb, true);
 			lat_lock_pair(lb, DDSS_LOCK_SHARED, &d, &d);
 			lat_lock_pair(lb, DDSS_LOCK_EXCLUSIVE, &d, &d);
 		}
@@ -970,6 +982,8 @@ static void report_csv(struct lb *lb, const struct lat_result *a, const struct c
 	printf("latency,%s,%s,%u,raw,fadd,,%.3f,us,\n", tp, comp, lb->size, a->raw[RAW_FADD]);
 	printf("latency,%s,%s,%u,raw,cas_behind_posted,,%.3f,us,%.3f\n", tp, comp, lb->size,
 	       a->raw[RAW_CAS_BEHIND], a->raw[RAW_CAS_BEHIND] / a->raw[RAW_CAS]);
+	printf("latency,%s,%s,%u,raw,cas_behind_one_write,,%.3f,us,%.3f\n", tp, comp, lb->size,
+	       a->raw[RAW_CAS_ONE_WRITE], a->raw[RAW_CAS_ONE_WRITE] / a->raw[RAW_CAS]);
 	for (int s = 0; s < NSCHEMES; s++)
 		for (int k = 0; k < L_COUNT; k++)
 			printf("latency,%s,%s,%u,%s,%s,,%.3f,us,%.3f\n", tp, comp, lb->size,
@@ -1025,6 +1039,9 @@ static void report(struct lb *lb, const struct lat_result *a, const struct casca
 	printf("    raw cas posted right behind another cas (an X lock's pattern: it follows the "
 	       "last posted release): %.2f us, %.3f x a cas alone\n", a->raw[RAW_CAS_BEHIND],
 	       a->raw[RAW_CAS_BEHIND] / a->raw[RAW_CAS]);
+	printf("    the same two cas in one write (the first held for the second): %.2f us, "
+	       "%.3f x a cas alone: what the first one's own write costs the second\n",
+	       a->raw[RAW_CAS_ONE_WRITE], a->raw[RAW_CAS_ONE_WRITE] / a->raw[RAW_CAS]);
 	printf("target: ncosed uncontended lock within 5%% of its raw pattern: S / fadd %.3f, "
 	       "X / cas behind a posted cas %.3f -> %s (X / a cas alone: %.3f)\n", xs, xx,
 	       xs <= LAT_TARGET && xx <= LAT_TARGET ? "met" : "NOT met",
