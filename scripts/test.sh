@@ -38,7 +38,7 @@ tsan=$build-tsan
 rm -rf "$tsan"
 cmake -S "$top" -B "$tsan" -DDDSS_SANITIZER=thread -DDDSS_WITH_VERBS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$tsan" -j"$(nproc)" --target seg_segments lock_locks lock_posted lock_recover coh_coherence coh_unit chan_unit daemon_clients daemon_lane tp_conformance tp_peer_timeout sleepers_unit barrier_unit srsl_unit coord_grow coord_replace lock_requester_cut tcp_close_watch tcp_connect_bound tcp_superseded tcp_readmit_backlog tcp_cut_acting net_cut_retry slow_resolver ddssd ddssrun >/dev/null
+cmake --build "$tsan" -j"$(nproc)" --target seg_segments lock_locks lock_posted lock_recover coh_coherence coh_unit chan_unit daemon_clients daemon_lane tp_conformance tp_peer_timeout sleepers_unit barrier_unit srsl_unit coord_grow coord_replace lock_requester_cut tcp_close_watch tcp_connect_bound tcp_superseded tcp_readmit_backlog tcp_cut_acting tcp_later net_cut_retry slow_resolver ddssd ddssrun >/dev/null
 ctest --test-dir "$tsan" -L tsan --output-on-failure --timeout 900
 # AddressSanitizer + UndefinedBehaviorSanitizer: the unit, integration and stress suites in
 # a third build, over tcp (leaks count as failures). Left out: the model check (no C), the

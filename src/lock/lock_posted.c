@@ -31,6 +31,15 @@
  * operations to the same home execute after the CAS (one ordered channel per peer), so a
  * lock/unlock loop finds the word free.
  *
+ * The CAS of a plain release is posted DDSS_TP_LATER: tcp holds it until this thread's
+ * next request to the home (a lock loop's next lock) and sends both in one write, or sends
+ * it alone within TCP_LATER_NS. One behind a get's or put's transfer (fenced, below) goes
+ * at once with the transfer, as before: a put's data is not kept back in this process
+ * after the put returned. On loopback a write of its own cost the next lock about half a round trip
+ * (docs/locks.md, "What the posted release costs the next lock"). A waiter that arrives
+ * meanwhile finds the lock held a little longer; one that notifies us has the finisher
+ * wait for the CAS, which sends it at once.
+ *
  * Fence (a get/put's transfer still in flight, lock_int.h): the posted CAS goes to the
  * segment's home after the transfer, on the same ordered channel and fenced (a READ does
  * not keep a later atomic back on its own: net/transport.h), so once the CAS has
@@ -149,16 +158,21 @@ int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cm
 	sl->posted_rq.fence = NULL; /* implied by the CAS's completion (see the top) */
 	sl->posted_rq.may_post = false;
 	sl->posted_cmp = cmp;
-	r = lock_fenced(rq) ? ddss_tp_post_cas_fenced(lk->tp, rq->home, rq->hdr + LOCK_W, cmp,
-						     swp, &sl->posted_req) :
-			      ddss_tp_post_cas(lk->tp, rq->home, rq->hdr + LOCK_W, cmp, swp,
-					       &sl->posted_req);
+	/* LATER: tcp holds it for this thread's next request to the home, the next lock
+	 * most often, so that both leave in one write (see the top). Not behind a put's
+	 * data (fenced): that goes now, as the put's caller was told it was done. */
+	r = lk->tp->ops->post_ex(lk->tp, DDSS_TP_OP_CAS, rq->home, rq->hdr + LOCK_W, NULL, 0, cmp,
+				 swp, lock_fenced(rq) ? DDSS_TP_FENCE : DDSS_TP_LATER,
+				 &sl->posted_req);
 	if (r)
 		return r;
 	/* Done at once (our own pool on tcp; Soft-RoCE runs the whole round trip inside the
 	 * post): take the result now, as a blocking release would. Posting it on would only
-	 * make the next call handle its completion besides its own. */
-	if (!ddss_lock_test_always_post && ddss_tp_test(lk->tp, &sl->posted_req) == 0)
+	 * make the next call handle its completion besides its own. A provider that holds
+	 * the CAS is not asked: a test would send it alone. */
+	if (!ddss_lock_test_always_post &&
+	    (ddss_tp_req_done(&sl->posted_req) ||
+	     (!lk->tp->holds_later && ddss_tp_test(lk->tp, &sl->posted_req) == 0)))
 		return wait_cas(lk, rq->slot, old_p);
 	/* Mark and list under mu: a claimer unlists under mu, so never before we listed. */
 	pthread_mutex_lock(&lk->mu);

@@ -97,7 +97,20 @@ enum ddss_tp_post_flags {
 	 * version word use it (coherence.md, "Errors and failures"). Requests without it keep
 	 * landing from the old connection's backlog, as lock hand-overs need. */
 	DDSS_TP_BOUND = 1u << 3,
+	/*
+	 * A request nobody waits for yet, whose poster will likely send this peer another
+	 * soon (a lock's posted release, before the next lock): a provider may hold it for
+	 * the thread's next operation to the peer, so that both leave in one write, but sends
+	 * it within a bound (tcp: TCP_LATER_NS, by its progress thread) if none comes. The
+	 * caller needs nothing else (unlike DDSS_TP_MORE). A provider that holds such
+	 * requests sets holds_later; a test or wait of one sends it at once. A hint: verbs
+	 * posts at once (two doorbells cost a NIC nothing like two writes on loopback).
+	 */
+	DDSS_TP_LATER = 1u << 4,
 };
+/* Every flag a provider's post_ex accepts. */
+#define DDSS_TP_POST_FLAGS \
+	(DDSS_TP_MORE | DDSS_TP_FENCE | DDSS_TP_WAITED | DDSS_TP_BOUND | DDSS_TP_LATER)
 
 enum ddss_tp_peer_state {
 	DDSS_TP_PEER_UNKNOWN = 0, /* never connected */
@@ -325,6 +338,9 @@ struct ddss_tp {
 	 * only against other atomics, so its write-back could undo a write landing meanwhile).
 	 */
 	bool fetch_by_fadd;
+	/* Set by the provider at open: it holds DDSS_TP_LATER requests (tcp). A caller that
+	 * tests such a request right after posting it sends it (docs/transport.md). */
+	bool holds_later;
 	/*
 	 * Set by the provider at open (ddss_tp_init_common: true): cas and fadd work. False on
 	 * a device without usable NIC atomics (verbs: atomic_cap NONE, or DDSS_VERBS_DISABLE=

@@ -42,7 +42,15 @@
 #define TCP_PENDING_MAX 256
 #define TCP_PENDING_PER_SOURCE 32
 
-enum tcp_ev_type { TCP_EV_STOP = 1, TCP_EV_CHAN, TCP_EV_SERVED };
+enum tcp_ev_type { TCP_EV_STOP = 1, TCP_EV_CHAN, TCP_EV_SERVED, TCP_EV_LATER };
+
+/*
+ * The longest a frame posted DDSS_TP_LATER waits for its thread's next frame to the peer
+ * before the progress thread sends it (tcp_later.c): about two loopback round trips, so
+ * a lock asked for again at once rides with the release, and a waiter that arrives
+ * meanwhile is kept at most this (plus the progress thread's wake-up) longer.
+ */
+#define TCP_LATER_NS 20000L
 
 /* How this rank serves its pool (DDSS_TCP_ORDER, read at open). */
 enum tcp_order {
@@ -212,6 +220,11 @@ struct tcp_tp {
 	int epfd;
 	int stop_fd; /* eventfd that stops the progress thread */
 	enum tcp_ev_type stop_ev;
+	/* DDSS_TP_LATER frames (tcp_later.c): a timerfd the progress thread watches, armed
+	 * (atomic flag) by the first such frame held since it last fired. */
+	int later_fd;
+	int later_armed;
+	enum tcp_ev_type later_ev;
 	pthread_t progress_thread, acceptor_thread;
 	pthread_mutex_t served_mu;
 	/* Held around linking or unlinking a served connection and the peer state that follows
@@ -286,6 +299,7 @@ int tcp_chan_send_frames(struct tcp_chan *ch, const void *frames, size_t len);
 int tcp_chan_send_oneway(struct tcp_chan *ch, const struct tcp_wire_hdr *h, const void *payload,
 			 size_t payload_len);
 int tcp_chan_test(struct tcp_chan *ch, struct ddss_tp_req *req);
+void tcp_chan_push(struct tcp_chan *ch);
 int tcp_chan_wait(struct tcp_chan *ch, struct ddss_tp_req *req, int timeout_ms);
 /** Progress thread: the socket has room again, send what is queued. */
 void tcp_chan_flush(struct tcp_chan *ch);
@@ -350,6 +364,15 @@ int tcp_handshake_accept_auth(struct tcp_tp *t, int fd, const unsigned char *fra
 
 
 /* tcp_serve.c */
+/* DDSS_TP_LATER frames' deadline (tcp_later.c). start: before the progress thread; the
+ * progress thread calls fire on TCP_EV_LATER; stop: after it ended. */
+int tcp_later_start(struct tcp_tp *t);
+void tcp_later_arm(struct tcp_tp *t);
+void tcp_later_fire(struct tcp_tp *t);
+void tcp_later_stop(struct tcp_tp *t);
+/* Tests: the bound in ns (TCP_LATER_NS unless changed before the frames are posted). */
+extern long tcp_later_ns;
+
 int tcp_serve_start(struct tcp_tp *t);
 void tcp_serve_stop(struct tcp_tp *t);
 /** Whether @rank's current process has a connection to us open (its close not seen yet). */

@@ -842,14 +842,15 @@ static __thread struct {
 
 /*
  * send_mu held: whether a frame of @n vectors posted with @flags waits in held. "More"
- * frames always do, if there is room; a waited one when others are in flight (@busy), so
- * that their threads' next frames go out with it (the top of the file).
+ * and "later" frames always do, if there is room (a later one until tcp_later.c's bound
+ * at most); a waited one when others are in flight (@busy), so that their threads' next
+ * frames go out with it (the top of the file).
  */
 static bool hold_frame(const struct tcp_chan *ch, unsigned flags, bool busy, int n)
 {
 	if (ch->nheld + n > TCP_HELD_IOV)
 		return false;
-	return (flags & DDSS_TP_MORE) || ((flags & DDSS_TP_WAITED) && busy);
+	return (flags & (DDSS_TP_MORE | DDSS_TP_LATER)) || ((flags & DDSS_TP_WAITED) && busy);
 }
 
 int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp_wire_hdr *h,
@@ -859,7 +860,7 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
 	struct iovec iov[2];
 	int timeout_ms = ch->tp->base.cfg.op_timeout_ms;
 	int n = payload_len ? 2 : 1;
-	bool busy;
+	bool busy, later = false;
 
 	req->done = 0;
 	req->status = 0;
@@ -911,14 +912,17 @@ int tcp_chan_post(struct tcp_chan *ch, struct ddss_tp_req *req, const struct tcp
 		/* The request's header and payload live until it completes: refer to them. */
 		memcpy(ch->held + ch->nheld, iov, sizeof(iov[0]) * (size_t)n);
 		ch->nheld_frames++;
-		if (!(flags & DDSS_TP_MORE))
+		if (!(flags & (DDSS_TP_MORE | DDSS_TP_LATER)))
 			__atomic_store_n(&ch->held_waiting, true, __ATOMIC_RELAXED);
 		__atomic_store_n(&ch->nheld, ch->nheld + n, __ATOMIC_RELAXED);
+		later = flags & DDSS_TP_LATER;
 	} else {
 		/* A send failure fails the channel; the queued request completes with it. */
 		chan_send(ch, iov, n, false);
 	}
 	pthread_mutex_unlock(&ch->send_mu);
+	if (later)
+		tcp_later_arm(ch->tp); /* no lock held: it may have to send at once */
 	return 0;
 }
 
@@ -933,6 +937,12 @@ static void push_held(struct tcp_chan *ch)
 {
 	if (chain.ch == ch)
 		chain.ch = NULL; /* a wait or test ends this thread's chain */
+	tcp_chan_push(ch);
+}
+
+/* Send what is held now, whoever holds it (the progress thread: tcp_later.c). */
+void tcp_chan_push(struct tcp_chan *ch)
+{
 	if (!__atomic_load_n(&ch->nheld, __ATOMIC_ACQUIRE))
 		return;
 	pthread_mutex_lock(&ch->send_mu);

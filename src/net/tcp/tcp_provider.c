@@ -279,7 +279,7 @@ static int local_op(struct tcp_tp *t, struct ddss_tp_req *req)
 /*
  * Common path of every one-sided post: check arguments and range (against the pool
  * length the peer announced), then run locally or send on the peer's channel. @flags:
- * DDSS_TP_MORE and DDSS_TP_WAITED may hold the frame (tcp_chan_post), DDSS_TP_FENCE
+ * DDSS_TP_MORE, DDSS_TP_WAITED and DDSS_TP_LATER may hold the frame (tcp_chan_post), DDSS_TP_FENCE
  * travels in the header (a local operation runs at once: nothing of ours is in flight to
  * our own pool).
  */
@@ -361,7 +361,7 @@ static int tcp_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, ui
 		       void *local, size_t len, uint64_t a, uint64_t b, unsigned flags,
 		       struct ddss_tp_req *req)
 {
-	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE | DDSS_TP_WAITED | DDSS_TP_BOUND))
+	if (flags & ~(unsigned)DDSS_TP_POST_FLAGS)
 		return -EINVAL;
 	switch (op) {
 	case DDSS_TP_OP_READ:
@@ -564,8 +564,10 @@ static int tcp_open(const struct ddss_tp_config *cfg, struct ddss_tp **tp_p)
 	if (r)
 		goto err_free;
 	t->base.fetch_by_fadd = true; /* the home's CPU atomic; a reply without payload */
+	t->base.holds_later = true;   /* tcp_later.c */
 	t->listen_fd = -1;
 	t->stop_fd = -1;
+	t->later_fd = -1;
 	t->peers = calloc(cfg->size + 1, sizeof(*t->peers));
 	if (!t->peers) {
 		r = -ENOMEM;

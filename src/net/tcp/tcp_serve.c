@@ -1026,7 +1026,9 @@ static void *progress_main(void *arg)
 
 			if (type == TCP_EV_STOP)
 				return NULL;
-			if (type == TCP_EV_CHAN)
+			if (type == TCP_EV_LATER)
+				tcp_later_fire(t);
+			else if (type == TCP_EV_CHAN)
 				tcp_chan_event(evs[i].data.ptr, evs[i].events);
 			else
 				served_event(t, evs[i].data.ptr, evs[i].events);
@@ -1217,6 +1219,9 @@ int tcp_serve_start(struct tcp_tp *t)
 		r = -errno;
 		goto err_listen;
 	}
+	r = tcp_later_start(t);
+	if (r)
+		goto err_listen;
 	r = -pthread_create(&t->progress_thread, NULL, progress_main, t);
 	if (r)
 		goto err_listen;
@@ -1229,6 +1234,7 @@ err_progress:
 	eventfd_write(t->stop_fd, 1);
 	pthread_join(t->progress_thread, NULL);
 err_listen:
+	tcp_later_stop(t);
 	if (t->stop_fd >= 0)
 		close(t->stop_fd);
 	t->stop_fd = -1;
@@ -1250,6 +1256,7 @@ void tcp_serve_stop(struct tcp_tp *t)
 	pthread_join(t->progress_thread, NULL);
 	close(t->stop_fd);
 	t->stop_fd = -1;
+	tcp_later_stop(t);
 	t->weak_list = NULL;
 	while ((s = t->served)) {
 		t->served = s->next;

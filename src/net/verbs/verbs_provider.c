@@ -798,9 +798,10 @@ static int verbs_post_ex(struct ddss_tp *tp, enum ddss_tp_op op, uint32_t peer, 
 {
 	struct verbs_tp *vt = verbs_tp_of(tp);
 
-	/* DDSS_TP_WAITED: a work request leaves at once anyway (nothing to combine).
-	 * DDSS_TP_BOUND: kept by draining the old QP before connecting again. */
-	if (flags & ~(unsigned)(DDSS_TP_MORE | DDSS_TP_FENCE | DDSS_TP_WAITED | DDSS_TP_BOUND))
+	/* DDSS_TP_WAITED: a work request leaves at once anyway (nothing to combine); so does
+	 * a DDSS_TP_LATER one. DDSS_TP_BOUND: kept by draining the old QP before connecting
+	 * again. */
+	if (flags & ~(unsigned)DDSS_TP_POST_FLAGS)
 		return -EINVAL;
 	switch (op) {
 	case DDSS_TP_OP_READ:
