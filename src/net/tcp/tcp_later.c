@@ -12,7 +12,8 @@
  * because later ones moved the timer on. The progress thread clears the flag before it
  * sends, so a frame held meanwhile either goes in that send or arms the timer again.
  * Arming happens with no lock held (tcp_chan_post), since a timer that cannot be armed
- * sends at once, which takes the channels' send locks.
+ * sends at once, which takes the channels' send locks. The timer's wake-up is not a
+ * request served: the progress thread does not poll for more after it (tcp_serve.c).
  */
 #include "net/tcp/tcp.h"
 #include "core/log.h"

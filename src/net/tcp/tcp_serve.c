@@ -1013,8 +1013,7 @@ static void *progress_main(void *arg)
 		int n = weak(t) && t->weak_list ? weak_wait(t, evs, 64) :
 						  wait_events(t, evs, 64, served ? spin_ns : 0);
 
-		served = n > 0;
-
+		served = false;
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -1026,9 +1025,13 @@ static void *progress_main(void *arg)
 
 			if (type == TCP_EV_STOP)
 				return NULL;
-			if (type == TCP_EV_LATER)
+			if (type == TCP_EV_LATER) {
+				/* Not a request: no poll for the next one after it. */
 				tcp_later_fire(t);
-			else if (type == TCP_EV_CHAN)
+				continue;
+			}
+			served = true;
+			if (type == TCP_EV_CHAN)
 				tcp_chan_event(evs[i].data.ptr, evs[i].events);
 			else
 				served_event(t, evs[i].data.ptr, evs[i].events);
