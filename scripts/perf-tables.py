@@ -135,7 +135,7 @@ def lock_vs_pattern(rows):
     cas_behind_one_write row; builds before the release was held lack it)."""
     x = pattern = None
     for r in rows:
-        if r.get("table") != "latency":
+        if r.get("table") != "latency" or r.get("transport") != "tcp":
             continue
         if r.get("scheme") == "ncosed" and r.get("variant") == "X_lock":
             x = num(r.get("value"))

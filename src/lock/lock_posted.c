@@ -209,6 +209,8 @@ int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cm
 	return r;
 }
 
+static void fin_push_locked(struct ddss_lock *lk, unsigned job);
+
 void lock_posted_reap_locked(struct ddss_lock *lk)
 {
 	for (unsigned i = 0; i < lk->nposted;) {
@@ -221,11 +223,15 @@ void lock_posted_reap_locked(struct ddss_lock *lk)
 
 		if (POSTED_STATE(seen) == POSTED_OUT && ddss_tp_req_done(req) &&
 		    (req->status || req->result == sl->posted_cmp) && claim(sl, seen)) {
-			if (req->status)
-				DDSS_WARN("lock: a release at rank %u failed: %s",
-					  sl->posted_rq.home, ddss_strerror(req->status));
 			lk->posted[i] = lk->posted[--lk->nposted];
-			end_locked(lk, slot, req->status);
+			if (req->status) {
+				/* Lost with its connection (or never sent: a held one): our id may
+				 * still stand in the word. The finisher ends it as a failed
+				 * release, asking the home to take the lock past it. */
+				fin_push_locked(lk, slot);
+				continue;
+			}
+			end_locked(lk, slot, 0);
 			count(&lk->stats.reaped);
 			continue;
 		}

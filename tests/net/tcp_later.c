@@ -11,6 +11,8 @@
  *     sends_combined counter moves by one), the read sees 1, the cas returns 0;
  *  3. bound 10 s, then a wait on the cas itself: the wait sends it (returns well within
  *     the bound);
+ *  4. four threads post held ones at once (bound 50 us) and wait for them to land without
+ *     touching the channel (below);
  *  4. the provider says it holds such requests (holds_later), which the lock layer reads.
  * Without the hold case 1 fails (nothing combined); without the deadline case 2 does.
  */
@@ -19,6 +21,8 @@
 #include "net/tcp/tcp.h"
 #include "net/transport.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -114,6 +118,71 @@ static void case_wait_sends(void)
 		   "case 3: the wait did not send the held cas");
 }
 
+/*
+ * Case 4: THREADS threads, each on a word of its own, post ROUNDS compare&swaps i -> i + 1
+ * with DDSS_TP_LATER and then wait for the home's word to move without touching the
+ * channel: the timer (bound 50 us) or another thread's send takes each out. Posters then
+ * race the progress thread's sends and the timer's re-arming (the TSan run's point). Every
+ * cas must return i and the words end at ROUNDS.
+ */
+#define THREADS 4
+#define ROUNDS 200
+
+static void *case_threads_main(void *arg)
+{
+	unsigned word = 8 + (unsigned)(uintptr_t)arg;
+
+	for (uint64_t i = 0; i < ROUNDS; i++) {
+		int64_t give_up = ddss_now_ns() + 1000000000LL; /* 1 s: 20,000 bounds */
+		struct ddss_tp_req req;
+		int r = poster.tp->ops->post_ex(poster.tp, DDSS_TP_OP_CAS, 1, 8 * word, NULL, 0, i,
+						i + 1, DDSS_TP_LATER, &req);
+
+		if (r) {
+			TEST_CHECK(2, false, "case 4: word %u, round %llu: posting: %d (%s)", word,
+				   (unsigned long long)i, r, ddss_strerror(r));
+			return NULL;
+		}
+		while (__atomic_load_n(&home.pool[word], __ATOMIC_SEQ_CST) == i &&
+		       ddss_now_ns() < give_up)
+			sched_yield();
+		if (__atomic_load_n(&home.pool[word], __ATOMIC_SEQ_CST) == i) {
+			TEST_CHECK(2, false, "case 4: word %u, round %llu: the held cas was not sent "
+				   "in 1 s (bound 50 us)", word, (unsigned long long)i);
+			ddss_tp_wait(poster.tp, &req, WAIT_MS); /* its frame points into req */
+			return NULL;
+		}
+		r = ddss_tp_wait(poster.tp, &req, WAIT_MS);
+		if (r || req.status || req.result != i) {
+			TEST_CHECK(2, false, "case 4: word %u, round %llu: %d, status %d, old %llu",
+				   word, (unsigned long long)i, r, req.status,
+				   (unsigned long long)req.result);
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static void case_threads(void)
+{
+	pthread_t th[THREADS];
+	int64_t t0 = ddss_now_ns();
+	unsigned started = 0;
+
+	tcp_later_ns = 50L * 1000; /* before the threads: they read it when they arm */
+	for (unsigned i = 0; i < THREADS; i++)
+		started += pthread_create(&th[i], NULL, case_threads_main, (void *)(uintptr_t)i) == 0;
+	TEST_CHECK(2, started == THREADS, "case 4: %u of %u threads started", started, THREADS);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	printf("rank 2, case 4: %u threads x %u held cas each, sent by the timer or another's "
+	       "send: %.1f ms\n", THREADS, ROUNDS, (double)(ddss_now_ns() - t0) / 1e6);
+	for (unsigned i = 0; i < started; i++)
+		TEST_CHECK(1, __atomic_load_n(&home.pool[8 + i], __ATOMIC_SEQ_CST) == ROUNDS,
+			   "case 4: word %u ends at %llu, expected %u", 8 + i,
+			   (unsigned long long)home.pool[8 + i], ROUNDS);
+}
+
 static void open_proc(struct tp_proc *p, uint32_t rank, const struct ddss_tp_node *nodes, int lfd)
 {
 	struct ddss_tp_config cfg = {
@@ -140,9 +209,11 @@ int main(void)
 	/* Connected first, so that no case's frame waits behind the handshake. */
 	r = ddss_tp_read(poster.tp, 1, 0, &w, sizeof(w));
 	TEST_CHECK(2, r == 0, "the first read: %d (%s)", r, ddss_strerror(r));
-	/* The short bound first: a timer armed with a long one stays armed until it fires,
-	 * and a frame held meanwhile waits for it (the bound is a constant outside tests). */
+	/* The short bounds first: a timer armed with a long one stays armed until it fires,
+	 * and a frame held meanwhile waits for it (the bound is a constant outside tests).
+	 * Case 2 ends once its timer fired. */
 	case_deadline();
+	case_threads();
 	case_rides_with_next();
 	case_wait_sends();
 	tp_proc_close(&poster);

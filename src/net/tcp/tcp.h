@@ -226,6 +226,7 @@ struct tcp_tp {
 	 * (atomic flag) by the first such frame held since it last fired. */
 	int later_fd;
 	int later_armed;
+	bool later_stopped; /* atomic: the progress thread ended (tcp_later_stop) */
 	enum tcp_ev_type later_ev;
 	pthread_t progress_thread, acceptor_thread;
 	pthread_mutex_t served_mu;

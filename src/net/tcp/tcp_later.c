@@ -26,10 +26,13 @@
 
 long tcp_later_ns = TCP_LATER_NS;
 
-/* Disarmed first: a frame held from now on arms the timer again, or goes out below. */
+/* Disarmed first: a frame held from now on arms the timer again, or goes out below. The
+ * fences pair with tcp_later_arm's: a poster whose exchange found the flag still set
+ * stored its frame's count before, and the pushes below load it after the clearing. */
 static void send_held(struct tcp_tp *t)
 {
 	__atomic_store_n(&t->later_armed, 0, __ATOMIC_SEQ_CST);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	for (uint32_t peer = 1; peer <= t->base.cfg.size; peer++)
 		if (peer != t->base.cfg.rank)
 			tcp_chan_push(&t->peers[peer].chan);
@@ -41,6 +44,7 @@ int tcp_later_start(struct tcp_tp *t)
 
 	t->later_ev = TCP_EV_LATER;
 	t->later_armed = 0;
+	t->later_stopped = false;
 	t->later_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	if (t->later_fd < 0)
 		return -errno;
@@ -59,9 +63,16 @@ void tcp_later_arm(struct tcp_tp *t)
 	struct itimerspec its = { .it_value = { tcp_later_ns / 1000000000L,
 						tcp_later_ns % 1000000000L } };
 
+	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the frame's count before the flag: send_held */
 	if (__atomic_exchange_n(&t->later_armed, 1, __ATOMIC_SEQ_CST))
 		return;
-	if (timerfd_settime(t->later_fd, 0, &its, NULL)) {
+	/* Stopped (no progress thread to send it), or a bound of 0 (which would disarm the
+	 * timer): at once. */
+	if (__atomic_load_n(&t->later_stopped, __ATOMIC_ACQUIRE) || tcp_later_ns <= 0) {
+		send_held(t);
+		return;
+	}
+	if (timerfd_settime(__atomic_load_n(&t->later_fd, __ATOMIC_RELAXED), 0, &its, NULL)) {
 		/* Never leave a frame held for good: send it now, as without the flag. */
 		DDSS_WARN("tcp: cannot arm the timer of held frames: %s", strerror(errno));
 		send_held(t);
@@ -81,7 +92,12 @@ void tcp_later_stop(struct tcp_tp *t)
 {
 	if (t->later_fd < 0)
 		return;
+	/* The progress thread has ended: from now on a frame held is sent at once, and what
+	 * is held now goes too. A poster between its check and its timerfd_settime finds the
+	 * fd closed (or not a timer) and sends at once as well. */
+	__atomic_store_n(&t->later_stopped, true, __ATOMIC_RELEASE);
+	send_held(t);
 	epoll_ctl(t->epfd, EPOLL_CTL_DEL, t->later_fd, NULL);
 	close(t->later_fd);
-	t->later_fd = -1;
+	__atomic_store_n(&t->later_fd, -1, __ATOMIC_RELAXED);
 }
