@@ -262,14 +262,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ddssd: joining the group: %s\n", ddss_strerror(r));
 		return 1;
 	}
-	/*
-	 * Releases go at once here, not held for the next request (docs/locks.md). With them
-	 * held, ddss-daemon-bench ran in a state where every call through this daemon took
-	 * about 32 us instead of 10 for the whole run, in 2 to 3 of 6 runs on the 2-vCPU VM
-	 * (held releases in the benchmark's own direct loop alone sufficed; none in 6 runs
-	 * without), and the cause is not known yet (2026-12-07).
-	 */
-	ddss_lock_hold_releases(ctx, false);
 	r = ddss_server_start(ctx, &(struct ddss_server_conf){
 		.socket_path = o.socket, .expected_clients = (uint32_t)o.clients,
 		.barrier_timeout_ms = 60000 }, &srv);

@@ -101,13 +101,6 @@ bool ddss_lock_words_idle(const void *hdr);
 void ddss_lock_act_for(uint32_t owner);
 
 /*
- * Whether this context's posted releases wait for the thread's next request to the home
- * (DDSS_TP_LATER, docs/locks.md; true by default). ddssd turns it off: see ddssd.c. Call
- * before the first lock call.
- */
-void ddss_lock_hold_releases(ddss_ctx_t *ctx, bool on);
-
-/*
  * Release every lock @owner holds (a client that went away). Returns how many holds were
  * released; failures are logged. Holds the owner's requests still take later must be
  * released by calling this again once those requests are over.

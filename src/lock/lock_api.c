@@ -30,7 +30,6 @@ int ddss_lock_create(struct ddss_ctx *ctx, enum ddss_lock_scheme scheme, bool fa
 	lk->rank = ctx->rank;
 	lk->scheme = scheme;
 	lk->fair = fair;
-	lk->hold_releases = true;
 	lk->poll = ctx->tp->cfg.completion == DDSS_TP_COMPLETION_POLL;
 	lk->recs = ddss_pool_base(ctx->pool);
 	pthread_mutex_init(&lk->mu, NULL);

@@ -309,10 +309,6 @@ struct ddss_lock {
 	uint32_t xseq;            /* numbers exclusive holds (lock_hold.xseq) */
 	bool stopping;            /* atomic */
 
-	/* Posted releases wait for the next request (DDSS_TP_LATER, lock_posted.c); set once
-	 * before use (ddss_lock_hold_releases). */
-	bool hold_releases;
-
 	/* Posted releases (lock_posted.c), under mu. */
 	unsigned posted[LOCK_POSTED_MAX]; /* slots whose release CAS is out, unclaimed */
 	unsigned nposted;

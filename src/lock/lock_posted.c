@@ -143,17 +143,11 @@ static void finish(struct ddss_lock *lk, unsigned slot, uint64_t *counter)
 	count(counter);
 }
 
-void ddss_lock_hold_releases(ddss_ctx_t *ctx, bool on)
-{
-	ctx->lock->hold_releases = on;
-}
-
 int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cmp,
 		    uint64_t swp, uint64_t *old_p)
 {
 	struct lock_slot *sl = &lk->slot[rq->slot];
 	uint32_t mark = sl->wake_mark, tag = 0;
-	bool later;
 	int r;
 
 	if (!rq->may_post)
@@ -167,9 +161,8 @@ int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cm
 	/* LATER: tcp holds it for this thread's next request to the home, the next lock
 	 * most often, so that both leave in one write (see the top). Not behind a put's
 	 * data (fenced): that goes now, as the put's caller was told it was done. */
-	later = !lock_fenced(rq) && lk->hold_releases;
 	r = lk->tp->ops->post_ex(lk->tp, DDSS_TP_OP_CAS, rq->home, rq->hdr + LOCK_W, NULL, 0, cmp,
-				 swp, lock_fenced(rq) ? DDSS_TP_FENCE : later ? DDSS_TP_LATER : 0,
+				 swp, lock_fenced(rq) ? DDSS_TP_FENCE : DDSS_TP_LATER,
 				 &sl->posted_req);
 	if (r)
 		return r;
@@ -179,7 +172,8 @@ int lock_posted_cas(struct ddss_lock *lk, const struct lock_req *rq, uint64_t cm
 	 * the CAS is not asked: a test would send it alone. */
 	if (!ddss_lock_test_always_post &&
 	    (ddss_tp_req_done(&sl->posted_req) ||
-	     (!(later && lk->tp->holds_later) && ddss_tp_test(lk->tp, &sl->posted_req) == 0)))
+	     ((lock_fenced(rq) || !lk->tp->holds_later) &&
+	      ddss_tp_test(lk->tp, &sl->posted_req) == 0)))
 		return wait_cas(lk, rq->slot, old_p);
 	/* Mark and list under mu: a claimer unlists under mu, so never before we listed. */
 	pthread_mutex_lock(&lk->mu);

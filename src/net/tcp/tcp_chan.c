@@ -1123,7 +1123,10 @@ static int rx_parse(struct tcp_chan *ch, struct ddss_tp_req *until)
  * @block: wait until @deadline: spinning on non-blocking recv in poll mode, in the kernel in
  * event mode, and in adaptive mode spinning up to the spin bound (net/spin.h) from the
  * first empty recv, then in the kernel. Spinning reads the clock every TCP_SPINS_PER_CLOCK
- * recvs only (a clock read costs about a microsecond in the emulated guest).
+ * recvs only (a clock read costs about a microsecond in the emulated guest), and gives the
+ * core away there: the thread that will answer may be runnable on this core, and nothing
+ * else would let it run before the spin ends (docs/transport.md, "A spinning waiter beside
+ * its home").
  * Returns 0, -EAGAIN (non-blocking, nothing there), -ETIMEDOUT, or a failure (-ECONNRESET).
  */
 #define TCP_SPINS_PER_CLOCK 4
@@ -1205,6 +1208,8 @@ static int rx_fill(struct tcp_chan *ch, int64_t deadline, bool block)
 				return -ETIMEDOUT;
 			if (now >= spin_end)
 				spin = false; /* adaptive: spun long enough, block from now on */
+			else
+				sched_yield(); /* the answer may need our core: tcp_spin_yield.c */
 		}
 		if (chan_error(ch))
 			return chan_error(ch);
