@@ -539,6 +539,24 @@ void test_put_farewell(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsign
 		       "it)\n", me, w, ddss_strerror(r));
 }
 
+int test_try_lock_until(struct ddss_ctx *ctx, ddss_key_t key, int timeout_ms, unsigned *tries_p,
+			unsigned *busy_p, double *ms_p)
+{
+	double t0 = test_now_ms();
+	int r;
+
+	*tries_p = *busy_p = 0;
+	do {
+		r = ddss_try_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);
+		++*tries_p;
+		*busy_p += r == -EBUSY;
+		if (r == -EBUSY)
+			usleep(10000);
+	} while (r == -EBUSY && test_now_ms() - t0 < timeout_ms);
+	*ms_p = test_now_ms() - t0;
+	return r;
+}
+
 int test_put_retrying(struct ddss_ctx *ctx, ddss_key_t key, const void *v, size_t len,
 		      int timeout_ms, struct test_put_tally *tally)
 {

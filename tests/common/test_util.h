@@ -197,6 +197,11 @@ struct test_put_tally {
  * (a repair after a writer died); the last put's result. */
 int test_put_retrying(struct ddss_ctx *ctx, ddss_key_t key, const void *v, size_t len,
 		      int timeout_ms, struct test_put_tally *tally);
+/** Try-lock @key exclusively until a try succeeds or @timeout_ms passed, pausing 10 ms
+ * after each -EBUSY (a caller's retry loop): the last try's result. The tries in *tries_p,
+ * those that said -EBUSY in *busy_p, the time taken in *ms_p. A lock taken is kept. */
+int test_try_lock_until(struct ddss_ctx *ctx, ddss_key_t key, int timeout_ms, unsigned *tries_p,
+			unsigned *busy_p, double *ms_p);
 /** Put @v into the 8-byte word @w of @key (a signal between ranks); checked as rank @me. */
 void test_put_word(struct ddss_ctx *ctx, uint32_t me, ddss_key_t key, unsigned w, uint64_t v);
 /** The last signal to @key's home, which leaves (exits) once it sees it: put @v into the word

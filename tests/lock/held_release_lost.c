@@ -63,19 +63,12 @@ static void phase_go(ddss_key_t key, uint64_t phase)
 /* Rank 1: try-locks only, until one succeeds or TAKE_MS passed. */
 static void try_only(ddss_key_t key, const char *what)
 {
-	int64_t t0 = ddss_now_ns(), give_up = t0 + (int64_t)TAKE_MS * 1000000;
-	unsigned tries = 0, busy = 0;
-	int r;
+	unsigned tries, busy;
+	double ms;
+	int r = test_try_lock_until(ctx, key, TAKE_MS, &tries, &busy, &ms);
 
-	do {
-		r = ddss_try_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);
-		tries++;
-		busy += r == -EBUSY;
-		if (r == -EBUSY)
-			usleep(10000); /* a caller's retry loop */
-	} while (r == -EBUSY && ddss_now_ns() < give_up);
-	printf("rank 1: %s: %d (%s) after %u tries (%u said -EBUSY), %lld ms\n", what, r,
-	       ddss_strerror(r), tries, busy, (long long)((ddss_now_ns() - t0) / 1000000));
+	printf("rank 1: %s: %d (%s) after %u tries (%u said -EBUSY), %.0f ms\n", what, r,
+	       ddss_strerror(r), tries, busy, ms);
 	TEST_CHECK(1, r == 0, "%s: no try-lock took the lock past rank 2's lost release in %d "
 		   "ms: %d (%s)", what, TAKE_MS, r, ddss_strerror(r));
 	if (r == 0)

@@ -132,19 +132,12 @@ static void take_behind(ddss_key_t key, const char *what)
 /* Rank 1, E: try-locks only, until one succeeds (bounded). */
 static void try_only(ddss_key_t key)
 {
-	int64_t t0 = ddss_now_ns(), give_up = t0 + (int64_t)TAKE_MS * 1000000;
-	unsigned tries = 0, busy = 0;
-	int r;
+	unsigned tries, busy;
+	double ms;
+	int r = test_try_lock_until(ctx, key, TAKE_MS, &tries, &busy, &ms);
 
-	do {
-		r = ddss_try_lock_ss(ctx, key, DDSS_LOCK_EXCLUSIVE);
-		tries++;
-		busy += r == -EBUSY;
-		if (r == -EBUSY)
-			usleep(10000); /* a caller's retry loop */
-	} while (r == -EBUSY && ddss_now_ns() < give_up);
-	printf("rank 1: E. try-locks only: %d (%s) after %u tries (%u said -EBUSY), %lld ms\n",
-	       r, ddss_strerror(r), tries, busy, (long long)((ddss_now_ns() - t0) / 1000000));
+	printf("rank 1: E. try-locks only: %d (%s) after %u tries (%u said -EBUSY), %.0f ms\n",
+	       r, ddss_strerror(r), tries, busy, ms);
 	TEST_CHECK(1, r == 0, "E. no try-lock took the lock past rank 2's stray id in %d ms: %d",
 		   TAKE_MS, r);
 	if (r == 0)
