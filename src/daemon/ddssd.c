@@ -22,7 +22,6 @@
 #include "core/log.h"
 #include "daemon/server.h"
 #include "daemon/sock_path.h"
-#include "lock/lock.h"
 #include "ddss/ddss.h"
 
 #include <errno.h>
